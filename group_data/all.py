@@ -1,0 +1,114 @@
+# Every setting of the rig, grouped by stage, one comment line each. The defaults reproduce the first
+# seed's setup (dual RTX 2080 Ti 22 GB, Qwen3.6 27B FP8, FP8 KV, 100K, MTP3, TP2). Override per profile
+# group (group_data/<profile>.py), per host (inventory/hosts.yml) or per run (--data KEY=VALUE).
+# The schema and its rules: vllm_rig/settings.py. The README's settings table lists every key here.
+
+# pyinfra: every operation runs as root through sudo (NOPASSWD, or pass --use-sudo-password).
+_sudo = True
+
+# ---- preflight: what the box must have
+gpu_count = 2  # GPUs the box must show (lspci before the driver, nvidia-smi after)
+gpu_min_memory_mib = 22000  # least memory per GPU in MiB (a 22 GB 2080 Ti reports 22528)
+gpu_compute_capability = "7.5"  # compute capability every GPU must report (Turing = 7.5)
+min_free_disk_gb = 110  # free GB needed where the build (~80) and the model (~29) go
+min_ram_gb = 16  # least RAM in GB; the CUDA build needs about 3 GB per compile job
+
+# ---- driver: NVIDIA's apt repository, pinned and held
+nvidia_repo_url = "https://developer.download.nvidia.com/compute/cuda/repos/{distro}/x86_64/"  # CUDA repo
+nvidia_driver_version = "580.159.03"  # exact driver version, pinned and held (the seed's)
+nvidia_driver_flavor = "proprietary"  # kernel module flavour: proprietary, or open (Turing+ only)
+nvidia_driver_replace_existing = False  # replace an installed driver of another version (never by default)
+gpu_power_limit_w = None  # power limit in W set at every boot; None keeps the card's default
+gpu_power_limit_min_w = 100  # lowest limit the card accepts (stock 2080 Ti BIOS)
+gpu_power_limit_max_w = 320  # highest limit the card accepts (stock 2080 Ti FE BIOS)
+reboot_timeout_s = 600  # how long to wait for a rebooted host to come back
+
+# ---- cuda: the toolkit the fork and FlashInfer's JIT compile with
+cuda_version = "12.9"  # CUDA toolkit major.minor, pinned (cuda-toolkit-12-9)
+
+# ---- runtime: venv, the fork, FlashInfer, FlashQLA
+install_root = "/opt/vllm-rig"  # venvs, sources and runtimes live under here
+python_version = "3.12"  # Python of the venv (Ubuntu 24.04's python3)
+torch_version = "2.11.0"  # torch from the torch index's CUDA lane (the fork's validated 2.11.0+cu128)
+triton_version = "3.6.0"  # triton, pinned to the seed's
+transformers_version = "5.12.1"  # transformers, pinned to the seed's
+numpy_version = "2.3.5"  # numpy, pinned to the seed's
+flashinfer_version = "0.6.14"  # flashinfer-python; 0.6.14 takes PR 3621, 0.6.8.post1 is the fork's own pin
+flashinfer_sm75_fix = "auto"  # SM75 fix: auto (by version), pr3621, upstream (PR 3526) or none
+fork_repo = "https://github.com/weicj/vLLM-2080Ti-Definitive.git"  # the vLLM SM75 fork
+fork_ref = "63cfe89659bccc4be0aa284d045dae44477a27f3"  # pinned commit on the fork's v0.1.x line
+flashqla_repo = "https://github.com/weicj/FlashQLA-SM70-SM75.git"  # FlashQLA with the SM70/SM75 GDN kernel
+flashqla_ref = "3ab27d77d8ca01d7a4718903b726add1a8886c0e"  # pinned FlashQLA commit
+git_mirror_prefix = ""  # put in front of every git URL (e.g. a GitHub proxy); "" for direct
+pip_index_url = None  # Python package index for pip; None uses pip's default (PyPI)
+torch_index_url = "https://download.pytorch.org/whl/cu128"  # torch wheel index, CUDA 12.8 lane
+build_max_jobs = "auto"  # compile jobs: auto = min(8, threads, (RAM GB - 3) / 3)
+build_timeout_s = 14400  # give up on a build after this many seconds
+force_rebuild = False  # build a new runtime even when the fingerprint matches
+
+# ---- model: the FP8 checkpoint through the HF endpoint
+hf_endpoint = "https://hf-mirror.com"  # Hugging Face endpoint or mirror (the seed's mirror)
+hf_token = None  # Hugging Face token for gated repos; kept secret, None sends none
+hf_disable_xet = True  # plain HTTP downloads (mirrors rarely serve Xet)
+model_repo = "nerkyor/Qwen3.6-27B-DSV4Pro-Thinking-Distill-FP8"  # closest public id to the seed's model
+model_revision = "main"  # branch, tag or commit; the resolved commit is recorded on the host
+model_dir = "/opt/vllm-rig/models/Qwen3.6-27B-DSV4Pro-Thinking-FP8"  # where the checkpoint lives
+download_timeout_s = 14400  # give up on the download after this many seconds
+
+# ---- service: the systemd unit and the server's flags (the seed's unit)
+service_name = "vllm"  # systemd unit name (vllm.service)
+service_user = "vllm"  # system user the server runs as
+service_start_timeout_s = 900  # TimeoutStartSec: the first start compiles for minutes
+service_restart_sec = 10  # RestartSec between restarts
+vllm_log_file = None  # None logs to the journal; a path appends there like the seed's unit
+served_model_name = "qwen-local"  # model name clients ask for
+vllm_host = "0.0.0.0"  # bind address (127.0.0.1 for this box only)
+vllm_port = 8000  # API port
+vllm_api_key = "auto"  # auto: a key made once on the host; none: serve without a key
+tensor_parallel_size = 2  # GPUs one model spans (TP2 over the NVLink pair)
+device_ids = [0, 1]  # --device-ids; None leaves the flag out
+dtype = "half"  # compute dtype; SM75 has no BF16 tensor cores
+quantization = "fp8"  # weight quantization (FP8 through Marlin on SM75)
+kv_cache_dtype = "fp8_e4m3"  # KV cache dtype; auto = FP16 (INT8 is refused)
+max_model_len = 100000  # context length in tokens
+enable_prefix_caching = True  # reuse cached prefixes
+mamba_cache_mode = None  # --mamba-cache-mode (align for prefix caching on hybrid models); None omits
+max_num_seqs = 1  # concurrent sequences
+max_num_batched_tokens = 4096  # chunked-prefill chunk size
+enable_chunked_prefill = True  # chunked prefill (long contexts OOM without it)
+async_scheduling = False  # False renders --no-async-scheduling; None leaves the server default
+skip_mm_profiling = True  # skip multimodal memory profiling
+reasoning_parser = "qwen3"  # reasoning parser for <think> blocks
+reasoning_config = {  # --reasoning-config: the think-tag markers and thinking budget
+    "reasoning_start_str": "<think>",
+    "reasoning_end_str": "</think>",
+    "default_thinking_token_budget": 4000,
+}
+default_chat_template_kwargs = {"enable_thinking": True}  # --default-chat-template-kwargs
+enable_auto_tool_choice = True  # let the model call tools on its own
+tool_call_parser = "qwen3_coder"  # tool-call parser
+chat_template_content_format = "string"  # --chat-template-content-format
+gpu_memory_utilization = 0.92  # share of GPU memory vLLM may take
+additional_config = {"gdn_prefill_backend": "flashqla_legacy"}  # --additional-config (FlashQLA GDN prefill)
+num_speculative_tokens = 3  # MTP draft tokens (MTP is required on this stack)
+cudagraph_mode = "PIECEWISE"  # CUDA graph mode (PIECEWISE is the only safe one with MTP here)
+cudagraph_capture_sizes = [4]  # graph sizes; largest = max_num_seqs x (1 + num_speculative_tokens)
+generation_config = None  # --generation-config (auto or vllm); None omits
+override_generation_config = {  # sampling defaults the server applies (the seed's)
+    "temperature": 0.6,
+    "top_p": 0.95,
+    "top_k": 20,
+    "min_p": 0.0,
+    "presence_penalty": 0.0,
+    "repetition_penalty": 1.06,
+}
+cpu_offload_gb = 0  # --cpu-offload-gb; None omits
+disable_uvicorn_access_log = True  # no per-request access log lines
+omp_num_threads = 8  # OMP_NUM_THREADS for the server; None leaves it unset
+vllm_env = {  # the server's environment (SM75 switches from the seed's unit)
+    "VLLM_USE_DEEP_GEMM": "0",
+    "VLLM_USE_FLASHINFER_SAMPLER": "0",
+    "VLLM_QWOPUS_MTP_BF16_DRAFT": "1",
+    "VLLM_SM75_SPEC_SYNC_MODE": "safe",
+}
+vllm_extra_args = []  # extra server flags, e.g. ["--enforce-eager"]

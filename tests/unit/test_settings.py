@@ -1,0 +1,183 @@
+"""Every settings rule: a value it refuses (one clear line naming the key) and a value it accepts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.unit.groupdata import profile_data
+from vllm_rig.settings import Settings
+from vllm_rig.validation import SettingsError, load_settings
+
+# (key, refused value, accepted value, other settings needed to isolate the rule)
+RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
+    ("gpu_count", 0, 4, {}),
+    ("gpu_min_memory_mib", 10, 11000, {}),
+    ("gpu_compute_capability", "6.1", "7.0", {}),
+    ("min_free_disk_gb", 0, 50, {}),
+    ("min_ram_gb", -1, 32, {}),
+    ("nvidia_repo_url", "ftp://mirror/cuda", "http://127.0.0.1:18081/nvidia/{distro}/", {}),
+    ("nvidia_driver_version", "580", "580.159.04", {}),
+    ("nvidia_driver_version", "570.86.10", "575.57.08", {}),  # too old for CUDA 12.9
+    ("nvidia_driver_flavor", "nouveau", "open", {}),
+    ("nvidia_driver_replace_existing", "maybe", True, {}),
+    ("gpu_power_limit_w", 500, 250, {}),
+    ("gpu_power_limit_w", 50, None, {}),
+    ("gpu_power_limit_min_w", 400, 120, {}),
+    ("reboot_timeout_s", 5, 900, {}),
+    ("cuda_version", "13.0", "12.8", {}),
+    ("cuda_version", "12", "12.9", {}),
+    ("install_root", "opt/vllm", "/srv/vllm-rig", {}),
+    ("python_version", "2.7", "3.11", {}),
+    ("torch_version", "two", "2.11.0", {}),
+    ("triton_version", "3.x", "3.6.0", {}),
+    ("transformers_version", "", "5.12.1", {}),
+    ("numpy_version", "latest", "2.3.5", {}),
+    ("flashinfer_version", "0.6.12", "0.6.8.post1", {}),  # 0.6.10-0.6.13: no fix applies
+    ("flashinfer_version", "0.6.13", "0.6.15", {}),  # auto picks PR 3526 for 0.6.15
+    ("flashinfer_sm75_fix", "pr3621", "upstream", {"flashinfer_version": "0.6.15"}),  # PR 3621 is 0.6.14 only
+    ("flashinfer_sm75_fix", "upstream", "pr3621", {}),  # PR 3526 does not apply to 0.6.14
+    ("flashinfer_sm75_fix", "none", "auto", {}),  # 0.6.14 fails on SM75 without its fix
+    ("flashinfer_sm75_fix", "patch", "pr3621", {}),
+    ("fork_repo", "github.com/weicj/x", "https://github.com/weicj/vLLM-2080Ti-Definitive.git", {}),
+    ("fork_ref", "v0.1.17", "0123456789abcdef0123456789abcdef01234567", {}),
+    ("flashqla_ref", "main", "3ab27d77d8ca01d7a4718903b726add1a8886c0e", {}),
+    ("git_mirror_prefix", "https://ghproxy.example", "https://ghproxy.example/", {}),
+    ("pip_index_url", "not a url", None, {}),
+    ("torch_index_url", "download.pytorch.org/whl/cu128", "https://download.pytorch.org/whl/cu128", {}),
+    ("build_max_jobs", 0, "auto", {}),
+    ("build_max_jobs", "many", 6, {}),
+    ("build_timeout_s", 10, 3600, {}),
+    ("force_rebuild", "yes please", False, {}),
+    ("hf_endpoint", "hf-mirror.com", "https://huggingface.co", {}),
+    ("hf_disable_xet", "sometimes", False, {}),
+    ("model_repo", "Qwen3.8-27B-FP8", "Qwen/Qwen3.8-27B-FP8", {}),
+    ("model_revision", "../main", "0123456789abcdef0123456789abcdef01234567", {}),
+    ("model_dir", "models/qwen", "/data/models/qwen", {}),
+    ("download_timeout_s", 1, 600, {}),
+    ("service_name", "vLLM Server", "vllm-qwen", {}),
+    ("service_user", "Root", "llm", {}),
+    ("service_start_timeout_s", 30, 1800, {}),
+    ("service_restart_sec", -1, 5, {}),
+    ("vllm_log_file", "vllm.log", "/var/log/vllm.log", {}),
+    ("served_model_name", "qwen local", "qwen-local", {}),
+    ("vllm_host", "everywhere", "127.0.0.1", {}),
+    ("vllm_port", 70000, 8001, {}),
+    ("vllm_api_key", "hunter2", "none", {}),
+    ("tensor_parallel_size", 3, 1, {"device_ids": None}),
+    ("tensor_parallel_size", 4, 2, {"device_ids": None}),  # more than gpu_count=2
+    ("device_ids", [0, 0], [1, 0], {}),
+    ("device_ids", [0, 2], None, {}),  # index 2 on a 2-GPU box
+    ("dtype", "fp32", "float16", {}),
+    ("quantization", "awq", None, {}),
+    ("kv_cache_dtype", "int8", "auto", {}),
+    ("kv_cache_dtype", "fp4", "fp8", {}),
+    ("max_model_len", 300000, 131072, {}),
+    ("max_model_len", 100, 262144, {}),
+    ("mamba_cache_mode", "sometimes", "align", {}),
+    ("max_num_seqs", 0, 1, {}),
+    ("max_num_batched_tokens", 4096, 100000, {"enable_chunked_prefill": False}),
+    ("enable_chunked_prefill", "on", True, {}),
+    ("async_scheduling", "later", None, {}),
+    ("reasoning_config", "budget=4000", {"default_thinking_token_budget": 2000}, {}),
+    ("chat_template_content_format", "markdown", "openai", {}),
+    ("gpu_memory_utilization", 1.2, 0.9, {}),
+    ("gpu_memory_utilization", 0, 0.5, {}),
+    ("additional_config", ["flashqla"], {"gdn_prefill_backend": "flashqla_legacy"}, {}),
+    ("num_speculative_tokens", 0, 3, {}),  # no MTP: garbage output on this stack
+    ("cudagraph_capture_sizes", [4], [3], {"num_speculative_tokens": 2}),  # 1 x (1 + 2) = 3
+    ("cudagraph_mode", "FULL", "PIECEWISE", {}),
+    ("cudagraph_mode", "NONE", "PIECEWISE", {}),
+    ("cudagraph_capture_sizes", [8], [1, 2, 4], {}),
+    ("cudagraph_capture_sizes", [], [4], {}),
+    ("cudagraph_capture_sizes", [4], [4, 8], {"max_num_seqs": 2}),  # 2 x (1 + 3) = 8
+    ("generation_config", "model", "vllm", {}),
+    ("override_generation_config", "temperature=0.1", {"temperature": 0.1}, {}),
+    ("cpu_offload_gb", -2, 4, {}),
+    ("omp_num_threads", 0, 4, {}),
+    ("vllm_env", {"BAD NAME": "1"}, {"VLLM_LOGGING_LEVEL": "DEBUG"}, {}),
+    ("vllm_env", {"VLLM_API_KEY": "x"}, {}, {}),
+    ("vllm_extra_args", ["enforce-eager"], ["--enforce-eager"], {}),
+    ("vllm_extra_args", ["--max-model-len=5000"], ["--seed=1"], {}),  # repeats a rendered flag
+]
+
+
+def _with(**changes: Any) -> dict[str, Any]:
+    data = profile_data()
+    data.update(changes)
+    return data
+
+
+@pytest.mark.parametrize("profile", [None, "qwen38"])
+def test_profiles_are_valid(profile: str | None) -> None:
+    assert isinstance(load_settings(profile_data(profile)), Settings)
+
+
+@pytest.mark.parametrize(("key", "bad", "good", "context"), RULES, ids=[f"{r[0]}={r[1]!r}" for r in RULES])
+def test_rule_refuses_bad_value_with_one_line(key: str, bad: Any, good: Any, context: dict[str, Any]) -> None:
+    with pytest.raises(SettingsError) as err:
+        load_settings(_with(**context, **{key: bad}))
+    assert len(err.value.lines) == 1, err.value.lines
+    line = err.value.lines[0]
+    assert line.startswith(f"settings: {key}="), line
+    assert "not allowed: " in line and len(line.split("not allowed: ", 1)[1]) > 10
+
+
+@pytest.mark.parametrize(("key", "bad", "good", "context"), RULES, ids=[f"{r[0]}={r[1]!r}" for r in RULES])
+def test_rule_accepts_good_value(key: str, bad: Any, good: Any, context: dict[str, Any]) -> None:
+    settings = load_settings(_with(**context, **{key: good}))
+    assert getattr(settings, key) == good
+
+
+def test_every_setting_is_covered_by_a_rule_or_is_free_text() -> None:
+    free_text = {
+        "reasoning_parser",
+        "tool_call_parser",
+        "default_chat_template_kwargs",
+        "hf_token",
+        "flashqla_repo",
+        "enable_prefix_caching",
+        "skip_mm_profiling",
+        "enable_auto_tool_choice",
+        "disable_uvicorn_access_log",
+        "gpu_power_limit_max_w",
+    }
+    covered = {rule[0] for rule in RULES}
+    assert set(Settings.model_fields) - covered - free_text == set()
+
+
+def test_missing_setting_names_the_file_to_fix() -> None:
+    data = profile_data()
+    del data["vllm_port"]
+    with pytest.raises(SettingsError) as err:
+        load_settings(data)
+    assert err.value.lines == [
+        "settings: vllm_port is missing; add it to group_data/all.py (an integer from 1 to 65535)"
+    ]
+
+
+def test_typo_in_a_key_is_caught_with_a_suggestion() -> None:
+    with pytest.raises(SettingsError) as err:
+        load_settings(_with(max_model_length=5000))
+    assert err.value.lines == [
+        "settings: max_model_length is not a setting (did you mean max_model_len?); "
+        "the settings are listed in group_data/all.py"
+    ]
+
+
+def test_connection_and_pyinfra_keys_are_not_settings_typos() -> None:
+    load_settings(_with(ssh_hostname="10.0.0.2", ssh_port=22, _sudo=True, profile="qwen38"))
+
+
+def test_secret_value_is_never_echoed() -> None:
+    with pytest.raises(SettingsError) as err:
+        load_settings(_with(hf_token=12345))
+    assert "12345" not in str(err.value) and "hf_token=<hidden>" in str(err.value)
+
+
+def test_several_problems_give_one_line_each() -> None:
+    with pytest.raises(SettingsError) as err:
+        load_settings(_with(vllm_port=0, kv_cache_dtype="int8", cudagraph_mode="FULL"))
+    keys = sorted(line.split("=", 1)[0] for line in err.value.lines)
+    assert keys == ["settings: cudagraph_mode", "settings: kv_cache_dtype", "settings: vllm_port"]

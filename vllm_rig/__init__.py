@@ -1,0 +1,1 @@
+"""vllm-rig: custom facts, operations and the settings schema behind the pyinfra deploy."""

@@ -1,0 +1,414 @@
+"""The settings schema: every value a user can change, its type, its allowed range, and the rules that
+tie values together. Checked for every host before any command runs on any host.
+
+Values live in group_data/ (all.py holds the defaults, one file per profile group), inventory host
+data and `--data KEY=VALUE`. The schema gives no defaults of its own: group_data/all.py is the one
+place they live, so a setting missing there is an error, not a silent fallback.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Annotated, Any, Literal
+
+from packaging.version import InvalidVersion, Version
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from vllm_rig import flashinfer_fix
+
+SHA40 = re.compile(r"^[0-9a-f]{40}$")
+REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+DRIVER_VERSION = re.compile(r"^\d{3}\.\d{2,3}(\.\d{2})?$")
+CUDA_VERSION = re.compile(r"^\d{2}\.\d$")
+GIT_REF = re.compile(r"^(?!/)(?!.*\.\.)(?!.*//)[A-Za-z0-9._/-]{1,200}(?<!/)$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+UNIT_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+FLAG = re.compile(r"^--[a-z0-9][a-z0-9-]*(=.*)?$")
+
+# Settings that hold secrets: their values never appear in an error line or in output.
+SECRET_KEYS = frozenset({"hf_token"})
+
+# The model's max_position_embeddings (config.json of the Qwen3.6/3.8 27B family).
+MODEL_CONTEXT_LIMIT = 262144
+
+# Minimum driver per CUDA toolkit minor (NVIDIA's CUDA toolkit release notes, Linux x86_64).
+MIN_DRIVER_FOR_CUDA = {"12.8": Version("570.26"), "12.9": Version("575.51.03")}
+
+CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
+KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "int8")
+
+PositiveInt = Annotated[int, Field(ge=1)]
+
+
+def _allowed(text: str) -> Any:
+    """Field metadata: the sentence that says what a setting accepts (used in error lines)."""
+    return Field(json_schema_extra={"allowed": text})
+
+
+class Settings(BaseModel):
+    """Every setting of the rig. Field order follows the deploy's stages."""
+
+    # strict: "on", "yes" or "8000" (a string) are typos here, not values; pyinfra's --data and YAML
+    # already give real booleans and numbers.
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
+
+    # ---- preflight: what the box must have
+    gpu_count: Annotated[int, Field(ge=1, le=8)] = _allowed("an integer from 1 to 8")
+    gpu_min_memory_mib: Annotated[int, Field(ge=1024)] = _allowed("an integer of MiB, at least 1024")
+    gpu_compute_capability: Literal["7.0", "7.5", "8.0", "8.6", "8.9", "9.0"] = _allowed(
+        'one of "7.0", "7.5", "8.0", "8.6", "8.9", "9.0"'
+    )
+    min_free_disk_gb: Annotated[int, Field(ge=1)] = _allowed("a positive integer of GB")
+    min_ram_gb: Annotated[int, Field(ge=1)] = _allowed("a positive integer of GB")
+
+    # ---- driver
+    nvidia_repo_url: str = _allowed("an http(s) URL; {distro} is replaced by e.g. ubuntu2404")
+    nvidia_driver_version: str = _allowed("an exact driver version such as 580.159.03")
+    nvidia_driver_flavor: Literal["proprietary", "open"] = _allowed('"proprietary" or "open"')
+    nvidia_driver_replace_existing: bool = _allowed("true or false")
+    gpu_power_limit_w: int | None = _allowed("null (leave the card's default) or whole watts")
+    gpu_power_limit_min_w: Annotated[int, Field(ge=1)] = _allowed("whole watts")
+    gpu_power_limit_max_w: Annotated[int, Field(ge=1)] = _allowed("whole watts")
+    reboot_timeout_s: Annotated[int, Field(ge=60, le=3600)] = _allowed("seconds from 60 to 3600")
+
+    # ---- cuda
+    cuda_version: str = _allowed("a CUDA toolkit major.minor such as 12.9")
+
+    # ---- runtime
+    install_root: str = _allowed("an absolute path")
+    python_version: Literal["3.10", "3.11", "3.12", "3.13"] = _allowed('one of "3.10" to "3.13"')
+    torch_version: str = _allowed("a PEP 440 version such as 2.11.0")
+    triton_version: str = _allowed("a PEP 440 version")
+    transformers_version: str = _allowed("a PEP 440 version")
+    numpy_version: str = _allowed("a PEP 440 version")
+    flashinfer_version: str = _allowed("a PEP 440 version such as 0.6.14")
+    flashinfer_sm75_fix: Literal["auto", "pr3621", "upstream", "none"] = _allowed(
+        '"auto", "pr3621", "upstream" or "none"'
+    )
+    fork_repo: str = _allowed("a git URL (https://...)")
+    fork_ref: str = _allowed("a full 40-character commit SHA")
+    flashqla_repo: str = _allowed("a git URL (https://...)")
+    flashqla_ref: str = _allowed("a full 40-character commit SHA")
+    git_mirror_prefix: str = _allowed('"" or a URL ending in "/" put in front of every git URL')
+    pip_index_url: str | None = _allowed("null (pip's default index) or an http(s) URL")
+    torch_index_url: str = _allowed("an http(s) URL of a torch wheel index (e.g. the cu128 lane)")
+    build_max_jobs: Literal["auto"] | Annotated[int, Field(ge=1, le=256)] = _allowed(
+        '"auto" or an integer from 1 to 256'
+    )
+    build_timeout_s: Annotated[int, Field(ge=300)] = _allowed("seconds, at least 300")
+    force_rebuild: bool = _allowed("true or false")
+
+    # ---- model
+    hf_endpoint: str = _allowed("an http(s) URL of a Hugging Face endpoint or mirror")
+    hf_token: str | None = _allowed("null or a Hugging Face token")
+    hf_disable_xet: bool = _allowed("true or false")
+    model_repo: str = _allowed("a repo id owner/name")
+    model_revision: str = _allowed("a branch, tag or 40-character commit SHA")
+    model_dir: str = _allowed("an absolute path")
+    download_timeout_s: Annotated[int, Field(ge=60)] = _allowed("seconds, at least 60")
+
+    # ---- service: the unit and the server's flags
+    service_name: str = _allowed("a lower-case unit name (letters, digits, - and _)")
+    service_user: str = _allowed("a lower-case user name")
+    service_start_timeout_s: Annotated[int, Field(ge=60, le=7200)] = _allowed("seconds from 60 to 7200")
+    service_restart_sec: Annotated[int, Field(ge=0, le=600)] = _allowed("seconds from 0 to 600")
+    vllm_log_file: str | None = _allowed("null (the journal) or an absolute path")
+    served_model_name: str = _allowed("a name without spaces")
+    vllm_host: str = _allowed("an IP address to bind, e.g. 0.0.0.0 or 127.0.0.1")
+    vllm_port: Annotated[int, Field(ge=1, le=65535)] = _allowed("an integer from 1 to 65535")
+    vllm_api_key: Literal["auto", "none"] = _allowed('"auto" (made on the host) or "none"')
+    tensor_parallel_size: Literal[1, 2, 4, 8] = _allowed("1, 2, 4 or 8")
+    device_ids: list[Annotated[int, Field(ge=0)]] | None = _allowed("null or a list of GPU indexes")
+    dtype: Literal["half", "float16", "bfloat16", "auto"] = _allowed('"half", "float16", "bfloat16" or "auto"')
+    quantization: Literal["fp8"] | None = _allowed('"fp8" or null')
+    kv_cache_dtype: str = _allowed("one of " + ", ".join(KV_CACHE_DTYPES))
+    max_model_len: Annotated[int, Field(ge=1024)] = _allowed(f"an integer from 1024 to {MODEL_CONTEXT_LIMIT}")
+    enable_prefix_caching: bool = _allowed("true or false")
+    mamba_cache_mode: Literal["align", "all", "none"] | None = _allowed('null, "align", "all" or "none"')
+    max_num_seqs: Annotated[int, Field(ge=1, le=256)] = _allowed("an integer from 1 to 256")
+    max_num_batched_tokens: Annotated[int, Field(ge=256)] = _allowed("an integer, at least 256")
+    enable_chunked_prefill: bool = _allowed("true or false")
+    async_scheduling: bool | None = _allowed("null (server default), true or false")
+    skip_mm_profiling: bool = _allowed("true or false")
+    reasoning_parser: str | None = _allowed("null or a parser name such as qwen3")
+    reasoning_config: dict[str, Any] | None = _allowed("null or a JSON object")
+    default_chat_template_kwargs: dict[str, Any] | None = _allowed("null or a JSON object")
+    enable_auto_tool_choice: bool = _allowed("true or false")
+    tool_call_parser: str | None = _allowed("null or a parser name such as qwen3_coder or qwen3_xml")
+    chat_template_content_format: Literal["auto", "string", "openai"] | None = _allowed(
+        'null, "auto", "string" or "openai"'
+    )
+    gpu_memory_utilization: Annotated[float, Field(gt=0.0, le=0.98)] = _allowed("a number above 0 and at most 0.98")
+    additional_config: dict[str, Any] | None = _allowed("null or a JSON object")
+    num_speculative_tokens: Annotated[int, Field(ge=0, le=8)] = _allowed("an integer from 1 to 8 (MTP)")
+    cudagraph_mode: str = _allowed("one of " + ", ".join(CUDAGRAPH_MODES))
+    cudagraph_capture_sizes: list[int] = _allowed("a list of positive integers, e.g. [4]")
+    generation_config: Literal["auto", "vllm"] | None = _allowed('null, "auto" or "vllm"')
+    override_generation_config: dict[str, Any] | None = _allowed("null or a JSON object")
+    cpu_offload_gb: Annotated[float, Field(ge=0)] | None = _allowed("null or a number of GB, at least 0")
+    disable_uvicorn_access_log: bool = _allowed("true or false")
+    omp_num_threads: Annotated[int, Field(ge=1, le=256)] | None = _allowed("null or an integer from 1 to 256")
+    vllm_env: dict[str, str] = _allowed("a mapping of environment variable names to strings")
+    vllm_extra_args: list[str] = _allowed('a list of extra flags, each starting with "--"')
+
+    # ---- field checks: formats a type alone cannot say
+
+    @field_validator("torch_version", "triton_version", "transformers_version", "numpy_version", "flashinfer_version")
+    @classmethod
+    def _pep440(cls, value: str) -> str:
+        try:
+            Version(value)
+        except InvalidVersion:
+            raise ValueError("must be a PEP 440 version such as 2.11.0") from None
+        return value
+
+    @field_validator("nvidia_driver_version")
+    @classmethod
+    def _driver_version(cls, value: str) -> str:
+        if not DRIVER_VERSION.match(value):
+            raise ValueError("must be an exact driver version such as 580.159.03")
+        return value
+
+    @field_validator("cuda_version")
+    @classmethod
+    def _cuda_version(cls, value: str) -> str:
+        if not CUDA_VERSION.match(value):
+            raise ValueError("must be a CUDA toolkit major.minor such as 12.9")
+        if value not in MIN_DRIVER_FOR_CUDA:
+            raise ValueError(
+                "must be 12.8 or 12.9: the fork's v0.1.x line builds against torch cu128 "
+                "and FlashInfer needs CUDA >= 12.8"
+            )
+        return value
+
+    @field_validator("fork_ref", "flashqla_ref")
+    @classmethod
+    def _pinned_commit(cls, value: str) -> str:
+        if not SHA40.match(value):
+            raise ValueError("must be a full 40-character lower-case commit SHA (a branch or tag can move)")
+        return value
+
+    @field_validator("model_revision")
+    @classmethod
+    def _git_ref(cls, value: str) -> str:
+        if not GIT_REF.match(value):
+            raise ValueError("must be a branch, tag or 40-character commit SHA")
+        return value
+
+    @field_validator("model_repo")
+    @classmethod
+    def _repo_id(cls, value: str) -> str:
+        if not REPO_ID.match(value):
+            raise ValueError("must be a repo id owner/name, e.g. Qwen/Qwen3.8-27B-FP8")
+        return value
+
+    @field_validator("fork_repo", "flashqla_repo", "hf_endpoint", "torch_index_url", "nvidia_repo_url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        return _check_url(value)
+
+    @field_validator("pip_index_url")
+    @classmethod
+    def _optional_url(cls, value: str | None) -> str | None:
+        return None if value is None else _check_url(value)
+
+    @field_validator("git_mirror_prefix")
+    @classmethod
+    def _mirror_prefix(cls, value: str) -> str:
+        if value and (not value.endswith("/") or not value.startswith(("http://", "https://"))):
+            raise ValueError('must be "" or an http(s) URL ending in "/"')
+        return value
+
+    @field_validator("install_root", "model_dir")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        return _check_absolute(value)
+
+    @field_validator("vllm_log_file")
+    @classmethod
+    def _optional_absolute(cls, value: str | None) -> str | None:
+        return None if value is None else _check_absolute(value)
+
+    @field_validator("service_name", "service_user")
+    @classmethod
+    def _unit_name(cls, value: str) -> str:
+        if not UNIT_NAME.match(value):
+            raise ValueError("must start with a lower-case letter and hold only a-z, 0-9, - and _ (max 32)")
+        return value
+
+    @field_validator("served_model_name")
+    @classmethod
+    def _served_name(cls, value: str) -> str:
+        if not value or any(c.isspace() for c in value):
+            raise ValueError("must be a non-empty name without spaces")
+        return value
+
+    @field_validator("vllm_host")
+    @classmethod
+    def _bind_address(cls, value: str) -> str:
+        try:
+            ipaddress.ip_address(value)
+        except ValueError:
+            raise ValueError("must be an IP address to bind, e.g. 0.0.0.0 (all) or 127.0.0.1 (local only)") from None
+        return value
+
+    @field_validator("kv_cache_dtype")
+    @classmethod
+    def _kv_cache_dtype(cls, value: str) -> str:
+        if value not in KV_CACHE_DTYPES:
+            raise ValueError("must be one of " + ", ".join(KV_CACHE_DTYPES))
+        if value == "int8":
+            raise ValueError(
+                "INT8 KV cache collapses MTP acceptance at long context on SM75 (second seed: 16K -> 12 tok/s); "
+                "use auto (FP16) or fp8_e4m3"
+            )
+        return value
+
+    @field_validator("cudagraph_mode")
+    @classmethod
+    def _cudagraph_mode(cls, value: str) -> str:
+        if value not in CUDAGRAPH_MODES:
+            raise ValueError("must be one of " + ", ".join(CUDAGRAPH_MODES))
+        if value != "PIECEWISE":
+            raise ValueError(
+                "must be PIECEWISE: with MTP on this stack FULL cudagraphs corrupt the output "
+                "and NONE (eager) is too slow to serve"
+            )
+        return value
+
+    @field_validator("max_model_len")
+    @classmethod
+    def _context_limit(cls, value: int) -> int:
+        if value > MODEL_CONTEXT_LIMIT:
+            raise ValueError(f"must be at most {MODEL_CONTEXT_LIMIT} (the model's max_position_embeddings)")
+        return value
+
+    @field_validator("num_speculative_tokens")
+    @classmethod
+    def _mtp_on(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError("must be at least 1: without MTP this hybrid GDN model degrades into garbage output")
+        return value
+
+    @field_validator("cudagraph_capture_sizes")
+    @classmethod
+    def _capture_sizes(cls, value: list[int]) -> list[int]:
+        if not value or any(size < 1 for size in value) or len(set(value)) != len(value):
+            raise ValueError("must be a non-empty list of distinct positive integers, e.g. [4]")
+        return value
+
+    @field_validator("vllm_env")
+    @classmethod
+    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if not ENV_NAME.match(name):
+                raise ValueError(f"{name!r} is not an environment variable name")
+            if name in ("VLLM_API_KEY", "HF_TOKEN"):
+                raise ValueError(f"{name} is a secret: use vllm_api_key / hf_token, which keep it off the unit")
+        return value
+
+    @field_validator("vllm_extra_args")
+    @classmethod
+    def _extra_args(cls, value: list[str]) -> list[str]:
+        for arg in value:
+            if not FLAG.match(arg):
+                raise ValueError(f'{arg!r} is not a flag: write each as "--name" or "--name=value"')
+        return value
+
+    # ---- rules that tie settings together (from the seeds and the notes)
+
+    @model_validator(mode="after")
+    def _cross_rules(self) -> Settings:
+        problems = list(_cross_rule_problems(self))
+        if problems:
+            raise CrossRuleErrors(problems)
+        return self
+
+    # ---- derived values
+
+    @property
+    def max_cudagraph_capture_size(self) -> int:
+        return max(self.cudagraph_capture_sizes)
+
+    @property
+    def cuda_home(self) -> str:
+        return f"/usr/local/cuda-{self.cuda_version}"
+
+    def flashinfer_patch(self) -> str | None:
+        """The FlashInfer SM75 patch this configuration applies ("pr3621", "pr3526" or None)."""
+        return flashinfer_fix.resolve(self.flashinfer_version, self.flashinfer_sm75_fix)
+
+
+class CrossRuleErrors(ValueError):
+    """Several (key, message) problems found by the cross-field rules."""
+
+    def __init__(self, problems: list[tuple[str, str]]):
+        super().__init__("; ".join(f"{key}: {msg}" for key, msg in problems))
+        self.problems = problems
+
+
+def _check_url(value: str) -> str:
+    if not re.match(r"^https?://[^\s/]+(/\S*)?$", value):
+        raise ValueError("must be an http:// or https:// URL")
+    return value
+
+
+def _check_absolute(value: str) -> str:
+    if not value.startswith("/") or "\n" in value or " " in value:
+        raise ValueError("must be an absolute path without spaces")
+    return value
+
+
+def _cross_rule_problems(s: Settings):
+    """Yield (key, message) for each cross-field rule the settings break."""
+    if s.tensor_parallel_size > s.gpu_count:
+        yield (
+            "tensor_parallel_size",
+            f"is {s.tensor_parallel_size} but gpu_count is {s.gpu_count}; must be <= gpu_count",
+        )
+    elif s.device_ids is not None:  # (checked only once the sizes agree: one cause, one line)
+        if len(s.device_ids) != s.tensor_parallel_size or len(set(s.device_ids)) != len(s.device_ids):
+            yield "device_ids", f"must list {s.tensor_parallel_size} distinct GPU indexes (tensor_parallel_size)"
+        elif max(s.device_ids) >= s.gpu_count:
+            yield "device_ids", f"must be GPU indexes below gpu_count ({s.gpu_count})"
+    if not s.enable_chunked_prefill and s.max_num_batched_tokens < s.max_model_len:
+        yield (
+            "max_num_batched_tokens",
+            "must be >= max_model_len when enable_chunked_prefill is false (or turn chunked prefill on)",
+        )
+    slots = s.max_num_seqs * (1 + s.num_speculative_tokens)
+    if max(s.cudagraph_capture_sizes) != slots:
+        yield (
+            "cudagraph_capture_sizes",
+            f"largest size must be max_num_seqs x (1 + num_speculative_tokens) = {slots}",
+        )
+    if s.gpu_power_limit_min_w > s.gpu_power_limit_max_w:
+        yield "gpu_power_limit_min_w", "must not exceed gpu_power_limit_max_w"
+    limit = s.gpu_power_limit_w
+    if limit is not None and not s.gpu_power_limit_min_w <= limit <= s.gpu_power_limit_max_w:
+        yield (
+            "gpu_power_limit_w",
+            f"must be null or from {s.gpu_power_limit_min_w} to {s.gpu_power_limit_max_w} W (the card's range)",
+        )
+    try:
+        flashinfer_fix.resolve(s.flashinfer_version, s.flashinfer_sm75_fix)
+    except ValueError as err:
+        # Blame the version when no fix exists for it at all, else the choice of fix.
+        unfixable = flashinfer_fix.needs_fix(s.flashinfer_version) and not flashinfer_fix.patch_for(
+            s.flashinfer_version
+        )
+        yield ("flashinfer_version" if unfixable else "flashinfer_sm75_fix"), str(err)
+    min_driver = MIN_DRIVER_FOR_CUDA.get(s.cuda_version)
+    if min_driver and Version(s.nvidia_driver_version) < min_driver:
+        yield "nvidia_driver_version", f"must be >= {min_driver} for CUDA {s.cuda_version}"
+    clash = rendered_flag_names(s) & {arg.split("=", 1)[0] for arg in s.vllm_extra_args}
+    if clash:
+        yield "vllm_extra_args", f"repeats flags the settings already set: {', '.join(sorted(clash))}"
+
+
+def rendered_flag_names(s: Settings) -> set[str]:
+    """Flags the unit already renders from settings (imported late: the renderer imports this module)."""
+    from vllm_rig.vllm_command import settings_args
+
+    return {arg for arg in settings_args(s, model_path="/m") if arg.startswith("--")}

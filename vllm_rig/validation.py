@@ -1,0 +1,90 @@
+"""Turn host data into Settings, or into one readable line per problem.
+
+A line names the key, the value and what is allowed: `settings: max_model_len=300000 is not allowed:
+must be at most 262144 (...)`. Secrets are never echoed.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from vllm_rig.settings import SECRET_KEYS, CrossRuleErrors, Settings
+
+# Host data keys that belong to pyinfra, its connectors or our inventory, not to the settings.
+FOREIGN_PREFIXES = ("_", "ssh_", "fake_", "local_", "chroot_", "docker_", "podman_", "vagrant_", "terraform_")
+INVENTORY_KEYS = frozenset({"profile"})
+
+
+class SettingsError(Exception):
+    """Bad settings for one host: `lines` holds one message per problem."""
+
+    def __init__(self, lines: list[str]):
+        super().__init__("\n".join(lines))
+        self.lines = lines
+
+
+def load_settings(data: Mapping[str, Any]) -> Settings:
+    """Validate one host's merged data. Raises SettingsError with every problem found."""
+    lines = list(unknown_key_lines(data))
+    try:
+        settings = Settings.model_validate(dict(data))
+    except ValidationError as err:
+        lines += list(_error_lines(err, data))
+        raise SettingsError(lines) from None
+    if lines:
+        raise SettingsError(lines)
+    return settings
+
+
+def unknown_key_lines(data: Mapping[str, Any]) -> Iterable[str]:
+    """A typo in a setting's name must not fall back silently to the default."""
+    known = set(Settings.model_fields)
+    for key in sorted(data):
+        if key in known or key in INVENTORY_KEYS or key.startswith(FOREIGN_PREFIXES):
+            continue
+        close = difflib.get_close_matches(key, known, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        yield f"settings: {key} is not a setting{hint}; the settings are listed in group_data/all.py"
+
+
+def _error_lines(err: ValidationError, data: Mapping[str, Any]) -> Iterable[str]:
+    seen: set[str] = set()
+    for error in err.errors():
+        key = str(error["loc"][0]) if error["loc"] else ""
+        if key in seen:  # a union type reports once per member; one line per key is enough
+            continue
+        seen.add(key)
+        cause = error.get("ctx", {}).get("error")
+        if isinstance(cause, CrossRuleErrors):
+            for key, message in cause.problems:
+                yield _line(key, data.get(key), message)
+            continue
+        if error["type"] == "missing":
+            yield f"settings: {key} is missing; add it to group_data/all.py ({_allowed(key)})"
+            continue
+        several = sum(1 for e in err.errors() if e["loc"][:1] == error["loc"][:1]) > 1
+        custom = isinstance(cause, ValueError) and not several
+        message = str(cause) if custom else f"must be {_allowed(key)}"
+        yield _line(key, data.get(key), message)
+
+
+def _line(key: str, value: Any, message: str) -> str:
+    shown = "<hidden>" if key in SECRET_KEYS else _show(value)
+    return f"settings: {key}={shown} is not allowed: {message}"
+
+
+def _show(value: Any) -> str:
+    text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _allowed(key: str) -> str:
+    field = Settings.model_fields.get(key)
+    extra = field.json_schema_extra if field is not None else None
+    if isinstance(extra, dict) and "allowed" in extra:
+        return str(extra["allowed"])
+    return "a valid value"
