@@ -1,0 +1,69 @@
+"""The real CLI: a bad --data value stops `pyinfra ... deploy.py` with one line and no traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PYINFRA = Path(sys.executable).with_name("pyinfra")
+
+# KEY=VALUE as a user types it after --data, each breaking a different rule.
+BAD = [
+    "gpu_count=0",
+    "nvidia_driver_version=580",
+    "nvidia_driver_flavor=nouveau",
+    "cuda_version=13.0",
+    "flashinfer_version=0.6.12",
+    "flashinfer_sm75_fix=none",
+    "fork_ref=main",
+    "git_mirror_prefix=https://proxy.example",
+    "hf_endpoint=hf-mirror.com",
+    "model_repo=Qwen3.8-27B-FP8",
+    "model_dir=models/qwen",
+    "vllm_host=everywhere",
+    "vllm_port=70000",
+    "vllm_api_key=hunter2",
+    "tensor_parallel_size=4",
+    "kv_cache_dtype=int8",
+    "max_model_len=300000",
+    "gpu_memory_utilization=1.5",
+    "num_speculative_tokens=0",
+    "cudagraph_mode=FULL",
+    "cudagraph_capture_sizes=[8]",
+    "gpu_power_limit_w=500",
+    'vllm_extra_args=["--max-model-len=5000"]',
+    "max_model_lenn=5000",
+]
+
+
+def _deploy(*data: str) -> subprocess.CompletedProcess[str]:
+    args = [str(PYINFRA), "-y", "@fake/x", "deploy.py", "--dry"]
+    for item in data:
+        args += ["--data", item]
+    return subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=120)
+
+
+def test_valid_defaults_pass() -> None:
+    run = _deploy()
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_valid_overrides_pass() -> None:
+    run = _deploy("max_model_len=131072", "kv_cache_dtype=auto", "gpu_power_limit_w=175")
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+@pytest.mark.parametrize("item", BAD)
+def test_bad_value_stops_with_one_line(item: str) -> None:
+    key = item.split("=", 1)[0]
+    run = _deploy(item)
+    out = run.stdout + run.stderr
+    assert run.returncode != 0
+    assert "Traceback" not in out
+    lines = [line for line in out.splitlines() if "settings: " in line]
+    assert len(lines) == 1, out
+    assert f"settings: {key}" in lines[0]

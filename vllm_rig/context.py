@@ -1,0 +1,39 @@
+"""What every stage needs: the current host's validated settings, checked for all hosts at once."""
+
+from __future__ import annotations
+
+import sys
+
+from pyinfra import host, logger, state
+
+from vllm_rig.settings import Settings
+from vllm_rig.validation import SettingsError, load_settings
+
+_validated: dict[str, Settings] = {}
+
+
+def stop_on_bad_settings() -> None:
+    """Validate every host's settings; on any problem print one line each and stop the run.
+
+    Runs while pyinfra prepares the first host, before any operation or fact touches a host.
+    """
+    if _validated:
+        return
+    lines: list[str] = []
+    for each in state.inventory.iter_activated_hosts():
+        try:
+            _validated[each.name] = load_settings(each.data.dict())
+        except SettingsError as err:
+            lines += [f"[{each.name}] {line}" for line in err.lines]
+    if lines:
+        _validated.clear()
+        for line in lines:
+            logger.error(line)
+        sys.exit(1)
+
+
+def settings() -> Settings:
+    """The current host's settings (validated; stages call this instead of reading host.data)."""
+    if host.name not in _validated:
+        stop_on_bad_settings()
+    return _validated[host.name]
