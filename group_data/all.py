@@ -6,6 +6,9 @@
 # pyinfra: every operation runs as root through sudo (NOPASSWD, or pass --use-sudo-password).
 _sudo = True
 
+# ---- connection: how pyinfra talks to the hosts
+ssh_tcp_nodelay = True  # TCP_NODELAY on SSH sockets: no ~40 ms stall per remote command
+
 # ---- preflight: what the box must have
 gpu_count = 2  # GPUs the box must show (lspci before the driver, nvidia-smi after)
 gpu_min_memory_mib = 22000  # least memory per GPU in MiB (a 22 GB 2080 Ti reports 22528)

@@ -53,6 +53,9 @@ class Settings(BaseModel):
     # already give real booleans and numbers.
     model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
 
+    # ---- connection
+    ssh_tcp_nodelay: bool = _allowed("true or false")
+
     # ---- preflight: what the box must have
     gpu_count: Annotated[int, Field(ge=1, le=8)] = _allowed("an integer from 1 to 8")
     gpu_min_memory_mib: Annotated[int, Field(ge=1024)] = _allowed("an integer of MiB, at least 1024")

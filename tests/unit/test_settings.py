@@ -12,6 +12,7 @@ from vllm_rig.validation import SettingsError, load_settings
 
 # (key, refused value, accepted value, other settings needed to isolate the rule)
 RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
+    ("ssh_tcp_nodelay", "off", False, {}),
     ("gpu_count", 0, 4, {}),
     ("gpu_min_memory_mib", 10, 11000, {}),
     ("gpu_compute_capability", "6.1", "7.0", {}),
