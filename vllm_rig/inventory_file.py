@@ -87,7 +87,9 @@ def _host_data(path: Path, name: str, entry: Any, profiles: set[str]) -> dict[st
     data = {key: entry[key] for key in SSH_KEYS if key in entry}
     if "ssh_key" in data:
         data["ssh_key"] = str(Path(data["ssh_key"]).expanduser())
-    return {**data, **settings, "profile": profile}
+    # group_data/all.py runs everything through sudo; a root login needs none (and may have no sudo).
+    become = {"_sudo": False} if entry.get("ssh_user") == "root" else {}
+    return {**data, **become, **settings, "profile": profile}
 
 
 def _known_profiles(group_data_dir: Path) -> set[str]:

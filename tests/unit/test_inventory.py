@@ -29,6 +29,12 @@ def test_example_file_loads() -> None:
     assert data["ssh_key"].endswith("/.ssh/id_ed25519") and not data["ssh_key"].startswith("~")
 
 
+def test_root_login_runs_without_sudo(tmp_path: Path) -> None:
+    path = _write(tmp_path, "hosts:\n  a: {ssh_hostname: h1, ssh_user: root}\n  b: {ssh_hostname: h2, ssh_user: me}\n")
+    (_, a), (_, b) = load_groups(path, GROUP_DATA)["gpu_hosts"][0]
+    assert a["_sudo"] is False and "_sudo" not in b
+
+
 def test_profile_becomes_a_group(tmp_path: Path) -> None:
     path = _write(tmp_path, "hosts:\n  a: {ssh_hostname: h1}\n  b: {ssh_hostname: h2, profile: qwen38}\n")
     groups = load_groups(path, GROUP_DATA)
