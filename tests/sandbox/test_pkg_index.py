@@ -100,9 +100,7 @@ def _new_venv(where: Path) -> Path:
 
 
 def _pip_install(venv: Path, index: str, *reqs: str) -> str:
-    return _ok(
-        [venv / "bin" / "python", "-m", "pip", "install", "--index-url", index, "--no-cache-dir", *reqs]
-    )
+    return _ok([venv / "bin" / "python", "-m", "pip", "install", "--index-url", index, "--no-cache-dir", *reqs])
 
 
 @pytest.fixture(scope="module")
@@ -155,9 +153,7 @@ def _dry_run(diff: Path, data_dir: Path, *extra: str) -> int:
 
 
 def _installed_data(venv: Path) -> Path:
-    out = _ok(
-        [venv / "bin" / "python", "-c", "import flashinfer, os; print(os.path.dirname(flashinfer.__file__))"]
-    )
+    out = _ok([venv / "bin" / "python", "-c", "import flashinfer, os; print(os.path.dirname(flashinfer.__file__))"])
     return Path(out.strip()) / "data"
 
 
@@ -167,10 +163,7 @@ def _installed_data(venv: Path) -> Path:
 def test_root_lists_pep503_normalized_projects(manifest: dict) -> None:
     projects = {href.rstrip("/") for href, _ in _links(pkg_index.SIMPLE / "index.html")}
     expected = {"torch", "triton", "numpy", "flashinfer-python", "flashinfer-jit-cache", "flashinfer-cubin"}
-    assert (
-        expected | {"huggingface-hub", "hf-xet", "typing-extensions", "setuptools", "pip", "wheel"}
-        <= projects
-    )
+    assert expected | {"huggingface-hub", "hf-xet", "typing-extensions", "setuptools", "pip", "wheel"} <= projects
     assert all(p == p.lower() and "_" not in p and "." not in p for p in projects)
     assert {"torch", "torchvision", "torchaudio", "triton", "numpy"} <= {
         href.rstrip("/") for href, _ in _links(pkg_index.TORCH_LANE / "index.html")
@@ -281,9 +274,7 @@ def test_real_transformers_needs_hub_below_2(venv: Path, server: str) -> None:
 
 def test_torch_lane_alone_installs_cu128_builds(server: str, tmp_path: Path) -> None:
     venv = _new_venv(tmp_path / "venv")
-    _pip_install(
-        venv, server + "whl/cu128/", "torch==2.11.0+cu128", "torchvision==0.26.0", "torchaudio==2.11.0"
-    )
+    _pip_install(venv, server + "whl/cu128/", "torch==2.11.0+cu128", "torchvision==0.26.0", "torchaudio==2.11.0")
     code = "import torch, torchvision, torchaudio; print(torch.__version__, torchvision.__version__, "
     code += "torchaudio.__version__)"
     out = _ok([venv / "bin" / "python", "-c", code]).split()
@@ -293,9 +284,9 @@ def test_torch_lane_alone_installs_cu128_builds(server: str, tmp_path: Path) -> 
 def test_jit_cache_installs_and_uninstalls(venv: Path, server: str) -> None:
     pip: list[str | Path] = [venv / "bin" / "python", "-m", "pip"]
     _pip_install(venv, server + "simple/", "flashinfer-jit-cache==0.6.14", "flashinfer-cubin==0.6.14")
-    assert _ok(
-        [venv / "bin" / "python", "-c", "import flashinfer_jit_cache as j; print(j.__version__)"]
-    ).strip() == ("0.6.14")
+    assert _ok([venv / "bin" / "python", "-c", "import flashinfer_jit_cache as j; print(j.__version__)"]).strip() == (
+        "0.6.14"
+    )
     _ok([*pip, "uninstall", "-y", "flashinfer-jit-cache"])
     assert _run([venv / "bin" / "python", "-c", "import flashinfer_jit_cache"]).returncode != 0
     assert _ok([*pip, "show", "flashinfer-cubin"])
@@ -322,12 +313,8 @@ CUDA_PROBE = (
 def test_torch_cuda_reads_nvidia_smi(venv: Path, smi_bin: Path) -> None:
     py = venv / "bin" / "python"
     assert _ok([py, "-c", CUDA_PROBE], PATH=str(smi_bin)).strip() == "True 2 [(7, 5), (7, 5)]"
-    assert (
-        _ok([py, "-c", CUDA_PROBE], PATH=str(smi_bin), SMI_NO_QUERY="1").strip() == "True 2 [(7, 5), (7, 5)]"
-    )
-    assert (
-        _ok([py, "-c", CUDA_PROBE], PATH=str(smi_bin), CUDA_VISIBLE_DEVICES="1").strip() == "True 1 [(7, 5)]"
-    )
+    assert _ok([py, "-c", CUDA_PROBE], PATH=str(smi_bin), SMI_NO_QUERY="1").strip() == "True 2 [(7, 5), (7, 5)]"
+    assert _ok([py, "-c", CUDA_PROBE], PATH=str(smi_bin), CUDA_VISIBLE_DEVICES="1").strip() == "True 1 [(7, 5)]"
     empty = smi_bin.parent / "empty"
     empty.mkdir()
     assert _ok([py, "-c", CUDA_PROBE], PATH=str(empty)).strip() == "False 0 []"
@@ -388,17 +375,11 @@ def test_pr3621_applies_only_to_0614(venv: Path, tmp_path: Path) -> None:
         assert _dry_run(diff, _flashinfer_data(version, tmp_path / version)) != 0, version
 
 
-def test_pr3621_turns_the_base_header_into_the_pinned_result(
-    manifest: dict, venv: Path, tmp_path: Path
-) -> None:
+def test_pr3621_turns_the_base_header_into_the_pinned_result(manifest: dict, venv: Path, tmp_path: Path) -> None:
     pinned = manifest["flashinfer"]["fixes"]["3621"]["files"][PREFILL]
     data = tmp_path / "data"
     shutil.copytree(_installed_data(venv), data)
-    assert (
-        _sha256(data / PREFILL)
-        == pinned["sha256_before"]
-        == manifest["flashinfer"]["prefill_sha256"]["0.6.14"]
-    )
+    assert _sha256(data / PREFILL) == pinned["sha256_before"] == manifest["flashinfer"]["prefill_sha256"]["0.6.14"]
     with (pkg_index.PULLS / "3621.diff").open("rb") as f:
         subprocess.run(["patch", "-p1", "-d", str(data)], stdin=f, check=True, capture_output=True)
     text = (data / PREFILL).read_text()
