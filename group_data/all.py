@@ -15,6 +15,7 @@ gpu_min_memory_mib = 22000  # least memory per GPU in MiB (a 22 GB 2080 Ti repor
 gpu_compute_capability = "7.5"  # compute capability every GPU must report (Turing = 7.5)
 min_free_disk_gb = 110  # free GB needed where the build (~80) and the model (~29) go
 min_ram_gb = 16  # least RAM in GB; the CUDA build needs about 3 GB per compile job
+preflight_report = "table"  # how the verdict is printed: table, or json (one line per host)
 
 # ---- driver: NVIDIA's apt repository, pinned and held
 nvidia_repo_url = "https://developer.download.nvidia.com/compute/cuda/repos/{distro}/x86_64/"  # CUDA repo

@@ -64,6 +64,7 @@ class Settings(BaseModel):
     )
     min_free_disk_gb: Annotated[int, Field(ge=1)] = _allowed("a positive integer of GB")
     min_ram_gb: Annotated[int, Field(ge=1)] = _allowed("a positive integer of GB")
+    preflight_report: Literal["table", "json"] = _allowed('"table" or "json"')
 
     # ---- driver
     nvidia_repo_url: str = _allowed("an http(s) URL; {distro} is replaced by e.g. ubuntu2404")

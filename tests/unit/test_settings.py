@@ -18,6 +18,7 @@ RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
     ("gpu_compute_capability", "6.1", "7.0", {}),
     ("min_free_disk_gb", 0, 50, {}),
     ("min_ram_gb", -1, 32, {}),
+    ("preflight_report", "yaml", "json", {}),
     ("nvidia_repo_url", "ftp://mirror/cuda", "http://127.0.0.1:18081/nvidia/{distro}/", {}),
     ("nvidia_driver_version", "580", "580.159.04", {}),
     ("nvidia_driver_version", "570.86.10", "575.57.08", {}),  # too old for CUDA 12.9

@@ -1,0 +1,69 @@
+"""The batched host fact: parsers on real outputs (H200 box), and the command run for real here."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from vllm_rig.facts import host as facts
+
+H200 = Path(__file__).parent / "fixtures" / "tool_outputs" / "h200"
+
+
+def _lines(name: str) -> list[str]:
+    return (H200 / f"{name}.out").read_text().splitlines()
+
+
+def test_os_release_real() -> None:
+    assert facts.parse_os_release(_lines("os_release")) == {
+        "id": "ubuntu",
+        "version_id": "24.04",
+        "pretty": "Ubuntu 24.04.3 LTS",
+    }
+
+
+def test_meminfo_real() -> None:
+    assert facts.parse_meminfo_gb(_lines("meminfo")) == 125.9
+
+
+def test_loaded_modules_and_driver_real() -> None:
+    assert facts.parse_modules(_lines("proc_modules_nvidia")) == ["nvidia", "nvidia_uvm"]
+    assert facts.parse_driver_version(_lines("proc_driver_nvidia_version")) == "580.159.04"
+
+
+def test_packages_real_keeps_installed_only() -> None:
+    packages = facts.parse_packages(_lines("dpkg_nvidia"))
+    assert packages["cuda-nvcc-13-0"] == "13.0.88-1"
+    assert "cuda-cub-13-0" not in packages  # "un": known to dpkg, not installed
+
+
+def test_missing_tools_are_data() -> None:
+    missing = (H200 / "lspci_nvidia.err").read_text().splitlines()
+    assert facts.parse_lspci([*missing, "rc=127"]) == {"available": False, "devices": []}
+    assert facts.parse_secure_boot((H200 / "mokutil_sb.err").read_text().splitlines()) is None
+
+
+def test_lspci_two_turing_gpus_and_their_audio() -> None:
+    lines = [
+        '0000:06:00.0 "0300" "10de" "1e07" -ra1 "1458" "37a9"',
+        '0000:06:00.1 "0403" "10de" "10f7" -ra1 "1458" "37a9"',
+        '0000:07:00.0 "0300" "10de" "1e04" -ra1 "10de" "12ae"',
+    ]
+    devices = facts.parse_lspci(lines)["devices"]
+    assert [d["device_id"] for d in devices] == ["1e07", "1e04"]
+
+
+def test_secure_boot_states() -> None:
+    assert facts.parse_secure_boot(["SecureBoot enabled"]) is True
+    assert facts.parse_secure_boot(["SecureBoot disabled"]) is False
+    assert facts.parse_secure_boot(["EFI variables are not supported on this system"]) is None
+
+
+def test_command_runs_for_real_on_this_machine(tmp_path: Path) -> None:
+    command = facts.HostState().command(path=str(tmp_path / "not" / "yet" / "there"))
+    run = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    state = facts.HostState().process(run.stdout.splitlines())
+    assert state["os"]["id"] in ("debian", "ubuntu") and state["kernel"] and state["cpus"] >= 1
+    assert state["ram_gb"] > 0 and state["disk_free_gb"] > 0
+    assert len(state["boot_id"]) == 36

@@ -1,0 +1,163 @@
+"""Preflight verdict rules: each failing situation names its way out; a healthy rig says GO."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+
+from tests.unit.groupdata import profile_data
+from vllm_rig import preflight
+from vllm_rig.validation import load_settings
+
+SETTINGS = load_settings(profile_data())
+
+HEALTHY_HOST: dict[str, Any] = {
+    "os": {"id": "ubuntu", "version_id": "24.04", "pretty": "Ubuntu 24.04.4 LTS"},
+    "kernel": "6.17.0-29-generic",
+    "arch": "x86_64",
+    "cpus": 16,
+    "ram_gb": 47.0,
+    "disk_free_gb": 400.0,
+    "pci_gpus": {
+        "available": True,
+        "devices": [
+            {"slot": "0000:06:00.0", "class": "0300", "device_id": "1e07"},
+            {"slot": "0000:07:00.0", "class": "0300", "device_id": "1e04"},
+        ],
+    },
+    "secure_boot": False,
+    "modules": [],
+    "driver_loaded": None,
+    "headers": True,
+    "packages": {},
+    "holds": [],
+    "dpkg_locked": False,
+    "nouveau_blacklisted": False,
+    "boot_id": "8bcb94c5-aaf3-4e73-8bdd-d9dc9eb181c4",
+}
+
+
+def _gpu(index: int, **changes: Any) -> dict[str, Any]:
+    gpu = {
+        "index": index,
+        "name": "NVIDIA GeForce RTX 2080 Ti",
+        "memory_mib": 22528,
+        "compute_cap": "7.5",
+        "driver_version": "580.159.03",
+        "pcie_width": 8,
+    }
+    gpu.update(changes)
+    return gpu
+
+
+GPUS = {"rc": 0, "error": None, "gpus": [_gpu(0), _gpu(1)]}
+TOPO = {
+    "rc": 0,
+    "error": None,
+    "topo": {"GPU0": {"GPU1": "NV2"}},
+    "p2p": {"GPU0": {"GPU1": "OK"}},
+    "nvlink": {0: [25.781, 25.781]},
+}
+
+
+def _host(**changes: Any) -> dict[str, Any]:
+    host = copy.deepcopy(HEALTHY_HOST)
+    host.update(changes)
+    return host
+
+
+def _failed(checks: list[preflight.Check]) -> dict[str, preflight.Check]:
+    return {c.name: c for c in checks if c.status == "fail"}
+
+
+def test_fresh_box_before_driver_is_go() -> None:
+    checks = preflight.verdict(_host(), None, None, SETTINGS)
+    assert not preflight.has_failures(checks)
+
+
+def test_box_with_pinned_driver_and_nvlink_is_go() -> None:
+    host = _host(packages={"nvidia-driver-cuda": "580.159.03-1"}, driver_loaded="580.159.03")
+    checks = preflight.verdict(host, GPUS, TOPO, SETTINGS)
+    assert not preflight.has_failures(checks)
+    assert {c.name: c.status for c in checks}["nvlink"] == "ok"
+
+
+@pytest.mark.parametrize(
+    ("changes", "check", "way_out"),
+    [
+        ({"os": {"id": "ubuntu", "version_id": "22.04", "pretty": "Ubuntu 22.04"}}, "os", "Ubuntu 24.04"),
+        ({"arch": "aarch64"}, "os", "x86_64"),
+        ({"ram_gb": 8.0}, "ram", "add RAM"),
+        ({"disk_free_gb": 20.0}, "disk", "bigger disk"),
+        (
+            {
+                "pci_gpus": {
+                    "available": True,
+                    "devices": [{"slot": "0000:06:00.0", "class": "0300", "device_id": "1e07"}],
+                }
+            },
+            "pci",
+            "reseat",
+        ),
+        ({"secure_boot": True}, "secure boot", "mokutil --import"),
+        ({"packages": {"nvidia-driver-cuda": "550.54.15-1"}}, "driver", "nvidia_driver_replace_existing=true"),
+    ],
+)
+def test_failures_name_their_way_out(changes: dict[str, Any], check: str, way_out: str) -> None:
+    failed = _failed(preflight.verdict(_host(**changes), None, None, SETTINGS))
+    assert list(failed) == [check]
+    assert way_out in failed[check].way_out
+
+
+def test_secure_boot_gives_both_ways_out() -> None:
+    [check] = _failed(preflight.verdict(_host(secure_boot=True), None, None, SETTINGS)).values()
+    assert "disable Secure Boot" in check.way_out and "MokManager" in check.way_out
+
+
+def test_other_driver_is_kept_unless_settings_say_replace() -> None:
+    host = _host(packages={"nvidia-driver-cuda": "550.54.15-1"})
+    replace = load_settings({**profile_data(), "nvidia_driver_replace_existing": True})
+    assert not preflight.has_failures(preflight.verdict(host, None, None, replace))
+
+
+def test_one_gpu_missing_after_driver() -> None:
+    gpus = {"rc": 0, "error": None, "gpus": [_gpu(0)]}
+    failed = _failed(preflight.verdict(_host(), gpus, TOPO, SETTINGS))
+    assert "gpus" in failed and "need 2" in failed["gpus"].detail
+
+
+def test_small_card_and_wrong_arch() -> None:
+    gpus = {"rc": 0, "error": None, "gpus": [_gpu(0), _gpu(1, memory_mib=11264, compute_cap="8.6")]}
+    failed = [c for c in preflight.verdict(_host(), gpus, TOPO, SETTINGS) if c.status == "fail"]
+    assert [c.detail for c in failed] == ["11264 MiB", "compute capability 8.6"]
+
+
+def test_no_bridge_is_a_warning_that_says_so() -> None:
+    topo = {**TOPO, "topo": {"GPU0": {"GPU1": "PHB"}}, "p2p": {"GPU0": {"GPU1": "CNS"}}, "nvlink": {}}
+    checks = {c.name: c for c in preflight.verdict(_host(), GPUS, topo, SETTINGS)}
+    assert checks["nvlink"].status == "warn" and "bridge" in checks["nvlink"].way_out
+    assert checks["p2p"].status == "warn" and "CNS" in checks["p2p"].detail
+
+
+def test_version_mismatch_means_reboot_not_failure() -> None:
+    gpus = {"rc": 18, "error": "Failed to initialize NVML: Driver/library version mismatch", "gpus": []}
+    checks = {c.name: c for c in preflight.verdict(_host(), gpus, None, SETTINGS)}
+    assert checks["nvidia-smi"].status == "warn" and "reboot" in checks["nvidia-smi"].way_out
+
+
+def test_nouveau_and_missing_headers_are_fixed_later_not_fatal() -> None:
+    checks = preflight.verdict(_host(modules=["nouveau"], headers=False), None, None, SETTINGS)
+    assert not preflight.has_failures(checks)
+    assert {c.name: c.status for c in checks}["nouveau"] == "warn"
+
+
+def test_table_and_json() -> None:
+    checks = preflight.verdict(_host(secure_boot=True), None, None, SETTINGS)
+    table = preflight.render_table("gpubox", checks)
+    assert table.splitlines()[0] == "preflight verdict for gpubox: FAIL"
+    assert any(line.strip().startswith("FAIL secure boot") for line in table.splitlines())
+    doc = json.loads(preflight.render_json("gpubox", checks))
+    assert doc["go"] is False and {"name", "status", "detail", "way_out"} <= set(doc["checks"][0])

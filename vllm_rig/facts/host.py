@@ -1,0 +1,148 @@
+"""One batched fact for everything preflight reads off a host: OS, CPU, RAM, disk, PCI GPUs, Secure
+Boot, loaded modules, kernel headers, NVIDIA/CUDA packages, holds, the dpkg lock and the boot id.
+
+One remote command instead of a dozen keeps a re-run fast; each section is parsed on its own so a tool
+that is missing (no lspci before pciutils, no mokutil on a BIOS box) is data, not a failed host.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Any
+
+from pyinfra.api import FactBase
+
+NVIDIA_PCI_VENDOR = "10de"
+VGA_OR_3D = ("0300", "0302")
+
+# Shell for each section; stderr is folded in so "command not found" reaches the parser.
+SECTIONS: dict[str, str] = {
+    "os": "cat /etc/os-release",
+    "kernel": "uname -r",
+    "arch": "uname -m",
+    "cpus": "nproc",
+    "meminfo": "head -1 /proc/meminfo",
+    "lspci": "lspci -D -mm -n -d 10de: 2>&1 || echo rc=$?",
+    "secureboot": "mokutil --sb-state 2>&1 || echo rc=$?",
+    "modules": "grep -E '^(nvidia|nouveau)[_ ]' /proc/modules || true",
+    "driver_loaded": "cat /proc/driver/nvidia/version 2>/dev/null || true",
+    "headers": 'test -e "/lib/modules/$(uname -r)/build" && echo present || echo missing',
+    "packages": (
+        "dpkg-query -W -f='${binary:Package}\\t${Version}\\t${db:Status-Abbrev}\\n' "
+        "'nvidia-*' 'libnvidia-*' 'cuda-*' 'libcuda1' 'linux-headers-*' 2>/dev/null || true"
+    ),
+    "holds": "apt-mark showhold 2>/dev/null || true",
+    "dpkg_lock": "fuser /var/lib/dpkg/lock-frontend /var/lib/dpkg/lock 2>/dev/null || true",
+    "nouveau_blacklist": "cat /etc/modprobe.d/*nouveau* 2>/dev/null | grep -E '^blacklist nouveau' || true",
+    "boot_id": "cat /proc/sys/kernel/random/boot_id",
+}
+
+
+class HostState(FactBase):
+    """Everything preflight needs, in one command. `path` is where the build and model go: the disk
+    check reads its nearest existing parent."""
+
+    def command(self, path: str = "/") -> str:
+        parts = [f"echo @@{name}; {{ {shell}; }}" for name, shell in SECTIONS.items()]
+        disk = f'p={shlex.quote(path)}; while [ ! -e "$p" ]; do p=$(dirname "$p"); done; df -P -B1 "$p"'
+        parts.append(f"echo @@disk; {{ {disk}; }}")
+        return "sh -c " + shlex.quote("; ".join(parts))
+
+    def process(self, output: list[str]) -> dict[str, Any]:
+        raw = split_sections(output)
+        return {
+            "os": parse_os_release(raw.get("os", [])),
+            "kernel": _first(raw.get("kernel")),
+            "arch": _first(raw.get("arch")),
+            "cpus": int(_first(raw.get("cpus")) or 0),
+            "ram_gb": parse_meminfo_gb(raw.get("meminfo", [])),
+            "disk_free_gb": parse_df_free_gb(raw.get("disk", [])),
+            "pci_gpus": parse_lspci(raw.get("lspci", [])),
+            "secure_boot": parse_secure_boot(raw.get("secureboot", [])),
+            "modules": parse_modules(raw.get("modules", [])),
+            "driver_loaded": parse_driver_version(raw.get("driver_loaded", [])),
+            "headers": _first(raw.get("headers")) == "present",
+            "packages": parse_packages(raw.get("packages", [])),
+            "holds": sorted(line.strip() for line in raw.get("holds", []) if line.strip()),
+            "dpkg_locked": bool(" ".join(raw.get("dpkg_lock", [])).strip()),
+            "nouveau_blacklisted": bool(raw.get("nouveau_blacklist")),
+            "boot_id": _first(raw.get("boot_id")),
+        }
+
+
+def split_sections(output: list[str]) -> dict[str, list[str]]:
+    sections: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in output:
+        if line.startswith("@@"):
+            current = sections.setdefault(line[2:].strip(), [])
+        elif current is not None:
+            current.append(line)
+    return sections
+
+
+def _first(lines: list[str] | None) -> str | None:
+    return next((line.strip() for line in lines or [] if line.strip()), None)
+
+
+def parse_os_release(lines: list[str]) -> dict[str, str]:
+    out = {}
+    for line in lines:
+        key, sep, value = line.partition("=")
+        if sep:
+            out[key.strip()] = value.strip().strip('"')
+    return {"id": out.get("ID", ""), "version_id": out.get("VERSION_ID", ""), "pretty": out.get("PRETTY_NAME", "")}
+
+
+def parse_meminfo_gb(lines: list[str]) -> float:
+    match = re.search(r"MemTotal:\s+(\d+) kB", " ".join(lines))
+    return round(int(match.group(1)) / 1024 / 1024, 1) if match else 0.0
+
+
+def parse_df_free_gb(lines: list[str]) -> float:
+    """`df -P -B1 PATH`: the 4th column of the data line is the bytes available."""
+    rows = [line.split() for line in lines[1:] if line.strip()]
+    return round(int(rows[-1][3]) / 1e9, 1) if rows else 0.0
+
+
+def parse_lspci(lines: list[str]) -> dict[str, Any]:
+    """`lspci -D -mm -n -d 10de:`: NVIDIA display controllers (audio/USB functions skipped)."""
+    if any("not found" in line for line in lines):
+        return {"available": False, "devices": []}
+    devices = []
+    for line in lines:
+        fields = shlex.split(line) if line.strip() and not line.startswith("rc=") else []
+        if len(fields) >= 4 and fields[2] == NVIDIA_PCI_VENDOR and fields[1] in VGA_OR_3D:
+            devices.append({"slot": fields[0], "class": fields[1], "device_id": fields[3]})
+    return {"available": True, "devices": devices}
+
+
+def parse_secure_boot(lines: list[str]) -> bool | None:
+    """True/False from `mokutil --sb-state`; None when it cannot tell (no mokutil, no EFI)."""
+    text = " ".join(lines)
+    if "SecureBoot enabled" in text:
+        return True
+    if "SecureBoot disabled" in text:
+        return False
+    return None
+
+
+def parse_modules(lines: list[str]) -> list[str]:
+    return sorted({line.split()[0] for line in lines if line.strip()})
+
+
+def parse_driver_version(lines: list[str]) -> str | None:
+    """The loaded kernel module's version from /proc/driver/nvidia/version ("NVRM version: ... 580.x")."""
+    match = re.search(r"NVRM version:.*?\s(\d{3}\.\d+(?:\.\d+)?)\s", " ".join(lines) + " ")
+    return match.group(1) if match else None
+
+
+def parse_packages(lines: list[str]) -> dict[str, str]:
+    """Installed packages only ("ii"), name -> version."""
+    installed = {}
+    for line in lines:
+        parts = line.rstrip("\n").split("\t")
+        if len(parts) == 3 and parts[2].strip() == "ii":
+            installed[parts[0]] = parts[1]
+    return installed

@@ -1,0 +1,237 @@
+"""Preflight verdict: read-only checks on what a host reported, each with the way out when it fails.
+
+Pure functions over fact data, so every rule is unit-tested without a host. tasks/preflight.py gathers
+the facts, prints the table and stops a failing host before anything changes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from vllm_rig.settings import Settings
+
+# PCI device ids of TU102 (RTX 2080 Ti, TITAN RTX, Quadro RTX 6000/8000).
+TU102_IDS = frozenset({"1e02", "1e04", "1e07", "1e30", "1e36", "1e78"})
+SUPPORTED_OS = {("ubuntu", "24.04"), ("debian", "12")}
+MISMATCH = "Driver/library version mismatch"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str  # "ok", "warn" or "fail"
+    detail: str
+    way_out: str = ""
+
+
+def ok(name: str, detail: str) -> Check:
+    return Check(name, "ok", detail)
+
+
+def warn(name: str, detail: str, way_out: str = "") -> Check:
+    return Check(name, "warn", detail, way_out)
+
+
+def fail(name: str, detail: str, way_out: str) -> Check:
+    return Check(name, "fail", detail, way_out)
+
+
+def verdict(
+    host: dict[str, Any] | None, gpus: dict[str, Any] | None, topo: dict[str, Any] | None, s: Settings
+) -> list[Check]:
+    """Every check, in the order a person would read them."""
+    if not host:
+        return [fail("host", "could not read the host's state", "check that sh, df and /proc are there")]
+    checks = [
+        check_os(host),
+        check_cpu(host),
+        check_ram(host, s),
+        check_disk(host, s),
+        check_pci_gpus(host, s),
+        check_secure_boot(host),
+        check_nouveau(host),
+        check_headers(host),
+        check_existing_driver(host, gpus, s),
+        check_dpkg_lock(host),
+    ]
+    checks += check_driver_gpus(gpus, s)
+    checks += check_links(gpus, topo, s)
+    return checks
+
+
+def check_os(host: dict[str, Any]) -> Check:
+    os = host["os"]
+    if (os["id"], os["version_id"]) in SUPPORTED_OS and host["arch"] == "x86_64":
+        return ok("os", f"{os['pretty']} ({host['arch']}, kernel {host['kernel']})")
+    return fail("os", f"{os['pretty'] or 'unknown'} on {host['arch']}", "use Ubuntu 24.04 (or Debian 12) on x86_64")
+
+
+def check_cpu(host: dict[str, Any]) -> Check:
+    if host["cpus"] >= 4:
+        return ok("cpu", f"{host['cpus']} threads")
+    return warn("cpu", f"{host['cpus']} threads", "the CUDA build will take hours; 4+ threads recommended")
+
+
+def check_ram(host: dict[str, Any], s: Settings) -> Check:
+    if host["ram_gb"] >= s.min_ram_gb:
+        return ok("ram", f"{host['ram_gb']} GB")
+    return fail("ram", f"{host['ram_gb']} GB, need {s.min_ram_gb}", "add RAM or lower min_ram_gb and build_max_jobs")
+
+
+def check_disk(host: dict[str, Any], s: Settings) -> Check:
+    where = f"free under {s.install_root}"
+    if host["disk_free_gb"] >= s.min_free_disk_gb:
+        return ok("disk", f"{host['disk_free_gb']} GB {where}")
+    return fail(
+        "disk",
+        f"{host['disk_free_gb']} GB {where}, need {s.min_free_disk_gb}",
+        "free space there, or point install_root and model_dir at a bigger disk",
+    )
+
+
+def check_pci_gpus(host: dict[str, Any], s: Settings) -> Check:
+    pci = host["pci_gpus"]
+    if not pci["available"]:
+        return warn("pci", "lspci is not installed; PCI check skipped", "apt-get install pciutils")
+    found = len(pci["devices"])
+    if found < s.gpu_count:
+        slots = ", ".join(d["slot"] for d in pci["devices"]) or "none"
+        return fail(
+            "pci",
+            f"{found} NVIDIA GPU(s) on the PCI bus ({slots}), need {s.gpu_count}",
+            "reseat the missing card and check its power cables, or lower gpu_count",
+        )
+    not_tu102 = [d["device_id"] for d in pci["devices"] if d["device_id"] not in TU102_IDS]
+    if not_tu102 and s.gpu_compute_capability == "7.5":
+        return warn("pci", f"{found} NVIDIA GPUs, not all TU102 (device ids {', '.join(not_tu102)})")
+    return ok("pci", f"{found} NVIDIA GPUs on the PCI bus")
+
+
+def check_secure_boot(host: dict[str, Any]) -> Check:
+    if host["secure_boot"] is True:
+        return fail(
+            "secure boot",
+            "enabled: a DKMS-built nvidia module will not load unless its key is enrolled",
+            "either disable Secure Boot in the firmware setup, or after the driver install enroll the DKMS key "
+            "(sudo mokutil --import /var/lib/dkms/mok.pub), reboot and confirm it in MokManager at the console",
+        )
+    return ok("secure boot", "disabled" if host["secure_boot"] is False else "not reported (no EFI or no mokutil)")
+
+
+def check_nouveau(host: dict[str, Any]) -> Check:
+    if "nouveau" in host["modules"]:
+        return warn("nouveau", "loaded", "the driver stage blacklists it and reboots once")
+    return ok("nouveau", "not loaded")
+
+
+def check_headers(host: dict[str, Any]) -> Check:
+    if host["headers"]:
+        return ok("headers", f"present for {host['kernel']}")
+    return warn("headers", f"missing for {host['kernel']}", f"the driver stage installs linux-headers-{host['kernel']}")
+
+
+def installed_driver_version(host: dict[str, Any]) -> str | None:
+    """The driver version dpkg has, from the utilities package that carries nvidia-smi."""
+    for name, version in host["packages"].items():
+        if name.startswith(("nvidia-driver", "nvidia-utils", "libnvidia-compute", "libcuda1")):
+            return version.split("-", 1)[0]
+    return None
+
+
+def check_existing_driver(host: dict[str, Any], gpus: dict[str, Any] | None, s: Settings) -> Check:
+    found = installed_driver_version(host) or host["driver_loaded"]
+    if gpus and gpus.get("gpus"):
+        found = found or gpus["gpus"][0]["driver_version"]
+    if found is None:
+        return ok("driver", "none installed")
+    if found == s.nvidia_driver_version:
+        return ok("driver", f"{found} (the pinned version)")
+    if s.nvidia_driver_replace_existing:
+        return warn("driver", f"{found} installed", f"it will be replaced by {s.nvidia_driver_version}")
+    return fail(
+        "driver",
+        f"{found} is installed, settings ask for {s.nvidia_driver_version}",
+        f"keep it: set nvidia_driver_version={found}; or replace it: set nvidia_driver_replace_existing=true",
+    )
+
+
+def check_dpkg_lock(host: dict[str, Any]) -> Check:
+    if host["dpkg_locked"]:
+        return warn("dpkg lock", "held (unattended-upgrades?)", "apt steps wait and retry")
+    return ok("dpkg lock", "free")
+
+
+def check_driver_gpus(gpus: dict[str, Any] | None, s: Settings) -> list[Check]:
+    """What nvidia-smi says, once a driver is there."""
+    if gpus is None:
+        return [ok("nvidia-smi", "not installed yet (the driver stage installs it)")]
+    if gpus["rc"] != 0:
+        if MISMATCH in (gpus["error"] or ""):
+            return [warn("nvidia-smi", gpus["error"], "a reboot loads the installed driver (the driver stage does it)")]
+        return [fail("nvidia-smi", gpus["error"] or "failed", "check `dmesg | grep -i nvidia` and the driver install")]
+    found = gpus["gpus"]
+    checks = [
+        ok("gpus", f"{len(found)} x {found[0]['name']}")
+        if len(found) >= s.gpu_count
+        else fail(
+            "gpus", f"nvidia-smi sees {len(found)} GPU(s), need {s.gpu_count}", "reseat the card or lower gpu_count"
+        )
+    ]
+    for gpu in found:
+        checks += _gpu_checks(gpu, s)
+    return checks
+
+
+def _gpu_checks(gpu: dict[str, Any], s: Settings) -> list[Check]:
+    name = f"gpu{gpu['index']}"
+    checks = []
+    if gpu["memory_mib"] < s.gpu_min_memory_mib:
+        checks.append(fail(name, f"{gpu['memory_mib']} MiB", f"need {s.gpu_min_memory_mib} MiB (a 22 GB card)"))
+    if gpu["compute_cap"] != s.gpu_compute_capability:
+        checks.append(
+            fail(name, f"compute capability {gpu['compute_cap']}", f"the fork targets {s.gpu_compute_capability}")
+        )
+    if gpu["pcie_width"] < 8:
+        checks.append(warn(name, f"PCIe x{gpu['pcie_width']}", "x8 or wider recommended; NVLink carries TP traffic"))
+    return checks or [ok(name, f"{gpu['memory_mib']} MiB, CC {gpu['compute_cap']}, PCIe x{gpu['pcie_width']}")]
+
+
+def check_links(gpus: dict[str, Any] | None, topo: dict[str, Any] | None, s: Settings) -> list[Check]:
+    """NVLink between the first two GPUs and the driver's P2P grant."""
+    if s.gpu_count < 2 or not gpus or gpus["rc"] != 0 or not topo or topo["rc"] != 0:
+        return []
+    link = topo["topo"].get("GPU0", {}).get("GPU1")
+    p2p = topo["p2p"].get("GPU0", {}).get("GPU1")
+    speeds = [v for v in topo["nvlink"].get("0", topo["nvlink"].get(0, [])) if v]
+    if link and link.startswith("NV"):
+        check = ok("nvlink", f"GPU0-GPU1 {link}, {len(speeds)} link(s) at {speeds[0] if speeds else '?'} GB/s")
+    else:
+        check = warn(
+            "nvlink",
+            f"GPU0-GPU1 connected by {link or 'unknown'}, no NVLink",
+            "seat the NVLink bridge: GeForce Turing has no PCIe P2P, so TP traffic goes through the CPU",
+        )
+    grant = ok("p2p", "driver grants P2P (OK)") if p2p == "OK" else warn("p2p", f"driver reports {p2p}")
+    return [check, grant]
+
+
+def has_failures(checks: list[Check]) -> bool:
+    return any(c.status == "fail" for c in checks)
+
+
+def render_table(host_name: str, checks: list[Check]) -> str:
+    width = max(len(c.name) for c in checks)
+    lines = [f"preflight verdict for {host_name}: {'FAIL' if has_failures(checks) else 'GO'}"]
+    for c in checks:
+        mark = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL"}[c.status]
+        line = f"  {mark} {c.name.ljust(width)}  {c.detail}"
+        lines.append(line + (f"  -> {c.way_out}" if c.way_out and c.status != "ok" else ""))
+    return "\n".join(lines)
+
+
+def render_json(host_name: str, checks: list[Check]) -> str:
+    return json.dumps(
+        {"host": host_name, "go": not has_failures(checks), "checks": [asdict(c) for c in checks]}, sort_keys=True
+    )
