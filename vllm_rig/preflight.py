@@ -200,8 +200,8 @@ def _gpu_checks(gpu: dict[str, Any], s: Settings) -> list[Check]:
 
 def check_links(gpus: dict[str, Any] | None, topo: dict[str, Any] | None, s: Settings) -> list[Check]:
     """NVLink between the first two GPUs and the driver's P2P grant."""
-    if s.gpu_count < 2 or not gpus or gpus["rc"] != 0 or not topo or topo["rc"] != 0:
-        return []
+    if s.gpu_count < 2 or not gpus or gpus["rc"] != 0 or len(gpus["gpus"]) < 2 or not topo or topo["rc"] != 0:
+        return []  # fewer than two GPUs seen: the GPU count check already says so
     link = topo["topo"].get("GPU0", {}).get("GPU1")
     p2p = topo["p2p"].get("GPU0", {}).get("GPU1")
     speeds = [v for v in topo["nvlink"].get("0", topo["nvlink"].get(0, [])) if v]

@@ -158,6 +158,12 @@ class Settings(BaseModel):
 
     # ---- field checks: formats a type alone cannot say
 
+    @field_validator("gpu_compute_capability", "cuda_version", "python_version", mode="before")
+    @classmethod
+    def _number_as_text(cls, value: Any) -> Any:
+        """`--data cuda_version=12.9` arrives as the float 12.9 (pyinfra parses JSON); these are names."""
+        return str(value) if isinstance(value, float) else value
+
     @field_validator("torch_version", "triton_version", "transformers_version", "numpy_version", "flashinfer_version")
     @classmethod
     def _pep440(cls, value: str) -> str:

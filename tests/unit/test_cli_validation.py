@@ -53,7 +53,15 @@ def test_valid_defaults_pass() -> None:
 
 
 def test_valid_overrides_pass() -> None:
-    run = _deploy("max_model_len=131072", "kv_cache_dtype=auto", "gpu_power_limit_w=175")
+    # cuda_version=12.8 and gpu_compute_capability=7.0 arrive as floats from pyinfra's --data parsing.
+    run = _deploy(
+        "max_model_len=131072",
+        "kv_cache_dtype=auto",
+        "gpu_power_limit_w=175",
+        "cuda_version=12.8",
+        "gpu_compute_capability=7.0",
+        "device_ids=null",
+    )
     assert run.returncode == 0, run.stdout + run.stderr
 
 

@@ -125,8 +125,10 @@ def test_other_driver_is_kept_unless_settings_say_replace() -> None:
 
 def test_one_gpu_missing_after_driver() -> None:
     gpus = {"rc": 0, "error": None, "gpus": [_gpu(0)]}
-    failed = _failed(preflight.verdict(_host(), gpus, TOPO, SETTINGS))
+    checks = preflight.verdict(_host(), gpus, TOPO, SETTINGS)
+    failed = _failed(checks)
     assert "gpus" in failed and "need 2" in failed["gpus"].detail
+    assert not {"nvlink", "p2p"} & {c.name for c in checks}  # one cause, one line
 
 
 def test_small_card_and_wrong_arch() -> None:
