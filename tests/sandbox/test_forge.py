@@ -131,6 +131,7 @@ SEED_002 = [
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 API_KEY = "sandbox-key"
 RATES = {"prefill_tps": 2000.0, "decode_tps": 100.0, "mtp_acceptance": 0.75}
+KNOBS = {**RATES, "startup_seconds": 0.2, "log_stats_interval": 0.5}
 FIXED_HEADER = (
     "struct SharedStorageQKVO { uint8_t[1]> k_sf_smem; };\nconstexpr uint32_t smem_sample_lo_mma = 128;\n"
 )
@@ -363,6 +364,24 @@ def test_clone_over_http_and_move_between_pins(fileserver: int, manifest: dict, 
     assert (qla / "flash_qla/ops/gated_delta_rule/legacy/sm_legacy.py").is_file()
 
 
+def test_fetch_by_sha_works_and_shallow_does_not(fileserver: int, manifest: dict, tmp_path: Path) -> None:
+    """Dumb HTTP serves any commit by SHA, but not shallow fetches (GitHub's smart HTTP does both)."""
+    sha = manifest[forge.FORK]["main"]
+    run(["git", "init", "-q", str(tmp_path / "by-sha")])
+    run(["git", "-C", str(tmp_path / "by-sha"), "fetch", "-q", forge.remote_url(forge.FORK, fileserver), sha])
+    assert run(["git", "-C", str(tmp_path / "by-sha"), "rev-parse", "FETCH_HEAD"]).stdout.strip() == sha
+    shallow = [
+        "git",
+        "clone",
+        "-q",
+        "--depth",
+        "1",
+        forge.remote_url(forge.FORK, fileserver),
+        str(tmp_path / "s"),
+    ]
+    assert "does not support shallow" in run(shallow, check=False).stderr
+
+
 # --- the build -------------------------------------------------------------------------------------------
 def test_editable_build_compiles_vllm_C_and_records_env(
     installed: Installed, manifest: dict, cuda_home: Path, tmp_path: Path
@@ -454,7 +473,7 @@ def runtime(installed: Installed, fileserver: int, manifest: dict, tmp_path_fact
     deps = fake_flashinfer(fake_torch(root / "site"), FIXED_HEADER)
     nvidia_smi(root / "bin", gpus=2)
     knobs = root / "knobs.json"
-    knobs.write_text(json.dumps({**RATES, "startup_seconds": 0.2}))
+    knobs.write_text(json.dumps(KNOBS))
     env = {
         "PATH": f"{root / 'bin'}:{os.environ['PATH']}",
         "HOME": str(root),
@@ -640,6 +659,12 @@ def metric(text: str, name: str) -> float:
     return float(match.group(1))
 
 
+def aborts(text: str) -> float:
+    match = re.search(r'^vllm:request_success_total{.*finished_reason="abort"} (\S+)$', text, re.M)
+    assert match
+    return float(match.group(1))
+
+
 def test_metrics_use_vllm_names(seed000: Server) -> None:
     text = seed000.request("GET", "/metrics").read().decode()
     for name in (
@@ -681,13 +706,51 @@ def test_measured_rates_match_the_knobs(seed000: Server) -> None:
 
 
 def test_knobs_apply_without_restart(seed000: Server, runtime: Runtime) -> None:
-    runtime.knobs.write_text(json.dumps({**RATES, "decode_tps": 400.0}))
+    runtime.knobs.write_text(json.dumps({**KNOBS, "decode_tps": 400.0}))
     try:
         _, chunks, usage = stream_chat(seed000, "fast now", 81)
         decode = (usage["completion_tokens"] - 1) / (chunks[-1][0] - chunks[0][0])
         assert decode == pytest.approx(400.0, rel=0.05)
     finally:
-        runtime.knobs.write_text(json.dumps({**RATES, "startup_seconds": 0.2}))
+        runtime.knobs.write_text(json.dumps(KNOBS))
+
+
+def test_queueing_and_disconnect_free_the_single_slot(seed000: Server) -> None:
+    """--max-num-seqs 1: a second request waits; a client that goes away gives the slot back."""
+    aborted = aborts(seed000.request("GET", "/metrics").read().decode())
+    body = {
+        "model": "qwen-local",
+        "messages": [{"role": "user", "content": "long"}],
+        "stream": True,
+        "max_tokens": 1000,
+        "ignore_eos": True,
+    }
+    first = seed000.request("POST", "/v1/chat/completions", body, key=API_KEY)
+    assert first.readline().startswith(b"data: ")
+    short = {"model": "qwen-local", "messages": [{"role": "user", "content": "short"}], "max_tokens": 2}
+    result: list[int] = []
+    waiter = threading.Thread(
+        target=lambda: result.append(seed000.json("POST", "/v1/chat/completions", short, key=API_KEY)[0])
+    )
+    waiter.start()
+    time.sleep(0.3)
+    text = seed000.request("GET", "/metrics").read().decode()
+    assert metric(text, "vllm:num_requests_running") == 1 and metric(text, "vllm:num_requests_waiting") == 1
+    first.close()  # the client goes away mid-stream
+    waiter.join(timeout=5)
+    assert result == [200]
+    text = seed000.request("GET", "/metrics").read().decode()
+    assert aborts(text) == aborted + 1 and metric(text, "vllm:num_requests_running") == 0
+
+
+def test_periodic_stats_lines(seed000: Server) -> None:
+    deadline = time.monotonic() + 5
+    while "SpecDecoding metrics: Mean acceptance length" not in seed000.output():
+        assert time.monotonic() < deadline, seed000.output()
+        time.sleep(0.1)
+    assert re.search(
+        r"Engine 000: Avg prompt throughput: [\d.]+ tokens/s, Avg generation throughput", seed000.output()
+    )
 
 
 def test_seed_002_serves_without_a_key_and_stops_on_sigterm(runtime: Runtime) -> None:
