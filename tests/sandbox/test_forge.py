@@ -132,9 +132,7 @@ SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 API_KEY = "sandbox-key"
 RATES = {"prefill_tps": 2000.0, "decode_tps": 100.0, "mtp_acceptance": 0.75}
 KNOBS = {**RATES, "startup_seconds": 0.2, "log_stats_interval": 0.5}
-FIXED_HEADER = (
-    "struct SharedStorageQKVO { uint8_t[1]> k_sf_smem; };\nconstexpr uint32_t smem_sample_lo_mma = 128;\n"
-)
+FIXED_HEADER = "struct SharedStorageQKVO { uint8_t[1]> k_sf_smem; };\nconstexpr uint32_t smem_sample_lo_mma = 128;\n"
 BROKEN_HEADER = "struct SharedStorageQKVO { uint8_t[1]> k_sf_smem; };\n"
 GPU_LINE = "GPU {i}: NVIDIA GeForce RTX 2080 Ti (UUID: GPU-{i}0000000-0000-0000-0000-000000000000)"
 
@@ -168,11 +166,7 @@ def write_exe(path: Path, text: str) -> Path:
 
 def nvidia_smi(bin_dir: Path, gpus: int, fail: str | None = None) -> Path:
     """A minimal `nvidia-smi -L`; the rig's real stand-in lives in the NVIDIA apt fixture."""
-    body = (
-        f"echo '{fail}'\nexit 18\n"
-        if fail
-        else "".join(f"echo '{GPU_LINE.format(i=i)}'\n" for i in range(gpus))
-    )
+    body = f"echo '{fail}'\nexit 18\n" if fail else "".join(f"echo '{GPU_LINE.format(i=i)}'\n" for i in range(gpus))
     return write_exe(bin_dir / "nvidia-smi", "#!/bin/sh\n" + body)
 
 
@@ -269,9 +263,7 @@ def cuda_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def build_env(cuda_home: Path, knobs: Path, **extra: str) -> dict[str, str]:
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "TORCH_CUDA", "CUDA_", "MAX_JOBS"))
-    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "TORCH_CUDA", "CUDA_", "MAX_JOBS"))}
     cutlass = cuda_home / "cutlass-src"
     cutlass.mkdir(exist_ok=True)
     env.update(
@@ -308,9 +300,7 @@ class Installed:
 def installed(venv: Path, fileserver: int, manifest: dict, cuda_home: Path, tmp_path_factory) -> Installed:
     """The fork at its pinned tag, built editable in the shared venv (the runtime the server tests use)."""
     tmp = tmp_path_factory.mktemp("fork")
-    checkout = clone(
-        fileserver, forge.FORK, tmp / "vLLM-2080Ti-Definitive", manifest[forge.FORK][forge.FORK_TAG]
-    )
+    checkout = clone(fileserver, forge.FORK, tmp / "vLLM-2080Ti-Definitive", manifest[forge.FORK][forge.FORK_TAG])
     proc = pip_editable(venv, checkout, build_env(cuda_home, tmp / "knobs.json"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return Installed(venv, checkout, proc.stdout + proc.stderr)
@@ -350,9 +340,7 @@ def test_clone_over_http_and_move_between_pins(fileserver: int, manifest: dict, 
     fork = manifest[forge.FORK]
     checkout = clone(fileserver, forge.FORK, tmp_path / "fork", fork["v0.1.17"])
     assert (checkout / "VERSION").read_text().strip() == "0.1.17"
-    assert (
-        run(["git", "-C", str(checkout), "rev-parse", "v0.1.17^{commit}"]).stdout.strip() == fork["v0.1.17"]
-    )
+    assert run(["git", "-C", str(checkout), "rev-parse", "v0.1.17^{commit}"]).stdout.strip() == fork["v0.1.17"]
     run(["git", "-C", str(checkout), "checkout", "-q", fork["main"]])
     assert (checkout / "VERSION").read_text().strip() == "0.1.18.dev0"
     branches = run(["git", "-C", str(checkout), "branch", "-r"]).stdout
@@ -394,11 +382,7 @@ def test_editable_build_compiles_vllm_C_and_records_env(
     assert (version, arch) == ("0.1.17", "7.5")
     assert Path(library).parent == installed.checkout / "vllm"
     record = json.loads((installed.checkout / "vllm" / "_build_env.json").read_text())
-    assert (
-        record["TORCH_CUDA_ARCH_LIST"] == "7.5"
-        and record["MAX_JOBS"] == "2"
-        and record["NVCC_THREADS"] == "1"
-    )
+    assert record["TORCH_CUDA_ARCH_LIST"] == "7.5" and record["MAX_JOBS"] == "2" and record["NVCC_THREADS"] == "1"
     assert record["CUDA_HOME"] == str(cuda_home) and "release 12.9" in record["nvcc"]
     assert record["VLLM_CUTLASS_SRC_DIR"] == str(cuda_home / "cutlass-src")
     assert record["git_commit"] == manifest[forge.FORK]["v0.1.17"]
@@ -411,9 +395,7 @@ def second_runtime(fileserver: int, manifest: dict, cuda_home: Path, tmp_path_fa
     tmp = tmp_path_factory.mktemp("second")
     python = make_venv(tmp / "venv")
     checkout = clone(fileserver, forge.FORK, tmp / "main", manifest[forge.FORK]["main"])
-    proc = pip_editable(
-        python, checkout, build_env(cuda_home, tmp / "knobs.json", VLLM_VERSION_OVERRIDE="0.1.18rc1")
-    )
+    proc = pip_editable(python, checkout, build_env(cuda_home, tmp / "knobs.json", VLLM_VERSION_OVERRIDE="0.1.18rc1"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return python, tmp
 
@@ -510,9 +492,7 @@ class Server:
         conn.request(method, path, json.dumps(body) if body is not None else None, headers)
         return conn.getresponse()
 
-    def json(
-        self, method: str, path: str, body: dict | None = None, key: str | None = None
-    ) -> tuple[int, dict]:
+    def json(self, method: str, path: str, body: dict | None = None, key: str | None = None) -> tuple[int, dict]:
         resp = self.request(method, path, body, key)
         return resp.status, json.loads(resp.read() or b"null")
 
@@ -545,9 +525,7 @@ def stop(server: Server) -> int:
 def seed000(runtime: Runtime) -> Iterator[Server]:
     port = free_port()
     log = runtime.root / "seed000.log"
-    proc = launch(
-        runtime, seed_argv(SEED_000, port, runtime.model), {**runtime.env, "VLLM_API_KEY": API_KEY}, log
-    )
+    proc = launch(runtime, seed_argv(SEED_000, port, runtime.model), {**runtime.env, "VLLM_API_KEY": API_KEY}, log)
     server = Server(proc, port, log)
     try:
         wait_ready(proc, log)
@@ -571,9 +549,7 @@ def test_seed_000_starts_with_the_real_log_lines(seed000: Server, runtime: Runti
     ):
         assert line in log, line
     assert API_KEY not in log
-    assert (
-        runtime.extensions / "flash_qla_legacy_gdn" / "flash_qla_legacy_gdn.so"
-    ).is_file()  # built at start
+    assert (runtime.extensions / "flash_qla_legacy_gdn" / "flash_qla_legacy_gdn.so").is_file()  # built at start
     assert list(runtime.flashinfer_cache.glob("0.6.14/75/cached_ops/*/prefill.cuh.sha256"))
 
 
@@ -611,9 +587,7 @@ def read_sse(resp: http.client.HTTPResponse) -> list[tuple[float, str]]:
     return events
 
 
-def stream_chat(
-    server: Server, content: str, max_tokens: int
-) -> tuple[float, list[tuple[float, dict]], dict]:
+def stream_chat(server: Server, content: str, max_tokens: int) -> tuple[float, list[tuple[float, dict]], dict]:
     body = {
         "model": "qwen-local",
         "messages": [{"role": "user", "content": content}],
@@ -748,9 +722,7 @@ def test_periodic_stats_lines(seed000: Server) -> None:
     while "SpecDecoding metrics: Mean acceptance length" not in seed000.output():
         assert time.monotonic() < deadline, seed000.output()
         time.sleep(0.1)
-    assert re.search(
-        r"Engine 000: Avg prompt throughput: [\d.]+ tokens/s, Avg generation throughput", seed000.output()
-    )
+    assert re.search(r"Engine 000: Avg prompt throughput: [\d.]+ tokens/s, Avg generation throughput", seed000.output())
 
 
 def test_seed_002_serves_without_a_key_and_stops_on_sigterm(runtime: Runtime) -> None:
@@ -760,17 +732,11 @@ def test_seed_002_serves_without_a_key_and_stops_on_sigterm(runtime: Runtime) ->
     try:
         wait_ready(server.proc, log)
         status, body = server.json("GET", "/v1/models")
-        assert (
-            status == 200
-            and body["data"][0]["id"] == "qwen38-27b"
-            and body["data"][0]["max_model_len"] == 131072
-        )
+        assert status == 200 and body["data"][0]["id"] == "qwen38-27b" and body["data"][0]["max_model_len"] == 131072
         chat = {"model": "qwen38-27b", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
         status, body = server.json("POST", "/v1/chat/completions", chat)
         assert status == 200 and body["usage"]["completion_tokens"] == 8
-        assert (
-            '"POST /v1/chat/completions HTTP/1.1" 200 OK' in server.output()
-        )  # access log is on in seed 002
+        assert '"POST /v1/chat/completions HTTP/1.1" 200 OK' in server.output()  # access log is on in seed 002
     finally:
         assert stop(server) == 0
     assert "Application shutdown complete." in server.output()
@@ -783,9 +749,7 @@ def run_to_exit(rt: Runtime, argv: list[str], env: dict[str, str]) -> tuple[int,
 
 
 def test_unknown_flag_is_rejected_like_argparse(runtime: Runtime) -> None:
-    rc, out = run_to_exit(
-        runtime, [*seed_argv(SEED_000, free_port(), runtime.model), "--bogus-flag"], runtime.env
-    )
+    rc, out = run_to_exit(runtime, [*seed_argv(SEED_000, free_port(), runtime.model), "--bogus-flag"], runtime.env)
     assert rc == 2 and "api_server.py: error: unrecognized arguments: --bogus-flag" in out
 
 
@@ -793,10 +757,7 @@ def test_bad_json_value_is_rejected(runtime: Runtime) -> None:
     argv = seed_argv(SEED_000, free_port(), runtime.model)
     argv[argv.index("--speculative-config") + 1] = '{"method":'
     rc, out = run_to_exit(runtime, argv, runtime.env)
-    assert (
-        rc == 2
-        and 'argument --speculative-config: Value {"method": cannot be converted to <function loads' in out
-    )
+    assert rc == 2 and 'argument --speculative-config: Value {"method": cannot be converted to <function loads' in out
 
 
 def _one_gpu(rt: Runtime, tmp: Path, env: dict) -> str:
@@ -874,10 +835,7 @@ def test_without_flashinfer_it_falls_back_to_triton(runtime: Runtime) -> None:
     server = Server(launch(runtime, seed_argv(SEED_002, port, runtime.model), env, log), port, log)
     try:
         wait_ready(server.proc, log)
-        assert (
-            "Using TRITON_ATTN attention backend out of potential backends: ['TRITON_ATTN']"
-            in server.output()
-        )
+        assert "Using TRITON_ATTN attention backend out of potential backends: ['TRITON_ATTN']" in server.output()
         assert "Using FLASHINFER" not in server.output()
     finally:
         stop(server)
@@ -887,6 +845,4 @@ def test_tensor_parallel_2_needs_two_gpus(runtime: Runtime, tmp_path: Path) -> N
     nvidia_smi(tmp_path / "bin", gpus=1)
     env = {**runtime.env, "PATH": f"{tmp_path / 'bin'}:{runtime.env['PATH']}"}
     rc, out = run_to_exit(runtime, seed_argv(SEED_002, free_port(), runtime.model), env)
-    assert (
-        rc == 1 and "Tensor parallel size (2) cannot be larger than the number of available GPUs (1)" in out
-    )
+    assert rc == 1 and "Tensor parallel size (2) cannot be larger than the number of available GPUs (1)" in out
