@@ -1,0 +1,136 @@
+"""The rendered unit against the two reference setups, flag by flag.
+
+Allowed differences: paths (model, venv, FlashQLA, CUDA toolkit, working directory, check script, log),
+the user, and cache/secret plumbing the seed did by hand (HOME, TORCH_EXTENSIONS_DIR, EnvironmentFile).
+Everything else (every flag, value, environment variable, restart and timeout setting) must match.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tests.unit import seed_units
+from tests.unit.groupdata import profile_data
+from vllm_rig.layout import Layout
+from vllm_rig.settings import Settings
+from vllm_rig.systemd_quote import quote_word, unquote_words
+from vllm_rig.unit import render_unit
+from vllm_rig.validation import load_settings
+
+PATH_FLAGS = {"--model"}
+PATH_ENV = {"CUDA_HOME", "PATH", "LD_LIBRARY_PATH", "PYTHONPATH"}
+ADDED_ENV = {"HOME", "TORCH_EXTENSIONS_DIR"}  # stable cache homes for the service user
+
+
+def _settings(profile: str | None, **changes: object) -> Settings:
+    return load_settings({**profile_data(profile), **changes})
+
+
+def _unit(s: Settings) -> str:
+    return render_unit(s, Layout.of(s))
+
+
+def _directives(unit: str) -> dict[str, list[str]]:
+    """Key=value lines with backslash continuations joined, as systemd reads them."""
+    text = re.sub(r"\\\n\s*", " ", unit)
+    out: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if "=" in line and not line.startswith(("#", "[")):
+            key, value = line.split("=", 1)
+            out.setdefault(key, []).append(value)
+    return out
+
+
+def _pairs(argv: list[str]) -> list[tuple[str, str | None]]:
+    pairs: list[tuple[str, str | None]] = []
+    for word in argv:
+        if word.startswith("--"):
+            pairs.append((word, None))
+        else:
+            pairs[-1] = (pairs[-1][0], word)
+    return pairs
+
+
+def _argv(unit: str) -> list[str]:
+    words = unquote_words(_directives(unit)["ExecStart"][0])
+    assert words[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    return words[3:]
+
+
+def _env(unit: str) -> dict[str, str]:
+    return dict(unquote_words(v)[0].split("=", 1) for v in _directives(unit)["Environment"])
+
+
+@pytest.mark.parametrize(
+    ("profile", "seed_args"), [(None, seed_units.SEED1_ARGS), ("qwen38", seed_units.SEED2_ARGS)], ids=["seed1", "seed2"]
+)
+def test_flags_match_the_seed(profile: str | None, seed_args: list[tuple[str, str | None]]) -> None:
+    rendered = dict(_pairs(_argv(_unit(_settings(profile)))))
+    expected = dict(seed_args)
+    assert set(rendered) == set(expected)
+    for flag, value in expected.items():
+        if flag in PATH_FLAGS:
+            continue
+        if value is not None and value.startswith("{"):
+            assert json.loads(rendered[flag]) == json.loads(value), flag
+        else:
+            assert rendered[flag] == value, flag
+
+
+def test_model_path_comes_from_settings() -> None:
+    s = _settings(None)
+    assert dict(_pairs(_argv(_unit(s))))["--model"] == s.model_dir
+
+
+def test_environment_matches_the_seed_in_order() -> None:
+    env = _env(_unit(_settings(None)))
+    seed = seed_units.SEED1_ENV
+    assert [k for k in env if k not in ADDED_ENV] == list(seed)
+    for name, value in seed.items():
+        if name not in PATH_ENV:
+            assert env[name] == value, name
+    assert env["PATH"].endswith("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+    assert env["CUDA_HOME"] == "/usr/local/cuda-12.9" and env["PYTHONPATH"].endswith("/src/flashqla")
+
+
+def test_unit_settings_match_the_seed() -> None:
+    d = _directives(_unit(_settings(None)))
+    for key in ("Type", "Restart", "RestartSec", "TimeoutStartSec", "Wants", "WantedBy"):
+        assert d[key] == [seed_units.SEED1_UNIT[key]], key
+    assert d["After"][0].split()[0] == seed_units.SEED1_UNIT["After"]
+    assert d["ExecStartPre"][0].endswith("/check-flashinfer-pr3621-sm75.sh")
+    assert "StandardOutput" not in d  # the journal by default
+
+
+def test_log_file_option_appends_like_the_seed() -> None:
+    d = _directives(_unit(_settings(None, vllm_log_file="/var/log/vllm-8000.log")))
+    assert d["StandardOutput"] == d["StandardError"] == ["append:/var/log/vllm-8000.log"]
+
+
+def test_unit_requires_the_gpu_guard() -> None:
+    d = _directives(_unit(_settings(None)))
+    assert "vllm-rig-gpu-guard.service" in d["Requires"][0] and "vllm-rig-gpu-guard.service" in d["After"][0]
+
+
+def test_api_key_never_on_the_command_line() -> None:
+    unit = _unit(_settings(None))
+    assert "--api-key" not in unit and "VLLM_API_KEY" not in unit
+    assert _directives(unit)["EnvironmentFile"] == ["/etc/vllm-rig/vllm.env"]
+
+
+@pytest.mark.parametrize(
+    "value",
+    ['{"a":"100%"}', '{"path":"$HOME/x"}', '{"s":"two words"}', '{"q":"say \\"hi\\""}', "it's"],
+)
+def test_json_values_survive_systemd_quoting(value: str) -> None:
+    s = _settings(None, override_generation_config={"k": value})
+    rendered = dict(_pairs(_argv(_unit(s))))
+    assert json.loads(rendered["--override-generation-config"]) == {"k": value}
+
+
+@pytest.mark.parametrize("word", ["plain", "100%", "$VAR", "${VAR}", 'a "b" c', "back\\slash", "", "'single'"])
+def test_quote_round_trip(word: str) -> None:
+    assert unquote_words(quote_word(word)) == [word]

@@ -1,0 +1,76 @@
+"""Where things live on a host. One place, so stages, templates and checks agree.
+
+<install_root>/runtimes/<build fingerprint>/   a built runtime: venv/, src/vllm (the fork), src/flashqla
+<install_root>/current -> runtimes/<fp>         the runtime the service runs; previous -> the last good one
+<install_root>/tools/venv/                      host tools (huggingface_hub for `hf download`)
+<install_root>/bin/                             scripts from the repo's files/
+/var/lib/vllm-rig/                              state: fingerprints, markers, background job logs
+/etc/vllm-rig/                                  config: the service's env file with the API key (0600)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vllm_rig.settings import Settings
+
+STATE_DIR = "/var/lib/vllm-rig"
+ETC_DIR = "/etc/vllm-rig"
+GUARD_UNIT = "vllm-rig-gpu-guard.service"
+FLASHINFER_CHECK = "check-flashinfer-pr3621-sm75.sh"
+
+
+@dataclass(frozen=True)
+class Layout:
+    root: str
+    service_name: str
+    service_user: str
+
+    @classmethod
+    def of(cls, s: Settings) -> Layout:
+        return cls(s.install_root, s.service_name, s.service_user)
+
+    @property
+    def current(self) -> str:
+        return f"{self.root}/current"
+
+    @property
+    def venv_bin(self) -> str:
+        return f"{self.current}/venv/bin"
+
+    @property
+    def python(self) -> str:
+        return f"{self.venv_bin}/python"
+
+    @property
+    def fork_src(self) -> str:
+        return f"{self.current}/src/vllm"
+
+    @property
+    def flashqla_src(self) -> str:
+        return f"{self.current}/src/flashqla"
+
+    @property
+    def bin_dir(self) -> str:
+        return f"{self.root}/bin"
+
+    @property
+    def flashinfer_check(self) -> str:
+        return f"{self.bin_dir}/{FLASHINFER_CHECK}"
+
+    @property
+    def env_file(self) -> str:
+        return f"{ETC_DIR}/{self.service_name}.env"
+
+    @property
+    def service_home(self) -> str:
+        """The service user's home: its caches (HF, FlashInfer, Triton, torch extensions) live here."""
+        return f"/var/lib/{self.service_user}"
+
+    @property
+    def torch_extensions_dir(self) -> str:
+        return f"{self.service_home}/torch_extensions"
+
+    @property
+    def unit_path(self) -> str:
+        return f"/etc/systemd/system/{self.service_name}.service"
