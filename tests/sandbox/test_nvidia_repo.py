@@ -1,0 +1,739 @@
+"""The NVIDIA repo fixture: the signed repos, the debs, and the stand-in tools run against a scratch root.
+
+The stand-ins are run from the built debs (unpacked with dpkg-deb into a scratch directory that stands
+for "/", via NVIDIA_STANDIN_ROOT), so these tests exercise what a machine gets. Formats are checked
+against real captures from a driver-580 machine (tests/unit/fixtures/tool_outputs/h200/).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.sandbox import paths
+from tests.sandbox.fixtures import nvidia_repo
+from tests.sandbox.fixtures.nvidia_repo import aptrepo, catalog
+from tests.sandbox.fixtures.nvidia_repo.standin import kmod_elf
+
+CAPTURES = Path(__file__).parents[1] / "unit" / "fixtures" / "tool_outputs" / "h200"
+OLD, NEW = catalog.DRIVER_VERSIONS
+KERNEL = os.uname().release
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+def capture(name: str) -> str:
+    return (CAPTURES / f"{name}.out").read_text()
+
+
+@pytest.fixture(scope="module")
+def repo() -> Path:
+    nvidia_repo.build()
+    return nvidia_repo.repo_dir("debian12")
+
+
+def deb(repo: Path, name: str, version: str = "") -> Path:
+    """A built deb by name (and version prefix), from the repo or, for the machine's own, beside it."""
+    matches = sorted(repo.glob(f"{name}_{version}*.deb")) or sorted(
+        nvidia_repo.MACHINE_DIR.glob(f"{name}_{version}*.deb")
+    )
+    assert matches, f"{name} {version} not in {repo}"
+    return matches[0]
+
+
+def control(path: Path) -> dict[str, str]:
+    text = subprocess.run(["dpkg-deb", "-f", str(path)], check=True, capture_output=True, text=True).stdout
+    return dict(re.findall(r"^([\w-]+): (.*)$", text, re.M))
+
+
+def packages_index(repo: Path) -> list[dict[str, str]]:
+    stanzas = (repo / "Packages").read_text().strip().split("\n\n")
+    return [dict(re.findall(r"^([\w-]+): (.*)$", s, re.M)) for s in stanzas]
+
+
+# ---- a scratch machine root ------------------------------------------------------------------------
+
+
+class Machine:
+    """A directory standing for "/" of a machine, with debs unpacked into it and a settable boot id."""
+
+    def __init__(self, root: Path, repo: Path) -> None:
+        self.root, self.repo = root, repo
+        self.reboot()
+
+    def unpack(self, name: str, version: str = "") -> None:
+        subprocess.run(["dpkg-deb", "-x", str(deb(self.repo, name, version)), str(self.root)], check=True)
+
+    def reboot(self) -> None:
+        boot_id = self.root / "proc/sys/kernel/random/boot_id"
+        boot_id.parent.mkdir(parents=True, exist_ok=True)
+        boot_id.write_text(f"{time.time_ns():x}\n")
+
+    def run(
+        self, *cmd: str, user: list[str] | None = None, stdin: str = ""
+    ) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "NVIDIA_STANDIN_ROOT": str(self.root)}
+        tool = str(self.root / cmd[0].lstrip("/"))
+        return subprocess.run(
+            [*(user or []), tool, *cmd[1:]], env=env, capture_output=True, text=True, input=stdin, timeout=30
+        )
+
+    def smi(self, *args: str, user: list[str] | None = None) -> subprocess.CompletedProcess[str]:
+        return self.run("/usr/bin/nvidia-smi", *args, user=user)
+
+    def dkms(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return self.run("/usr/sbin/dkms", *args)
+
+    def knobs(self, **knobs: object) -> None:
+        nvidia_repo.set_knobs(self.root, **knobs)
+
+    def state(self) -> dict:
+        return json.loads(nvidia_repo.state_path(self.root).read_text())
+
+    def file(self, path: str) -> Path:
+        return self.root / path.lstrip("/")
+
+
+@pytest.fixture
+def machine(repo: Path) -> Iterator[Machine]:
+    """Driver 580.159.03 (open modules) unpacked and built for the running kernel, as after an install."""
+    root = Path(tempfile.mkdtemp(prefix="nvidia-machine-"))
+    root.chmod(0o755)  # an unprivileged nvidia-smi must reach the files too
+    try:
+        m = Machine(root, repo)
+        for name in ("nvidia-smi", "nvidia-kernel-open-dkms", "nvidia-persistenced"):
+            m.unpack(name, OLD)
+        m.unpack("dkms")
+        m.unpack(f"linux-headers-{KERNEL}")
+        m.unpack("mokutil")  # a machine deb, not in the repo
+        assert m.dkms("install", "-m", "nvidia", "-v", OLD).returncode == 0
+        yield m
+    finally:
+        shutil.rmtree(root)
+
+
+# ---- the repository --------------------------------------------------------------------------------
+
+
+def test_build_is_a_fast_no_op_when_nothing_changed(repo: Path) -> None:
+    before = (repo / "InRelease").stat().st_mtime_ns
+    t0 = time.monotonic()
+    nvidia_repo.build()
+    assert time.monotonic() - t0 < 2.0
+    assert (repo / "InRelease").stat().st_mtime_ns == before
+
+
+def test_release_is_signed_by_the_key_the_keyring_deb_installs(repo: Path, tmp_path: Path) -> None:
+    subprocess.run(["dpkg-deb", "-x", str(deb(repo, "cuda-keyring")), str(tmp_path)], check=True)
+    keyring = tmp_path / catalog.KEYRING.lstrip("/")
+    aptrepo.verify(repo, keyring)
+    tampered = tmp_path / "tampered"
+    shutil.copytree(repo, tampered, ignore=shutil.ignore_patterns("*.deb"))
+    (tampered / "Release").write_text((tampered / "Release").read_text().replace("NVIDIA CUDA", "Evil"))
+    with pytest.raises(subprocess.CalledProcessError):
+        aptrepo.verify(tampered, keyring)
+
+
+def test_release_hashes_match_the_indexes(repo: Path) -> None:
+    release = (repo / "Release").read_text()
+    assert "Label: NVIDIA CUDA" in release and "Origin: NVIDIA" in release
+    for name in ("Packages", "Packages.gz"):
+        data = (repo / name).read_bytes()
+        assert f" {hashlib.sha256(data).hexdigest()} {len(data):>8} {name}" in release
+    assert gzip.decompress((repo / "Packages.gz").read_bytes()) == (repo / "Packages").read_bytes()
+
+
+def test_keyring_deb_points_apt_at_the_sandbox_repo(repo: Path, tmp_path: Path) -> None:
+    subprocess.run(["dpkg-deb", "-x", str(deb(repo, "cuda-keyring", "1.1-1")), str(tmp_path)], check=True)
+    listing = (tmp_path / "etc/apt/sources.list.d/cuda-debian12-x86_64.list").read_text()
+    assert listing == f"deb [signed-by={catalog.KEYRING}] {nvidia_repo.repo_url('debian12')} /\n"
+    assert not (tmp_path / "etc/apt/preferences.d").exists()  # the Debian keyring has no pin file
+    ubuntu = nvidia_repo.repo_dir("ubuntu2404")
+    subprocess.run(["dpkg-deb", "-x", str(deb(ubuntu, "cuda-keyring")), str(tmp_path / "u")], check=True)
+    assert (
+        "Pin: release l=NVIDIA CUDA"
+        in (tmp_path / "u/etc/apt/preferences.d/cuda-repository-pin-600").read_text()
+    )
+    assert (repo / aptrepo.PUBKEY_NAME).read_text().startswith("-----BEGIN PGP PUBLIC KEY BLOCK-----")
+
+
+def test_index_holds_both_driver_versions_with_realistic_relations(repo: Path) -> None:
+    index = packages_index(repo)
+    by = {(p["Package"], p["Version"]): p for p in index}
+    for name in (
+        "nvidia-driver-cuda",
+        "nvidia-kernel-dkms",
+        "nvidia-kernel-open-dkms",
+        "nvidia-open",
+        "cuda-drivers",
+        "libcuda1",
+        "nvidia-smi",
+        "nvidia-persistenced",
+        f"nvidia-driver-pinning-{OLD}",
+    ):
+        assert (name, f"{OLD}-1") in by and (name.replace(OLD, NEW), f"{NEW}-1") in by, name
+    cuda = by[("nvidia-driver-cuda", f"{OLD}-1")]["Depends"]
+    assert f"nvidia-smi (= {OLD}-1)" in cuda and f"libcuda1 (= {OLD}-1)" in cuda
+    assert f"nvidia-kernel-open-dkms (>= {OLD})" in by[("nvidia-open", f"{OLD}-1")]["Depends"]
+    assert "dkms (>= 3.1.8)" in by[("nvidia-kernel-open-dkms", f"{OLD}-1")]["Depends"]
+    assert by[("nvidia-kernel-open-dkms", f"{OLD}-1")]["Conflicts"] == "nvidia-kernel-dkms"
+    pin = by[("nvidia-driver-pinning-580", "580-5")]
+    assert pin["Provides"] == pin["Conflicts"] == pin["Replaces"] == "nvidia-driver-pinning"
+    assert by[("cuda-toolkit-12-9", "12.9.1-1")] and by[("cuda-nvcc-12-9", "12.9.86-1")]
+    assert by[(f"linux-headers-{KERNEL}", f"{catalog.kernel_base_version(KERNEL)}-1")]
+    for stanza in index:
+        assert (repo / stanza["Filename"]).is_file()
+
+
+def test_ubuntu_repo_uses_ubuntu_names(repo: Path) -> None:
+    names = {p["Package"] for p in packages_index(nvidia_repo.repo_dir("ubuntu2404"))}
+    assert {
+        "nvidia-driver-580-open",
+        "nvidia-dkms-580-open",
+        "nvidia-utils-580",
+        "nvidia-headless-580",
+        "libnvidia-compute-580",
+        "cuda-drivers-580",
+        "nvidia-open-580",
+        "linux-headers-generic",
+    } <= names
+    versions = {p["Version"] for p in packages_index(nvidia_repo.repo_dir("ubuntu2404"))}
+    assert f"{OLD}-1ubuntu1" in versions and "1:3.4.0-1ubuntu1" in versions
+
+
+def test_every_deb_is_well_formed(repo: Path, tmp_path: Path) -> None:
+    debs = sorted(repo.glob("*.deb")) + nvidia_repo.machine_debs()
+    for path in debs:
+        fields = control(path)
+        assert (
+            path.name
+            == f"{fields['Package']}_{fields['Version'].split(':')[-1]}_{fields['Architecture']}.deb"
+        )
+        assert fields["Maintainer"] and fields["Description"]
+        info = subprocess.run(
+            ["dpkg-deb", "--info", str(path)], check=True, capture_output=True, text=True
+        ).stdout
+        for script in ("postinst", "prerm", "postrm"):
+            if re.search(rf"^\s+\d+ bytes,\s+\d+ lines\s+\*\s+{script}\s", info, re.M):
+                out = tmp_path / path.stem
+                subprocess.run(["dpkg-deb", "-e", str(path), str(out)], check=True)
+                subprocess.run(["sh", "-n", str(out / script)], check=True)
+                assert os.access(out / script, os.X_OK)
+        listing = subprocess.run(
+            ["dpkg-deb", "-c", str(path)], check=True, capture_output=True, text=True
+        ).stdout
+        assert all(" root/root " in line for line in listing.splitlines()), path.name
+
+
+def test_pinning_packages_pin_branch_or_exact_version(repo: Path, tmp_path: Path) -> None:
+    for name, pin in (("nvidia-driver-pinning-580", "580.*"), (f"nvidia-driver-pinning-{OLD}", f"{OLD}-1")):
+        out = tmp_path / name
+        subprocess.run(["dpkg-deb", "-x", str(deb(repo, name)), str(out)], check=True)
+        text = (out / "etc/apt/preferences.d/nvidia-driver-pin").read_text()
+        assert f"Pin: version {pin}\nPin-Priority: 1000\n" in text
+        pinned = re.search(r"^Package: (.*)$", text, re.M).group(1).split()
+        assert {
+            "nvidia-driver-cuda",
+            "nvidia-kernel-open-dkms",
+            "libcuda1",
+            "nvidia-smi",
+            "cuda-drivers",
+        } <= set(pinned)
+
+
+def test_cuda_toolkit_files(repo: Path, tmp_path: Path) -> None:
+    for name in (
+        "cuda-nvcc-12-9",
+        "cuda-cudart-dev-12-9",
+        "cuda-culibos-dev-12-9",
+        "cuda-driver-dev-12-9",
+        "cuda-cudart-12-9",
+        "cuda-toolkit-12-9-config-common",
+    ):
+        subprocess.run(["dpkg-deb", "-x", str(deb(repo, name)), str(tmp_path)], check=True)
+    top = tmp_path / "usr/local/cuda-12.9"
+    nvcc = subprocess.run([str(top / "bin/nvcc"), "--version"], capture_output=True, text=True)
+    assert nvcc.returncode == 0
+    assert nvcc.stdout == (
+        "nvcc: NVIDIA (R) Cuda compiler driver\nCopyright (c) 2005-2025 NVIDIA Corporation\n"
+        "Built on Tue_May_27_02:21:03_PDT_2025\nCuda compilation tools, release 12.9, V12.9.86\n"
+        "Build cuda_12.9.r12.9/compiler.36037853_0\n"
+    )
+    # The real tool's wording for no input, taken from a real nvcc's output.
+    assert subprocess.run([str(top / "bin/nvcc")], capture_output=True, text=True).stdout == (
+        "nvcc fatal   : No input files specified; use option --help for more information\n"
+    )
+    assert subprocess.run([str(top / "bin/nvcc"), "-c", "x.cu"], capture_output=True).returncode == 1
+    for lib in ("libcudadevrt.a", "libcudart_static.a", "libculibos.a"):
+        members = subprocess.run(
+            ["ar", "t", str(top / "lib64" / lib)], check=True, capture_output=True, text=True
+        )
+        assert members.stdout.strip().endswith(".o")
+    assert "#define CUDA_VERSION 12090" in (top / "include/cuda.h").read_text()
+    assert json.loads((top / "version.json").read_text())["cuda"]["version"] == "12.9.1"
+    subprocess.run(
+        ["dpkg-deb", "-e", str(deb(repo, "cuda-toolkit-12-9-config-common")), str(tmp_path / "cc")],
+        check=True,
+    )
+    postinst = (tmp_path / "cc/postinst").read_text()
+    assert "update-alternatives --install /usr/local/cuda cuda /usr/local/cuda-12.9 129" in postinst
+
+
+def test_headers_package_provides_the_build_link(repo: Path) -> None:
+    listing = subprocess.run(
+        ["dpkg-deb", "-c", str(deb(repo, f"linux-headers-{KERNEL}"))],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert f"./lib/modules/{KERNEL}/build -> /usr/src/linux-headers-{KERNEL}" in listing
+    assert control(deb(repo, "linux-headers-amd64"))["Depends"].startswith(f"linux-headers-{KERNEL} (=")
+
+
+# ---- the stand-in kernel module ----------------------------------------------------------------------
+
+
+def test_fake_module_carries_modinfo_and_signature() -> None:
+    ko = kmod_elf.kernel_module(
+        [("version", OLD), ("license", "Dual MIT/GPL")], "DKMS module signing key", b"k" * 20
+    )
+    assert ko.startswith(b"\x7fELF\x02\x01")
+    assert kmod_elf.read_modinfo(ko) == {"version": OLD, "license": "Dual MIT/GPL"}
+    assert kmod_elf.signature_key_id(ko) == (b"k" * 20).hex()
+    assert kmod_elf.signature_key_id(kmod_elf.kernel_module([("version", OLD)])) is None
+
+
+def test_dkms_builds_installs_and_reports(machine: Machine) -> None:
+    assert machine.dkms("status").stdout == f"nvidia/{OLD}, {KERNEL}, x86_64: installed\n"
+    ko = machine.file(f"/lib/modules/{KERNEL}/updates/dkms/nvidia.ko").read_bytes()
+    assert kmod_elf.read_modinfo(ko)["version"] == OLD
+    assert (
+        kmod_elf.signature_key_id(ko)
+        == hashlib.sha1(machine.file("/var/lib/dkms/mok.pub").read_bytes()).hexdigest()
+    )
+    removed = machine.dkms("remove", "-m", "nvidia", "-v", OLD, "--all")
+    assert removed.returncode == 0 and "completely from the DKMS tree" in removed.stdout
+    assert machine.dkms("status").stdout == ""
+    assert not machine.file(f"/lib/modules/{KERNEL}/updates").exists()
+
+
+def test_dkms_needs_headers_and_can_be_made_to_fail(machine: Machine) -> None:
+    machine.dkms("remove", "-m", "nvidia", "-v", OLD, "--all")
+    machine.file(f"/lib/modules/{KERNEL}/build").unlink()
+    failed = machine.dkms("install", "-m", "nvidia", "-v", OLD)
+    assert failed.returncode != 0 and "Your kernel headers for kernel" in failed.stderr
+    machine.unpack(f"linux-headers-{KERNEL}")
+    machine.knobs(dkms_build_fails=[OLD])
+    failed = machine.dkms("install", "-m", "nvidia", "-v", OLD)
+    assert failed.returncode == 10 and "Bad return status for module build" in failed.stderr
+
+
+# ---- nvidia-smi ----------------------------------------------------------------------------------------
+
+
+def test_no_module_means_no_driver(repo: Path) -> None:
+    root = Path(tempfile.mkdtemp(prefix="nvidia-machine-"))
+    try:
+        m = Machine(root, repo)
+        m.unpack("nvidia-smi", OLD)
+        out = m.smi()
+        assert out.returncode == 9
+        assert out.stdout == (
+            "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+            "Make sure that the latest NVIDIA driver is installed and running.\n\n"
+        )
+    finally:
+        shutil.rmtree(root)
+
+
+def test_list_and_query_formats(machine: Machine) -> None:
+    listed = machine.smi("-L").stdout.splitlines()
+    assert len(listed) == 2
+    assert re.fullmatch(r"GPU 1: NVIDIA GeForce RTX 2080 Ti \(UUID: GPU-[0-9a-f-]{36}\)", listed[1])
+    fields = "index,name,memory.total,memory.used,compute_cap,driver_version,persistence_mode,power.limit"
+    fields += ",pci.bus_id"
+    csv = machine.smi(f"--query-gpu={fields}", "--format=csv").stdout.splitlines()
+    assert csv[0] == (
+        "index, name, memory.total [MiB], memory.used [MiB], compute_cap, driver_version, "
+        "persistence_mode, power.limit [W], pci.bus_id"
+    )
+    gpu0 = (
+        f"0, NVIDIA GeForce RTX 2080 Ti, 22528 MiB, 1 MiB, 7.5, {OLD}, Disabled, 250.00 W, 00000000:01:00.0"
+    )
+    assert csv[1] == gpu0
+    bare = machine.smi(f"--query-gpu={fields}", "--format=csv,noheader,nounits", "-i", "1").stdout
+    assert (
+        bare == f"1, NVIDIA GeForce RTX 2080 Ti, 22528, 1, 7.5, {OLD}, Disabled, 250.00, 00000000:02:00.0\n"
+    )
+
+
+def test_query_fields_of_the_real_capture_are_all_known(machine: Machine) -> None:
+    header = capture("nvidia-smi_query").splitlines()[0]
+    fields = ",".join(re.sub(r" \[.*\]$", "", f) for f in header.split(", "))
+    out = machine.smi(f"--query-gpu={fields}", "--format=csv")
+    assert out.returncode == 0 and out.stdout.splitlines()[0] == header
+
+
+def test_errors_match_the_real_tool(machine: Machine) -> None:
+    bad = machine.smi("--query-gpu=index,bogus.field", "--format=csv")
+    assert (bad.returncode, bad.stdout) == (2, capture("nvidia-smi_query_badfield"))
+    combo = machine.smi("-i", "97", "-L")
+    assert (combo.returncode, combo.stdout) == (2, capture("nvidia-smi_bad_index"))
+    assert machine.smi("-q", "-i", "7").returncode == 6
+    assert machine.smi("--bogus").returncode == 2
+
+
+def _q_skeleton(text: str) -> list[str]:
+    """Each -q line reduced to its indent and key: the structure without the values."""
+    lines = [line.split(" : ")[0].rstrip() if " : " in line else line.rstrip() for line in text.splitlines()]
+    return [
+        "GPU <bus id>" if re.fullmatch(r"GPU [0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.0", x) else x for x in lines
+    ]
+
+
+def test_q_has_the_real_layout(machine: Machine) -> None:
+    ours = machine.smi("-q", "-i", "0").stdout
+    real = capture("nvidia-smi_q")
+    assert _q_skeleton(ours)[:8] == _q_skeleton(real)[:8]
+    assert _q_skeleton(ours)[8:] == _q_skeleton(real)[8:]  # one GPU block, key for key
+    assert "    Product Name                                       : NVIDIA GeForce RTX 2080 Ti\n" in ours
+    assert "Attached GPUs                                          : 2\n" in ours
+    assert ours.endswith("\n\n") and real.endswith("\n\n")
+
+
+def test_q_memory_and_power_have_the_real_layout(machine: Machine) -> None:
+    for display in ("MEMORY", "POWER"):
+        ours = machine.smi("-q", "-d", display, "-i", "0").stdout
+        real = capture(f"nvidia-smi_q_{display.lower()}")
+        assert _q_skeleton(ours) == _q_skeleton(real), display
+    memory = machine.smi("-q", "-d", "MEMORY").stdout
+    assert (
+        memory.count(
+            "    BAR1 Memory Usage\n        Total                                          : 32768 MiB"
+        )
+        == 2
+    )
+    machine.knobs(bar1_mib=256)
+    assert (
+        "Total                                          : 256 MiB" in machine.smi("-q", "-d", "MEMORY").stdout
+    )
+
+
+def test_plain_table_has_the_real_layout(machine: Machine) -> None:
+    ours = machine.smi().stdout.splitlines()
+    real = capture("nvidia-smi_plain").splitlines()
+    assert len(ours[0]) == len(real[0]) and all(len(line) == 91 for line in ours[1:] if line)
+    assert ours[2] == real[2].replace(NEW, OLD)
+    assert ours[3:8] == real[3:8] and ours[-7:] == real[-7:]
+    seps = [[i for i, c in enumerate(line) if c == "|"] for line in (ours[8], ours[9], ours[10])]
+    assert seps == [[i for i, c in enumerate(line) if c == "|"] for line in (real[8], real[9], real[10])]
+    assert (
+        ours[8]
+        == "|   0  NVIDIA GeForce RTX 2080 Ti     Off |   00000000:01:00.0 Off |                  N/A |"
+    )
+    assert (
+        ours[9]
+        == "| 27%   34C    P8             18W /  250W |       1MiB /  22528MiB |      0%      Default |"
+    )
+
+
+def test_nvlink_and_topology_with_the_bridge(machine: Machine) -> None:
+    status = machine.smi("nvlink", "-s").stdout
+    assert status.count("\t Link 0: 25.781 GB/s\n\t Link 1: 25.781 GB/s\n") == 2
+    caps = machine.smi("nvlink", "-c", "-i", "1").stdout
+    assert caps.startswith("GPU 1: NVIDIA GeForce RTX 2080 Ti") and caps.count("P2P is supported: true") == 2
+    matrix = machine.smi("topo", "-m").stdout.splitlines()
+    assert matrix[0] == "\t\x1b[4mGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m"
+    assert re.fullmatch(r"GPU0\t X \tNV2\t[0-9,-]+\t0\t\tN/A", matrix[1])
+    assert re.fullmatch(r"GPU1\tNV2\t X \t[0-9,-]+\t0\t\tN/A", matrix[2])
+    assert "\n".join(matrix[3:]) + "\n" == "\n".join(capture("nvidia-smi_topo_m").splitlines()[2:]) + "\n"
+    for mode in ("r", "w", "rw"):
+        p2p = machine.smi("topo", "-p2p", mode).stdout.splitlines()
+        assert p2p[:3] == [" \t\x1b[4mGPU0\tGPU1\t\x1b[0m", " GPU0\tX\tOK\t", " GPU1\tOK\tX\t"]
+        assert p2p[3:] == capture(f"nvidia-smi_topo_p2p_{mode}").splitlines()[2:]
+
+
+def test_without_the_bridge_links_are_inactive_and_p2p_refused(machine: Machine) -> None:
+    machine.knobs(nvlink_bridge=False)
+    assert machine.smi("nvlink", "-s").stdout.count("<inactive>") == 4
+    assert "P2P is supported" not in machine.smi("nvlink", "-c").stdout
+    assert "\tPHB\t" in machine.smi("topo", "-m").stdout
+    assert machine.smi("topo", "-p2p", "r").stdout.splitlines()[1] == " GPU0\tX\tCNS\t"
+    assert machine.smi("topo", "-p2p", "n").stdout.splitlines()[1] == " GPU0\tX\tNS\t"
+    machine.knobs(pcie_path="SYS", p2p_without_bridge="NS")
+    assert "\tSYS\t" in machine.smi("topo", "-m").stdout
+
+
+def test_a_missing_gpu_leaves_one_and_the_real_single_gpu_layout(machine: Machine) -> None:
+    machine.knobs(missing_gpus=[0])
+    assert machine.smi("-L").stdout.splitlines()[0].startswith("GPU 0: NVIDIA GeForce RTX 2080 Ti")
+    assert len(machine.smi("-L").stdout.splitlines()) == 1
+    assert "00000000:02:00.0" in machine.smi("--query-gpu=pci.bus_id", "--format=csv,noheader").stdout
+    ours = machine.smi("topo", "-m").stdout
+    real = capture("nvidia-smi_topo_m")
+    assert re.sub(r"\t[0-9,-]+\t0\t", "\tCPUS\t0\t", ours) == re.sub(r"\t[0-9,-]+\t0\t", "\tCPUS\t0\t", real)
+    assert machine.smi("topo", "-p2p", "r").stdout == capture("nvidia-smi_topo_p2p_r")
+    assert machine.smi("nvlink", "-s").stdout.count("<inactive>") == 2
+
+
+def test_pcie_width_knob(machine: Machine) -> None:
+    machine.knobs(pcie_width=4)
+    out = machine.smi(
+        "--query-gpu=pcie.link.width.current,pcie.link.width.max", "--format=csv,noheader"
+    ).stdout
+    assert out == "4, 16\n4, 16\n"
+
+
+def test_persistence_and_power_limit_persist_until_reboot(machine: Machine) -> None:
+    pm = machine.smi("-pm", "1")
+    assert pm.returncode == 0
+    assert pm.stdout == (
+        "Enabled persistence mode for GPU 00000000:01:00.0.\n"
+        "Enabled persistence mode for GPU 00000000:02:00.0.\nAll done.\n"
+    )
+    assert "already Enabled" in machine.smi("-pm", "1", "-i", "0").stdout
+    pl = machine.smi("-pl", "260", "-i", "1")
+    assert pl.stdout == "Power limit for GPU 00000000:02:00.0 was set to 260.00 W from 250.00 W.\nAll done.\n"
+    bad = machine.smi("-pl", "400")
+    assert bad.returncode == 2
+    assert bad.stdout == (
+        "Provided power limit 400.00 W is not a valid power limit which should be between 100.00 W "
+        "and 300.00 W for GPU 00000000:01:00.0\nTerminating early due to previous errors.\n"
+    )
+    q = "--query-gpu=persistence_mode,power.limit,power.default_limit,power.min_limit,power.max_limit"
+    assert machine.smi(q, "--format=csv,noheader,nounits").stdout == (
+        "Enabled, 250.00, 250.00, 100.00, 300.00\nEnabled, 260.00, 250.00, 100.00, 300.00\n"
+    )
+    machine.reboot()
+    assert machine.smi(q, "--format=csv,noheader").stdout.count("Disabled, 250.00 W") == 2
+
+
+def test_settings_need_root(machine: Machine) -> None:
+    pm = machine.smi("-pm", "1", user=NOBODY)
+    assert pm.returncode == 4
+    assert pm.stdout.startswith(
+        "Unable to set persistence mode for GPU 00000000:01:00.0: Insufficient Permissions\n"
+    )
+    assert machine.smi("-pl", "200", user=NOBODY).returncode == 4
+    assert machine.smi("-L", user=NOBODY).returncode == 0
+    assert (
+        machine.smi("--query-gpu=persistence_mode", "--format=csv,noheader").stdout == "Disabled\nDisabled\n"
+    )
+
+
+def test_upgrade_without_reboot_is_a_version_mismatch(machine: Machine) -> None:
+    assert machine.smi("-L").returncode == 0  # 580.159.03 is loaded in this boot
+    # What apt does on upgrade: the old package's prerm removes its module, the new one's postinst builds.
+    machine.dkms("remove", "-m", "nvidia", "-v", OLD, "--all")
+    for name in ("nvidia-smi", "nvidia-kernel-open-dkms"):
+        machine.unpack(name, NEW)
+    assert machine.dkms("install", "-m", "nvidia", "-v", NEW).returncode == 0
+    out = machine.smi()
+    assert (out.returncode, out.stdout) == (
+        18,
+        "Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 580.159\n",
+    )
+    assert machine.smi("-L").returncode == 18
+    assert machine.file("/sys/module/nvidia/version").read_text() == f"{OLD}\n"
+    machine.reboot()
+    assert machine.smi("--query-gpu=driver_version", "--format=csv,noheader").stdout == f"{NEW}\n{NEW}\n"
+    assert machine.file("/sys/module/nvidia/version").read_text() == f"{NEW}\n"
+
+
+def test_module_views(machine: Machine) -> None:
+    machine.smi("-L")
+    version = machine.file("/proc/driver/nvidia/version").read_text()
+    real = capture("proc_driver_nvidia_version")
+    pattern = (
+        r"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {v}  Release Build  \(.*@.*\)  .*\n"
+        r"GCC version:  gcc version .* \n"
+    )
+    assert re.fullmatch(pattern.format(v=re.escape(OLD)), version)
+    assert re.fullmatch(pattern.format(v=re.escape(NEW)), real)  # the pattern holds for the real file too
+    assert machine.file("/sys/module/nvidia/version").read_text() == f"{OLD}\n"
+    assert machine.file("/sys/module/nvidia_uvm/initstate").read_text() == "live\n"
+    info = machine.file("/proc/driver/nvidia/gpus/0000:02:00.0/information").read_text()
+    assert "Model: \t\t NVIDIA GeForce RTX 2080 Ti\n" in info and "Device Minor: \t 1\n" in info
+    assert "nvidia 14299136 0 - Live" in machine.file("/proc/modules").read_text()
+
+
+def test_nouveau_blocks_the_driver_until_blacklisted_and_rebooted(machine: Machine) -> None:
+    assert machine.smi("-L").returncode == 0
+    machine.knobs(nouveau=True)
+    assert machine.smi("-L").returncode == 0  # the knob is hardware: it acts at the next boot
+    machine.reboot()
+    assert machine.smi("-L").returncode == 9
+    assert machine.file("/sys/module/nouveau/initstate").read_text() == "live\n"
+    assert "nouveau " in machine.file("/proc/modules").read_text()
+    conf = machine.file("/etc/modprobe.d/blacklist-nouveau.conf")
+    conf.parent.mkdir(parents=True, exist_ok=True)
+    conf.write_text("blacklist nouveau\noptions nouveau modeset=0\n")
+    assert machine.smi("-L").returncode == 9  # still loaded until the next boot
+    machine.reboot()
+    assert machine.smi("-L").returncode == 0
+    assert not machine.file("/sys/module/nouveau").exists()
+
+
+def test_secure_boot_rejects_the_module_until_its_key_is_enrolled(machine: Machine) -> None:
+    assert machine.run("/usr/bin/mokutil", "--sb-state").stdout == "SecureBoot disabled\n"
+    machine.knobs(secure_boot=True)
+    machine.reboot()
+    assert machine.run("/usr/bin/mokutil", "--sb-state").stdout == "SecureBoot enabled\n"
+    assert machine.smi("-L").returncode == 9
+    mok = machine.file("/var/lib/dkms/mok.pub")
+    imported = machine.run("/usr/bin/mokutil", "--import", str(mok), stdin="pw\npw\n")
+    assert imported.returncode == 0
+    assert "SHA1 Fingerprint" in machine.run("/usr/bin/mokutil", "--list-new").stdout
+    machine.reboot()  # nobody at the console: MokManager times out, the request stays pending
+    assert machine.smi("-L").returncode == 9
+    machine.knobs(mok_console_confirms=True)
+    machine.reboot()
+    assert machine.smi("-L").returncode == 0
+    assert machine.run("/usr/bin/mokutil", "--test-key", str(mok)).stdout == f"{mok} is already enrolled\n"
+
+
+def test_open_modules_drop_a_22gb_card_with_a_small_bar1(machine: Machine) -> None:
+    machine.knobs(bar1_mib=256)
+    machine.reboot()
+    out = machine.smi("-L")
+    assert (out.returncode, out.stdout) == (6, "No devices were found\n")
+    machine.dkms("remove", "-m", "nvidia", "-v", OLD, "--all")
+    machine.unpack("nvidia-kernel-dkms", OLD)  # the proprietary flavour maps BAR1 dynamically
+    machine.dkms("install", "-m", "nvidia", "-v", OLD)
+    machine.reboot()
+    assert len(machine.smi("-L").stdout.splitlines()) == 2
+    assert "Kernel Module  " + OLD in machine.file("/proc/driver/nvidia/version").read_text()
+    assert "GSP Firmware Version                               : N/A" in machine.smi("-q").stdout
+
+
+def test_persistence_daemon(machine: Machine) -> None:
+    started = machine.run("/usr/bin/nvidia-persistenced", "--verbose")
+    assert started.returncode == 0
+    pid_file = machine.file("/run/nvidia-persistenced/nvidia-persistenced.pid")
+    pid = int(pid_file.read_text())
+    try:
+        assert (
+            machine.smi("--query-gpu=persistence_mode", "--format=csv,noheader").stdout
+            == "Enabled\nEnabled\n"
+        )
+        machine.smi("-pm", "0", "-i", "0")
+        assert machine.smi("-pm", "1", "-i", "0").stdout.startswith(
+            "Enabled persistence mode via daemon for GPU"
+        )
+    finally:
+        os.kill(pid, 15)
+    for _ in range(100):
+        if not pid_file.exists():
+            break
+        time.sleep(0.05)
+    assert (
+        machine.smi("--query-gpu=persistence_mode", "--format=csv,noheader").stdout == "Disabled\nDisabled\n"
+    )
+
+
+def test_persistence_daemon_fails_without_a_driver(machine: Machine) -> None:
+    machine.knobs(nouveau=True)
+    machine.reboot()
+    failed = machine.run("/usr/bin/nvidia-persistenced")
+    assert failed.returncode == 1 and "failed to initialize" in failed.stderr
+
+
+def test_unknown_knob_is_refused(machine: Machine) -> None:
+    with pytest.raises(KeyError):
+        machine.knobs(bridge=False)
+
+
+# ---- optional: a real install in a Debian 12 tree -----------------------------------------------------
+
+_SCENARIO = r"""
+export DEBIAN_FRONTEND=noninteractive PATH=/usr/sbin:/usr/bin:/sbin:/bin
+cd /tmp
+out=/root/report; mkdir -p $out
+curl -fsSLO {url}cuda-keyring_1.1-1_all.deb && dpkg -i cuda-keyring_1.1-1_all.deb >/dev/null
+cp /etc/apt/sources.list.d/cuda-debian12-x86_64.list $out/keyring_list
+sed -i 's#{canonical}#{url}#' /etc/apt/sources.list.d/cuda-debian12-x86_64.list
+mv /etc/apt/sources.list /etc/apt/sources.list.off
+apt-get update -qq
+apt-get install -y -qq nvidia-driver-pinning-{old} >/dev/null
+apt-get install -y -qq nvidia-driver-cuda nvidia-kernel-open-dkms cuda-toolkit-12-9 >/dev/null
+nvidia-smi -L >/dev/null; echo $? > $out/before_headers
+apt-get install -y -qq linux-headers-$(uname -r) >/dev/null
+nvidia-smi -L > $out/after_headers
+readlink -f /usr/local/cuda > $out/cuda
+apt-get install -y -qq nvidia-driver-pinning-{new} >/dev/null && apt-get dist-upgrade -y -qq >/dev/null
+nvidia-smi -L >/dev/null; echo $? > $out/mismatch
+"""
+
+_AFTER_REBOOT = r"""
+export DEBIAN_FRONTEND=noninteractive PATH=/usr/sbin:/usr/bin:/sbin:/bin
+out=/root/report
+nvidia-smi --query-gpu=driver_version --format=csv,noheader > $out/after_reboot
+apt-get purge -y -qq --autoremove 'nvidia-*' 'libnvidia-*' libcuda1 firmware-nvidia-gsp 'cuda-*' dkms \
+    "linux-headers-$(uname -r)" >/dev/null 2>&1
+dpkg -l | awk '/^(ii|rc)/ && /nvidia|cuda|dkms|linux-headers/' > $out/leftover_packages
+"""
+
+
+def _nspawn(tree: Path, script: str) -> None:
+    cmd = [
+        "systemd-nspawn",
+        "-q",
+        "--register=no",
+        "--keep-unit",
+        "--link-journal=no",
+        f"--directory={tree}",
+        "bash",
+        "-c",
+        script,
+    ]
+    subprocess.run(cmd, check=True, stdin=subprocess.DEVNULL, capture_output=True, timeout=600)
+
+
+@pytest.mark.skipif(
+    os.environ.get("NVIDIA_REPO_NSPAWN") != "1" or os.geteuid() != 0 or not shutil.which("systemd-nspawn"),
+    reason="opt-in: NVIDIA_REPO_NSPAWN=1 (needs root, systemd-nspawn, the rig's rootfs tarball)",
+)
+def test_install_upgrade_purge_in_debian12(repo: Path, tmp_path: Path) -> None:
+    """Real apt/dpkg in a Debian 12 tree: install pinned, build on headers, upgrade = mismatch, reboot, purge.
+
+    Each systemd-nspawn run gets a fresh boot id, so the second run is a reboot.
+    """
+    import functools
+    import http.server
+    import threading
+
+    tarball = max(
+        paths.CACHE.glob("rootfs-bookworm-*.tar.zst"), default=None, key=lambda p: p.stat().st_mtime
+    )
+    if tarball is None:
+        pytest.skip("no rootfs tarball yet")
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    subprocess.run(f"zstd -q -dc {tarball} | tar --numeric-owner -xpf - -C {tree}", shell=True, check=True)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(paths.WWW))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/nvidia/cuda/repos/debian12/x86_64/"
+        _nspawn(tree, _SCENARIO.format(url=url, canonical=nvidia_repo.repo_url(), old=OLD, new=NEW))
+        _nspawn(tree, _AFTER_REBOOT)
+    finally:
+        server.shutdown()
+    report = {p.name: p.read_text() for p in (tree / "root/report").iterdir()}
+    assert report["keyring_list"] == f"deb [signed-by={catalog.KEYRING}] {nvidia_repo.repo_url()} /\n"
+    assert report["before_headers"] == "9\n"
+    assert report["after_headers"].startswith("GPU 0: NVIDIA GeForce RTX 2080 Ti")
+    assert report["cuda"] == "/usr/local/cuda-12.9\n"
+    assert report["mismatch"] == "18\n"
+    assert report["after_reboot"] == f"{NEW}\n{NEW}\n"
+    assert report["leftover_packages"] == ""
