@@ -79,9 +79,7 @@ class Machine:
         boot_id.parent.mkdir(parents=True, exist_ok=True)
         boot_id.write_text(f"{time.time_ns():x}\n")
 
-    def run(
-        self, *cmd: str, user: list[str] | None = None, stdin: str = ""
-    ) -> subprocess.CompletedProcess[str]:
+    def run(self, *cmd: str, user: list[str] | None = None, stdin: str = "") -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "NVIDIA_STANDIN_ROOT": str(self.root)}
         tool = str(self.root / cmd[0].lstrip("/"))
         return subprocess.run(
@@ -160,10 +158,7 @@ def test_keyring_deb_points_apt_at_the_sandbox_repo(repo: Path, tmp_path: Path) 
     assert not (tmp_path / "etc/apt/preferences.d").exists()  # the Debian keyring has no pin file
     ubuntu = nvidia_repo.repo_dir("ubuntu2404")
     subprocess.run(["dpkg-deb", "-x", str(deb(ubuntu, "cuda-keyring")), str(tmp_path / "u")], check=True)
-    assert (
-        "Pin: release l=NVIDIA CUDA"
-        in (tmp_path / "u/etc/apt/preferences.d/cuda-repository-pin-600").read_text()
-    )
+    assert "Pin: release l=NVIDIA CUDA" in (tmp_path / "u/etc/apt/preferences.d/cuda-repository-pin-600").read_text()
     assert (repo / aptrepo.PUBKEY_NAME).read_text().startswith("-----BEGIN PGP PUBLIC KEY BLOCK-----")
 
 
@@ -215,23 +210,16 @@ def test_every_deb_is_well_formed(repo: Path, tmp_path: Path) -> None:
     debs = sorted(repo.glob("*.deb")) + nvidia_repo.machine_debs()
     for path in debs:
         fields = control(path)
-        assert (
-            path.name
-            == f"{fields['Package']}_{fields['Version'].split(':')[-1]}_{fields['Architecture']}.deb"
-        )
+        assert path.name == f"{fields['Package']}_{fields['Version'].split(':')[-1]}_{fields['Architecture']}.deb"
         assert fields["Maintainer"] and fields["Description"]
-        info = subprocess.run(
-            ["dpkg-deb", "--info", str(path)], check=True, capture_output=True, text=True
-        ).stdout
+        info = subprocess.run(["dpkg-deb", "--info", str(path)], check=True, capture_output=True, text=True).stdout
         for script in ("postinst", "prerm", "postrm"):
             if re.search(rf"^\s+\d+ bytes,\s+\d+ lines\s+\*\s+{script}\s", info, re.M):
                 out = tmp_path / path.stem
                 subprocess.run(["dpkg-deb", "-e", str(path), str(out)], check=True)
                 subprocess.run(["sh", "-n", str(out / script)], check=True)
                 assert os.access(out / script, os.X_OK)
-        listing = subprocess.run(
-            ["dpkg-deb", "-c", str(path)], check=True, capture_output=True, text=True
-        ).stdout
+        listing = subprocess.run(["dpkg-deb", "-c", str(path)], check=True, capture_output=True, text=True).stdout
         assert all(" root/root " in line for line in listing.splitlines()), path.name
 
 
@@ -275,9 +263,7 @@ def test_cuda_toolkit_files(repo: Path, tmp_path: Path) -> None:
     )
     assert subprocess.run([str(top / "bin/nvcc"), "-c", "x.cu"], capture_output=True).returncode == 1
     for lib in ("libcudadevrt.a", "libcudart_static.a", "libculibos.a"):
-        members = subprocess.run(
-            ["ar", "t", str(top / "lib64" / lib)], check=True, capture_output=True, text=True
-        )
+        members = subprocess.run(["ar", "t", str(top / "lib64" / lib)], check=True, capture_output=True, text=True)
         assert members.stdout.strip().endswith(".o")
     assert "#define CUDA_VERSION 12090" in (top / "include/cuda.h").read_text()
     assert json.loads((top / "version.json").read_text())["cuda"]["version"] == "12.9.1"
@@ -304,9 +290,7 @@ def test_headers_package_provides_the_build_link(repo: Path) -> None:
 
 
 def test_fake_module_carries_modinfo_and_signature() -> None:
-    ko = kmod_elf.kernel_module(
-        [("version", OLD), ("license", "Dual MIT/GPL")], "DKMS module signing key", b"k" * 20
-    )
+    ko = kmod_elf.kernel_module([("version", OLD), ("license", "Dual MIT/GPL")], "DKMS module signing key", b"k" * 20)
     assert ko.startswith(b"\x7fELF\x02\x01")
     assert kmod_elf.read_modinfo(ko) == {"version": OLD, "license": "Dual MIT/GPL"}
     assert kmod_elf.signature_key_id(ko) == (b"k" * 20).hex()
@@ -317,10 +301,7 @@ def test_dkms_builds_installs_and_reports(machine: Machine) -> None:
     assert machine.dkms("status").stdout == f"nvidia/{OLD}, {KERNEL}, x86_64: installed\n"
     ko = machine.file(f"/lib/modules/{KERNEL}/updates/dkms/nvidia.ko").read_bytes()
     assert kmod_elf.read_modinfo(ko)["version"] == OLD
-    assert (
-        kmod_elf.signature_key_id(ko)
-        == hashlib.sha1(machine.file("/var/lib/dkms/mok.pub").read_bytes()).hexdigest()
-    )
+    assert kmod_elf.signature_key_id(ko) == hashlib.sha1(machine.file("/var/lib/dkms/mok.pub").read_bytes()).hexdigest()
     removed = machine.dkms("remove", "-m", "nvidia", "-v", OLD, "--all")
     assert removed.returncode == 0 and "completely from the DKMS tree" in removed.stdout
     assert machine.dkms("status").stdout == ""
@@ -367,14 +348,10 @@ def test_list_and_query_formats(machine: Machine) -> None:
         "index, name, memory.total [MiB], memory.used [MiB], compute_cap, driver_version, "
         "persistence_mode, power.limit [W], pci.bus_id"
     )
-    gpu0 = (
-        f"0, NVIDIA GeForce RTX 2080 Ti, 22528 MiB, 1 MiB, 7.5, {OLD}, Disabled, 250.00 W, 00000000:01:00.0"
-    )
+    gpu0 = f"0, NVIDIA GeForce RTX 2080 Ti, 22528 MiB, 1 MiB, 7.5, {OLD}, Disabled, 250.00 W, 00000000:01:00.0"
     assert csv[1] == gpu0
     bare = machine.smi(f"--query-gpu={fields}", "--format=csv,noheader,nounits", "-i", "1").stdout
-    assert (
-        bare == f"1, NVIDIA GeForce RTX 2080 Ti, 22528, 1, 7.5, {OLD}, Disabled, 250.00, 00000000:02:00.0\n"
-    )
+    assert bare == f"1, NVIDIA GeForce RTX 2080 Ti, 22528, 1, 7.5, {OLD}, Disabled, 250.00, 00000000:02:00.0\n"
 
 
 def test_query_fields_of_the_real_capture_are_all_known(machine: Machine) -> None:
@@ -396,9 +373,7 @@ def test_errors_match_the_real_tool(machine: Machine) -> None:
 def _q_skeleton(text: str) -> list[str]:
     """Each -q line reduced to its indent and key: the structure without the values."""
     lines = [line.split(" : ")[0].rstrip() if " : " in line else line.rstrip() for line in text.splitlines()]
-    return [
-        "GPU <bus id>" if re.fullmatch(r"GPU [0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.0", x) else x for x in lines
-    ]
+    return ["GPU <bus id>" if re.fullmatch(r"GPU [0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.0", x) else x for x in lines]
 
 
 def test_q_has_the_real_layout(machine: Machine) -> None:
@@ -418,15 +393,10 @@ def test_q_memory_and_power_have_the_real_layout(machine: Machine) -> None:
         assert _q_skeleton(ours) == _q_skeleton(real), display
     memory = machine.smi("-q", "-d", "MEMORY").stdout
     assert (
-        memory.count(
-            "    BAR1 Memory Usage\n        Total                                          : 32768 MiB"
-        )
-        == 2
+        memory.count("    BAR1 Memory Usage\n        Total                                          : 32768 MiB") == 2
     )
     machine.knobs(bar1_mib=256)
-    assert (
-        "Total                                          : 256 MiB" in machine.smi("-q", "-d", "MEMORY").stdout
-    )
+    assert "Total                                          : 256 MiB" in machine.smi("-q", "-d", "MEMORY").stdout
 
 
 def test_plain_table_has_the_real_layout(machine: Machine) -> None:
@@ -437,14 +407,8 @@ def test_plain_table_has_the_real_layout(machine: Machine) -> None:
     assert ours[3:8] == real[3:8] and ours[-7:] == real[-7:]
     seps = [[i for i, c in enumerate(line) if c == "|"] for line in (ours[8], ours[9], ours[10])]
     assert seps == [[i for i, c in enumerate(line) if c == "|"] for line in (real[8], real[9], real[10])]
-    assert (
-        ours[8]
-        == "|   0  NVIDIA GeForce RTX 2080 Ti     Off |   00000000:01:00.0 Off |                  N/A |"
-    )
-    assert (
-        ours[9]
-        == "| 27%   34C    P8             18W /  250W |       1MiB /  22528MiB |      0%      Default |"
-    )
+    assert ours[8] == "|   0  NVIDIA GeForce RTX 2080 Ti     Off |   00000000:01:00.0 Off |                  N/A |"
+    assert ours[9] == "| 27%   34C    P8             18W /  250W |       1MiB /  22528MiB |      0%      Default |"
 
 
 def test_nvlink_and_topology_with_the_bridge(machine: Machine) -> None:
@@ -488,9 +452,7 @@ def test_a_missing_gpu_leaves_one_and_the_real_single_gpu_layout(machine: Machin
 
 def test_pcie_width_knob(machine: Machine) -> None:
     machine.knobs(pcie_width=4)
-    out = machine.smi(
-        "--query-gpu=pcie.link.width.current,pcie.link.width.max", "--format=csv,noheader"
-    ).stdout
+    out = machine.smi("--query-gpu=pcie.link.width.current,pcie.link.width.max", "--format=csv,noheader").stdout
     assert out == "4, 16\n4, 16\n"
 
 
@@ -521,14 +483,10 @@ def test_persistence_and_power_limit_persist_until_reboot(machine: Machine) -> N
 def test_settings_need_root(machine: Machine) -> None:
     pm = machine.smi("-pm", "1", user=NOBODY)
     assert pm.returncode == 4
-    assert pm.stdout.startswith(
-        "Unable to set persistence mode for GPU 00000000:01:00.0: Insufficient Permissions\n"
-    )
+    assert pm.stdout.startswith("Unable to set persistence mode for GPU 00000000:01:00.0: Insufficient Permissions\n")
     assert machine.smi("-pl", "200", user=NOBODY).returncode == 4
     assert machine.smi("-L", user=NOBODY).returncode == 0
-    assert (
-        machine.smi("--query-gpu=persistence_mode", "--format=csv,noheader").stdout == "Disabled\nDisabled\n"
-    )
+    assert machine.smi("--query-gpu=persistence_mode", "--format=csv,noheader").stdout == "Disabled\nDisabled\n"
 
 
 def test_upgrade_without_reboot_is_a_version_mismatch(machine: Machine) -> None:
@@ -622,23 +580,16 @@ def test_persistence_daemon(machine: Machine) -> None:
     pid_file = machine.file("/run/nvidia-persistenced/nvidia-persistenced.pid")
     pid = int(pid_file.read_text())
     try:
-        assert (
-            machine.smi("--query-gpu=persistence_mode", "--format=csv,noheader").stdout
-            == "Enabled\nEnabled\n"
-        )
+        assert machine.smi("--query-gpu=persistence_mode", "--format=csv,noheader").stdout == "Enabled\nEnabled\n"
         machine.smi("-pm", "0", "-i", "0")
-        assert machine.smi("-pm", "1", "-i", "0").stdout.startswith(
-            "Enabled persistence mode via daemon for GPU"
-        )
+        assert machine.smi("-pm", "1", "-i", "0").stdout.startswith("Enabled persistence mode via daemon for GPU")
     finally:
         os.kill(pid, 15)
     for _ in range(100):
         if not pid_file.exists():
             break
         time.sleep(0.05)
-    assert (
-        machine.smi("--query-gpu=persistence_mode", "--format=csv,noheader").stdout == "Disabled\nDisabled\n"
-    )
+    assert machine.smi("--query-gpu=persistence_mode", "--format=csv,noheader").stdout == "Disabled\nDisabled\n"
 
 
 def test_persistence_daemon_fails_without_a_driver(machine: Machine) -> None:
@@ -712,9 +663,7 @@ def test_install_upgrade_purge_in_debian12(repo: Path, tmp_path: Path) -> None:
     import http.server
     import threading
 
-    tarball = max(
-        paths.CACHE.glob("rootfs-bookworm-*.tar.zst"), default=None, key=lambda p: p.stat().st_mtime
-    )
+    tarball = max(paths.CACHE.glob("rootfs-bookworm-*.tar.zst"), default=None, key=lambda p: p.stat().st_mtime)
     if tarball is None:
         pytest.skip("no rootfs tarball yet")
     tree = tmp_path / "tree"

@@ -25,7 +25,8 @@ SECTIONS: dict[str, str] = {
     "meminfo": "head -1 /proc/meminfo",
     "lspci": "lspci -D -mm -n -d 10de: 2>&1 || echo rc=$?",
     "secureboot": "mokutil --sb-state 2>&1 || echo rc=$?",
-    "modules": "grep -E '^(nvidia|nouveau)[_ ]' /proc/modules || true",
+    # /sys/module/<name> exists for every loaded module (and is there even where /proc/modules is not).
+    "modules": "cd /sys/module 2>/dev/null && ls -d nvidia nvidia_* nouveau 2>/dev/null || true",
     "driver_loaded": "cat /proc/driver/nvidia/version 2>/dev/null || true",
     "headers": 'test -e "/lib/modules/$(uname -r)/build" && echo present || echo missing',
     "packages": (
@@ -129,6 +130,7 @@ def parse_secure_boot(lines: list[str]) -> bool | None:
 
 
 def parse_modules(lines: list[str]) -> list[str]:
+    """Module names, one per line (`ls` of /sys/module) or as the first word (/proc/modules)."""
     return sorted({line.split()[0] for line in lines if line.strip()})
 
 
