@@ -89,19 +89,19 @@ def _write(path: Path, text: str, mode: int = 0o644) -> None:
     os.chmod(path, mode)
 
 
-def _personalize(m: Machine) -> None:
-    """What differs per machine: name, ids, host keys, sshd port, the authorized key.
-
-    Re-applied on every `up` (cheap, and it heals a tree whose config was edited by hand).
-    """
-    root = m.dir
+def _personalize(m: Machine, root: Path) -> None:
+    """What differs per machine: name, machine-id, host keys. Done once, when the tree is made."""
     _write(root / "etc/hostname", f"{m.name}\n")
     _write(root / "etc/hosts", f"127.0.0.1\tlocalhost\n127.0.1.1\t{m.name}\n::1\tlocalhost ip6-localhost\n")
-    if not (root / "etc/machine-id").read_text().strip():
-        _write(root / "etc/machine-id", uuid.uuid4().hex + "\n", 0o444)
-    if not list((root / "etc/ssh").glob("ssh_host_*_key")):
-        # -f makes ssh-keygen -A write under the machine's root instead of the host's /etc/ssh.
-        subprocess.run(["ssh-keygen", "-q", "-A", "-f", str(root)], check=True)
+    _write(root / "etc/machine-id", uuid.uuid4().hex + "\n", 0o444)
+    # -f makes ssh-keygen -A write under the machine's root instead of the host's /etc/ssh.
+    subprocess.run(["ssh-keygen", "-q", "-A", "-f", str(root)], check=True, stdout=subprocess.DEVNULL)
+
+
+def _connect_config(m: Machine) -> None:
+    """How the harness gets in: sshd's port and the authorized key. Re-applied on every `up`, so a
+    regenerated key or a changed port never locks the harness out; the deploy does not own these."""
+    root = m.dir
     sshd = (
         f"# vllm-rig sandbox: loopback only, keys only\nPort {m.port}\nListenAddress 127.0.0.1\n"
         "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUseDNS no\n"
@@ -123,9 +123,15 @@ def create(m: Machine, fresh: bool = False) -> bool:
             raise RuntimeError(f"{m.name} is running; bring it down before recreating it")
         subprocess.run(["rm", "-rf", "--one-file-system", str(m.dir)], check=True)
     if not m.dir.exists():
-        rootfs.unpack(m.dir)
+        # Unpack and personalize under a temporary name, so an interrupted `up` leaves no half-made tree.
+        tmp = m.dir.with_name(m.name + ".new")
+        if tmp.exists():
+            subprocess.run(["rm", "-rf", "--one-file-system", str(tmp)], check=True)
+        rootfs.unpack(tmp)
+        _personalize(m, tmp)
+        tmp.rename(m.dir)
         made = True
-    _personalize(m)
+    _connect_config(m)
     return made
 
 
