@@ -151,7 +151,7 @@ def nspawn_command(m: Machine) -> list[str]:
     ]
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     """True for a live, non-zombie process."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -254,7 +254,7 @@ def down(m: Machine, timeout: float = 60) -> bool:
         time.sleep(0.1)
     if is_running(m):  # the machine did not power off in time: pull the plug
         for p in (_read_int(m.state("nspawn.pid")), pid):
-            if p is not None and _pid_alive(p):
+            if p is not None and pid_alive(p):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(p, signal.SIGKILL)
         while is_running(m):
@@ -308,6 +308,14 @@ def wait_ssh(m: Machine, timeout: float = 60) -> float:
 
 def boot_id(m: Machine) -> str:
     return ssh(m, "cat", "/proc/sys/kernel/random/boot_id").stdout.strip()
+
+
+def supervisor_pid(m: Machine) -> int | None:
+    return _read_int(m.state("pid"))
+
+
+def nspawn_pid(m: Machine) -> int | None:
+    return _read_int(m.state("nspawn.pid"))
 
 
 def boots(m: Machine) -> int:
