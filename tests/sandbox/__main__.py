@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -81,8 +80,8 @@ def down(wipe: bool = False) -> None:
         stopped = machine.down(m)
         what = "powered off" if stopped else "was not running"
         print(f"down: {m.name}: {what} ({time.monotonic() - t0:.1f}s)")
-        if wipe and m.dir.exists():
-            subprocess.run(["rm", "-rf", "--one-file-system", str(m.dir)], check=True)
+        if wipe:
+            machine.destroy(m)
             print(f"down: {m.name}: tree removed")
     for name in services.down():
         print(f"down: fixture {name}: stopped")

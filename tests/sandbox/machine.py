@@ -181,6 +181,68 @@ def is_running(m: Machine) -> bool:
     return False
 
 
+def _cgroup_mounts() -> dict[str, Path]:
+    """Where the hierarchies systemd uses are mounted: "" for cgroup2, "name=systemd" for the v1 one."""
+    found: dict[str, Path] = {}
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        mount_point = line.split()[4]
+        fstype, _source, options = line.split(" - ", 1)[1].split()[:3]
+        if fstype == "cgroup2":
+            found.setdefault("", Path(mount_point))
+        elif fstype == "cgroup" and "name=systemd" in options.split(","):
+            found.setdefault("name=systemd", Path(mount_point))
+    return found
+
+
+def _own_cgroup(m: Machine) -> None:
+    """Move this process into a cgroup of its own, in every hierarchy systemd uses.
+
+    With --keep-unit, nspawn puts the container in a "payload" cgroup beside itself. Without this,
+    every machine would get the same host cgroups, and one machine's systemd stopping a unit would
+    kill the same unit's processes in the other machines.
+    """
+    mounts = _cgroup_mounts()
+    groups = []
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _id, controllers, path = line.split(":", 2)
+        if controllers not in mounts:
+            continue
+        group = mounts.pop(controllers) / path.lstrip("/") / f"vllm-rig-{m.name}"
+        try:
+            group.mkdir(exist_ok=True)
+            (group / "cgroup.procs").write_text(f"{os.getpid()}\n")
+            groups.append(str(group))
+        except OSError as e:
+            print(f"supervisor: cannot use cgroup {group} ({e}); machines may share cgroups", flush=True)
+    # `down` reads this to find every process of the machine if it has to pull the plug.
+    m.state("cgroups").write_text("".join(g + "\n" for g in groups))
+
+
+def _machine_pids(m: Machine) -> set[int]:
+    """Every process in the machine's cgroups: supervisor, nspawn, and the container's own."""
+    pids: set[int] = set()
+    try:
+        groups = m.state("cgroups").read_text().split()
+    except OSError:
+        return pids
+    for group in groups:
+        for procs in Path(group).rglob("cgroup.procs"):
+            with contextlib.suppress(OSError):
+                pids |= {int(p) for p in procs.read_text().split()}
+    return pids
+
+
+def _kill_machine(m: Machine, timeout: float = 10) -> None:
+    """Pull the plug: SIGKILL everything in the machine's cgroups (nspawn alone would orphan the
+    container's init, which lives in its own pid namespace)."""
+    deadline = time.monotonic() + timeout
+    while (pids := _machine_pids(m) - {os.getpid()}) and time.monotonic() < deadline:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.1)
+
+
 def supervise(m: Machine) -> int:
     """Foreground loop: boot the machine; boot it again after an inside reboot; stop otherwise."""
     paths.STATE.mkdir(parents=True, exist_ok=True)
@@ -191,6 +253,7 @@ def supervise(m: Machine) -> int:
         print(f"{m.name}: a supervisor is already running", flush=True)
         return 1
     m.state("pid").write_text(f"{os.getpid()}\n")
+    _own_cgroup(m)
     stopping = False
     child: subprocess.Popen[bytes] | None = None
 
@@ -227,6 +290,9 @@ def start(m: Machine) -> bool:
     """Start the supervisor detached. False if it was already running."""
     if is_running(m):
         return False
+    if _machine_pids(m):  # left over from a supervisor that was killed: never run two on one tree
+        print(f"{m.name}: killing processes left over from an earlier run", flush=True)
+        _kill_machine(m)
     paths.STATE.mkdir(parents=True, exist_ok=True)
     log = m.state("console.log").open("ab")
     # setsid -f: a new session, and the supervisor is re-parented away from us, so it outlives the
@@ -244,7 +310,10 @@ def start(m: Machine) -> bool:
 def down(m: Machine, timeout: float = 60) -> bool:
     """Power the machine off cleanly and stop its supervisor. False if it was not running."""
     if not is_running(m):
-        return False
+        if not _machine_pids(m):
+            return False
+        _kill_machine(m)  # a container whose supervisor died: nothing left to ask politely
+        return True
     pid = _read_int(m.state("pid"))
     if pid is not None:
         with contextlib.suppress(ProcessLookupError):
@@ -253,13 +322,20 @@ def down(m: Machine, timeout: float = 60) -> bool:
     while is_running(m) and time.monotonic() < deadline:
         time.sleep(0.1)
     if is_running(m):  # the machine did not power off in time: pull the plug
-        for p in (_read_int(m.state("nspawn.pid")), pid):
-            if p is not None and pid_alive(p):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(p, signal.SIGKILL)
+        print(f"{m.name}: no clean poweroff within {timeout:.0f}s; killing it", flush=True)
+        _kill_machine(m)
         while is_running(m):
             time.sleep(0.1)
     return True
+
+
+def destroy(m: Machine) -> None:
+    """Power off, then delete the tree and the supervisor's state (the console log stays)."""
+    down(m)
+    if m.dir.exists():
+        subprocess.run(["rm", "-rf", "--one-file-system", str(m.dir)], check=True)
+    for suffix in ("lock", "boots", "pid", "nspawn.pid", "cgroups"):
+        m.state(suffix).unlink(missing_ok=True)
 
 
 # --- talking to it --------------------------------------------------------------------------------

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -156,25 +158,78 @@ def test_inside_reboot_comes_back_with_new_boot_id(rig: Rig) -> None:
     assert after != before
 
 
-def test_down_is_clean_and_idempotent(rig: Rig) -> None:
-    # A machine of its own, so the session's machines stay up.
+@pytest.fixture(scope="module")
+def spare(rig: Rig) -> Iterator[machine.Machine]:
+    """A machine of its own (rig9) for tests that stop or break it, so the session's machines stay up."""
     m = machine.Machine("rig9")
     machine.create(m, fresh=True)
     try:
-        assert machine.start(m) is True
-        assert machine.start(m) is False
-        machine.wait_ssh(m, timeout=60)
-        nspawn = machine.nspawn_pid(m)
-        log_size = m.state("console.log").stat().st_size
-        t0 = time.monotonic()
-        assert machine.down(m) is True
-        print(f"down: {time.monotonic() - t0:.1f}s")
-        with m.state("console.log").open("rb") as log:
-            log.seek(log_size)
-            assert b"Powering off" in log.read()  # an orderly poweroff, not a kill
-        assert not machine.is_running(m)
-        assert nspawn is not None and not machine.pid_alive(nspawn)
-        assert machine.down(m) is False
+        yield m
     finally:
-        machine.down(m)
-        subprocess.run(["rm", "-rf", "--one-file-system", str(m.dir)], check=True)
+        machine.destroy(m)
+
+
+def _booted(m: machine.Machine) -> None:
+    machine.start(m)
+    machine.wait_ssh(m, timeout=60)
+
+
+def test_units_are_isolated_between_machines(rig: Rig, spare: machine.Machine) -> None:
+    # Each machine has its own host cgroup: stopping a unit in one must not kill its namesake in another.
+    _booted(spare)
+    probe = "sudo -n systemd-run --quiet --unit=rig-probe sleep 600"
+    for m in (rig.machine("rig1"), spare):
+        machine.ssh(m, "sudo -n systemctl stop rig-probe 2>/dev/null; " + probe)
+    machine.ssh(spare, "sudo -n systemctl stop rig-probe")
+    try:
+        assert rig.ssh("rig1", "systemctl is-active rig-probe", check=False).strip() == "active"
+    finally:
+        rig.ssh("rig1", "sudo -n systemctl stop rig-probe", check=False)
+
+
+def test_down_is_clean_and_idempotent(spare: machine.Machine) -> None:
+    m = spare
+    _booted(m)
+    assert machine.start(m) is False
+    nspawn = machine.nspawn_pid(m)
+    log_size = m.state("console.log").stat().st_size
+    t0 = time.monotonic()
+    assert machine.down(m) is True
+    print(f"down: {time.monotonic() - t0:.1f}s")
+    with m.state("console.log").open("rb") as log:
+        log.seek(log_size)
+        assert b"Powering off" in log.read()  # an orderly poweroff, not a kill
+    assert not machine.is_running(m)
+    assert nspawn is not None and not machine.pid_alive(nspawn)
+    assert machine._machine_pids(m) == set()
+    assert machine.down(m) is False
+
+
+def _inits_of(m: machine.Machine) -> int:
+    """How many host processes are a container init (systemd) of this machine."""
+    scope = f"/vllm-rig-{m.name}/payload/init.scope"
+    count = 0
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if not machine.pid_alive(int(proc.name)):  # a killed init may linger a moment as a zombie
+                continue
+            if (proc / "comm").read_text().strip() == "systemd" and scope in (proc / "cgroup").read_text():
+                count += 1
+        except OSError:
+            continue
+    return count
+
+
+def test_killed_supervisor_leaves_nothing_running(spare: machine.Machine) -> None:
+    m = spare
+    _booted(m)
+    for pid in (machine.supervisor_pid(m), machine.nspawn_pid(m)):
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+    time.sleep(0.5)
+    assert not machine.is_running(m)
+    assert machine._machine_pids(m), "the container's init outlives nspawn: the case start() must clean up"
+    _booted(m)  # kills the leftovers, then boots: never two containers on one tree
+    assert _inits_of(m) == 1
+    assert machine.down(m, timeout=0.01) is True  # too short to power off: the plug gets pulled
+    assert machine._machine_pids(m) == set()
