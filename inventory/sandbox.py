@@ -15,6 +15,7 @@ if _REPO not in sys.path:  # pyinfra puts the cwd on sys.path; make this work fr
     sys.path.insert(0, _REPO)
 
 from tests.sandbox import machine as _machine  # noqa: E402
+from tests.sandbox import paths as _paths  # noqa: E402
 
 _VLLM_PORT_BASE = 8000
 
@@ -26,7 +27,7 @@ def _host(m: _machine.Machine) -> tuple[str, dict]:
             "ssh_hostname": "127.0.0.1",
             "ssh_port": m.port,
             "ssh_user": "rig",
-            "ssh_key": str(_machine.key_path()),
+            "ssh_key": str(_paths.KEYS / _machine.KEY_NAME),  # made by `up`
             "ssh_allow_agent": False,
             "ssh_look_for_keys": False,
             "ssh_known_hosts_file": "/dev/null",

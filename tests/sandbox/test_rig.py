@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import runpy
 import signal
 import subprocess
 import time
@@ -58,6 +59,21 @@ def test_missing_fixture_module_is_skipped(
     outcomes = services.up()
     assert [(o.name, o.action) for o in outcomes] == [("no_such_fixture", "missing")]
     assert "skipped" in capsys.readouterr().out
+
+
+def test_inventory_groups_and_ports(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VLLM_RIG_SANDBOX_MACHINES", "2")
+    inv = runpy.run_path(str(paths.REPO / "inventory" / "sandbox.py"))
+    assert [name for name, _ in inv["sandbox"]] == ["rig1", "rig2"]
+    assert [name for name, _ in inv["qwen38"]] == ["rig2"]
+    rig2 = dict(inv["sandbox"])["rig2"]
+    assert (rig2["ssh_hostname"], rig2["ssh_port"], rig2["ssh_user"], rig2["vllm_port"]) == (
+        "127.0.0.1",
+        2222,
+        "rig",
+        8002,
+    )
+    assert rig2["ssh_key"] == str(paths.KEYS / machine.KEY_NAME)
 
 
 # --- on the running rig ---------------------------------------------------------------------------
