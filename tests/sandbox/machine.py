@@ -326,6 +326,11 @@ def down(m: Machine, timeout: float = 60) -> bool:
         _kill_machine(m)
         while is_running(m):
             time.sleep(0.1)
+    # The supervisor drops its lock as it exits; wait until it (and anything else) has left the cgroup.
+    deadline = time.monotonic() + 5
+    while _machine_pids(m) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    _kill_machine(m)
     return True
 
 

@@ -216,7 +216,8 @@ def test_down_is_clean_and_idempotent(spare: machine.Machine) -> None:
         log.seek(log_size)
         assert b"Powering off" in log.read()  # an orderly poweroff, not a kill
     assert not machine.is_running(m)
-    assert nspawn is not None and not machine.pid_alive(nspawn)
+    assert nspawn is not None
+    assert not machine.pid_alive(nspawn)
     assert machine._machine_pids(m) == set()
     assert machine.down(m) is False
 
