@@ -15,6 +15,7 @@ import fcntl
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -286,6 +287,12 @@ def supervise(m: Machine) -> int:
     return 0 if rc in (0, REBOOT_EXIT) else rc
 
 
+def _port_answers(port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+        return True
+    return False
+
+
 def start(m: Machine) -> bool:
     """Start the supervisor detached. False if it was already running."""
     if is_running(m):
@@ -293,6 +300,8 @@ def start(m: Machine) -> bool:
     if _machine_pids(m):  # left over from a supervisor that was killed: never run two on one tree
         print(f"{m.name}: killing processes left over from an earlier run", flush=True)
         _kill_machine(m)
+    if _port_answers(m.port):  # e.g. another checkout's rig: its sshd would answer our wait_ssh
+        raise RuntimeError(f"{m.name}: 127.0.0.1:{m.port} is already taken by something else")
     paths.STATE.mkdir(parents=True, exist_ok=True)
     log = m.state("console.log").open("ab")
     # setsid -f: a new session, and the supervisor is re-parented away from us, so it outlives the
