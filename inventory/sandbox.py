@@ -3,7 +3,9 @@
     pyinfra -y inventory/sandbox.py deploy.py
 
 Lists the machines that are running (rig1 if none is); VLLM_RIG_SANDBOX_MACHINES=N lists rig1..rigN.
-Only SSH connection data and per-host ports live here; settings come from group_data.
+Settings come from group_data like for any box; the only ones set here are where the sandbox's
+stand-ins live (apt repo, git remotes, package indexes, HF mirror) and what a Debian 12 container is
+(Python 3.11, a small disk). The deploy code never knows it is in a sandbox.
 """
 
 import os
@@ -16,6 +18,12 @@ if _REPO not in sys.path:  # pyinfra puts the cwd on sys.path; make this work fr
 
 from tests.sandbox import machine as _machine  # noqa: E402
 from tests.sandbox import paths as _paths  # noqa: E402
+from tests.sandbox.fixtures import forge as _forge  # noqa: E402
+from tests.sandbox.fixtures import nvidia_repo as _nvidia_repo  # noqa: E402
+from tests.sandbox.fixtures import pkg_index as _pkg_index  # noqa: E402
+from vllm_rig import ssh_nodelay as _ssh_nodelay  # noqa: E402
+
+_ssh_nodelay.install()
 
 _VLLM_PORT_BASE = 8000
 
@@ -45,8 +53,29 @@ def _selected() -> list[_machine.Machine]:
     return running or _machine.machines(1)
 
 
+def _settings() -> dict:
+    """The sandbox's sources. SHAs come from the git remotes' manifest, written by `up`."""
+    try:
+        refs = _forge.manifest()
+    except (OSError, ValueError):
+        refs = {}  # not built yet: validation then says fork_ref is missing a value
+    fork, flashqla = "weicj/vLLM-2080Ti-Definitive", "weicj/FlashQLA-SM70-SM75"
+    return {
+        "nvidia_repo_url": _nvidia_repo.repos_url() + "/{distro}/x86_64/",
+        "fork_repo": _forge.remote_url(fork),
+        "fork_ref": refs.get(fork, {}).get("v0.1.17", "(run: python -m tests.sandbox up)"),
+        "flashqla_repo": _forge.remote_url(flashqla),
+        "flashqla_ref": refs.get(flashqla, {}).get("main", "(run: python -m tests.sandbox up)"),
+        "pip_index_url": _pkg_index.index_url(),
+        "torch_index_url": _pkg_index.torch_index_url(),
+        "hf_endpoint": f"http://127.0.0.1:{_paths.HF_MIRROR_PORT}",
+        "python_version": "3.11",  # Debian 12's python3
+        "min_free_disk_gb": 5,
+    }
+
+
 _hosts = {m.name: _host(m) for m in _selected()}
 
 # Every sandbox machine; rig2 also stands for a box of the qwen38 profile.
-sandbox = list(_hosts.values())
+sandbox = (list(_hosts.values()), _settings())
 qwen38 = [_hosts[name] for name in ("rig2",) if name in _hosts]

@@ -14,6 +14,7 @@ import contextlib
 import fcntl
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -99,6 +100,25 @@ def _personalize(m: Machine, root: Path) -> None:
     subprocess.run(["ssh-keygen", "-q", "-A", "-f", str(root)], check=True, stdout=subprocess.DEVNULL)
 
 
+def _install_standins(root: Path) -> None:
+    """The parts of a GPU box no package repo can give a container: the machine-side NVIDIA stand-ins
+    (module loading at boot, /proc/driver and /sys/module views, mokutil). Installed with the real dpkg
+    inside the tree, once, when the tree is made."""
+    from tests.sandbox.fixtures import nvidia_repo
+
+    debs = nvidia_repo.machine_debs()
+    inbox = root / "var/cache/sandbox-standins"
+    inbox.mkdir(parents=True, exist_ok=True)
+    for deb in debs:
+        shutil.copy2(deb, inbox / deb.name)
+    inside = [f"/var/cache/sandbox-standins/{deb.name}" for deb in debs]
+    subprocess.run(
+        ["systemd-nspawn", "--quiet", "--register=no", "--keep-unit", f"--directory={root}", "dpkg", "-i", *inside],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+
+
 def _connect_config(m: Machine) -> None:
     """How the harness gets in: sshd's port and the authorized key. Re-applied on every `up`, so a
     regenerated key or a changed port never locks the harness out; the deploy does not own these."""
@@ -130,6 +150,7 @@ def create(m: Machine, fresh: bool = False) -> bool:
             subprocess.run(["rm", "-rf", "--one-file-system", str(tmp)], check=True)
         rootfs.unpack(tmp)
         _personalize(m, tmp)
+        _install_standins(tmp)
         tmp.rename(m.dir)
         made = True
     _connect_config(m)
@@ -149,6 +170,8 @@ def nspawn_command(m: Machine) -> list[str]:
         "--kill-signal=SIGRTMIN+4",  # our SIGTERM to nspawn becomes an orderly poweroff inside
         f"--directory={m.dir}",
         f"--machine={m.name}",
+        # Fault knobs of the stand-ins that run inside (the fork's server and build), flipped by tests.
+        f"--bind-ro={paths.KNOBS}:/etc/sandbox-knobs",
     ]
 
 
@@ -303,6 +326,7 @@ def start(m: Machine) -> bool:
     if _port_answers(m.port):  # e.g. another checkout's rig: its sshd would answer our wait_ssh
         raise RuntimeError(f"{m.name}: 127.0.0.1:{m.port} is already taken by something else")
     paths.STATE.mkdir(parents=True, exist_ok=True)
+    paths.KNOBS.mkdir(parents=True, exist_ok=True)  # bound into the machine at /etc/sandbox-knobs
     log = m.state("console.log").open("ab")
     # setsid -f: a new session, and the supervisor is re-parented away from us, so it outlives the
     # caller and never lingers as our zombie.

@@ -650,11 +650,7 @@ def _nspawn(tree: Path, script: str) -> None:
     subprocess.run(cmd, check=True, stdin=subprocess.DEVNULL, capture_output=True, timeout=600)
 
 
-@pytest.mark.skipif(
-    os.environ.get("NVIDIA_REPO_NSPAWN") != "1" or os.geteuid() != 0 or not shutil.which("systemd-nspawn"),
-    reason="opt-in: NVIDIA_REPO_NSPAWN=1 (needs root, systemd-nspawn, the rig's rootfs tarball)",
-)
-def test_install_upgrade_purge_in_debian12(repo: Path, tmp_path: Path) -> None:
+def test_install_upgrade_purge_in_debian12(repo: Path, tmp_path: Path, rig: object) -> None:
     """Real apt/dpkg in a Debian 12 tree: install pinned, build on headers, upgrade = mismatch, reboot, purge.
 
     Each systemd-nspawn run gets a fresh boot id, so the second run is a reboot.
@@ -663,9 +659,7 @@ def test_install_upgrade_purge_in_debian12(repo: Path, tmp_path: Path) -> None:
     import http.server
     import threading
 
-    tarball = max(paths.CACHE.glob("rootfs-bookworm-*.tar.zst"), default=None, key=lambda p: p.stat().st_mtime)
-    if tarball is None:
-        pytest.skip("no rootfs tarball yet")
+    tarball = max(paths.CACHE.glob("rootfs-bookworm-*.tar.zst"), key=lambda p: p.stat().st_mtime)  # built by `rig`
     tree = tmp_path / "tree"
     tree.mkdir()
     subprocess.run(f"zstd -q -dc {tarball} | tar --numeric-owner -xpf - -C {tree}", shell=True, check=True)

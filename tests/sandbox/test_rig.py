@@ -52,9 +52,7 @@ def test_machine_names_and_ports() -> None:
         machine.Machine("box1")
 
 
-def test_missing_fixture_module_is_skipped(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_missing_fixture_module_is_skipped(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(services, "FIXTURES", ["no_such_fixture"])
     outcomes = services.up()
     assert [(o.name, o.action) for o in outcomes] == [("no_such_fixture", "missing")]
@@ -64,9 +62,13 @@ def test_missing_fixture_module_is_skipped(
 def test_inventory_groups_and_ports(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("VLLM_RIG_SANDBOX_MACHINES", "2")
     inv = runpy.run_path(str(paths.REPO / "inventory" / "sandbox.py"))
-    assert [name for name, _ in inv["sandbox"]] == ["rig1", "rig2"]
+    hosts, group_settings = inv["sandbox"]
+    assert [name for name, _ in hosts] == ["rig1", "rig2"]
     assert [name for name, _ in inv["qwen38"]] == ["rig2"]
-    rig2 = dict(inv["sandbox"])["rig2"]
+    # Only sources and what a Debian 12 container is differ from the real defaults.
+    assert group_settings["hf_endpoint"] == f"http://127.0.0.1:{paths.HF_MIRROR_PORT}"
+    assert group_settings["fork_repo"].startswith(f"http://127.0.0.1:{paths.FILESERVER_PORT}/git/")
+    rig2 = dict(hosts)["rig2"]
     assert (rig2["ssh_hostname"], rig2["ssh_port"], rig2["ssh_user"], rig2["vllm_port"]) == (
         "127.0.0.1",
         2222,
