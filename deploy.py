@@ -13,7 +13,5 @@ from vllm_rig.context import stop_on_bad_settings
 
 stop_on_bad_settings()
 
-# Stages, in order. Each lands with its issue: preflight, driver, cuda, model (start), runtime,
-# model (finish), service, verify; bench runs on demand (tasks/bench.py).
-for stage in ():
-    local.include(f"tasks/{stage}.py")
+local.include("tasks/preflight.py")  # read-only checks; a failing host stops here
+# Next, as their issues land: driver, cuda, model (start), runtime, model (finish), service, verify.

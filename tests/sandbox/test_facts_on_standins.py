@@ -1,0 +1,66 @@
+"""The deploy's facts read the sandbox's nvidia-smi stand-in with the same code that reads the real tool.
+
+The fact's own command runs (through sh, as pyinfra runs it) against the stand-in unpacked into a
+scratch root; its output goes through the fact's own process(), then through the preflight verdict.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+from tests.sandbox.test_nvidia_repo import NEW, OLD, Machine, machine, repo  # noqa: F401 - fixtures
+from tests.unit.groupdata import profile_data
+from vllm_rig import preflight
+from vllm_rig.facts.nvidia_smi import NvidiaGpus, NvidiaTopology
+from vllm_rig.validation import load_settings
+
+SETTINGS = load_settings(profile_data())
+
+
+def _fact(m: Machine, fact: NvidiaGpus | NvidiaTopology) -> dict:
+    env = {**os.environ, "NVIDIA_STANDIN_ROOT": str(m.root), "PATH": f"{m.root}/usr/bin:{os.environ['PATH']}"}
+    run = subprocess.run(fact.command(), shell=True, env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    return fact.process(run.stdout.splitlines())
+
+
+def _checks(m: Machine) -> dict[str, preflight.Check]:
+    gpus, topo = _fact(m, NvidiaGpus()), _fact(m, NvidiaTopology())
+    checks = preflight.check_driver_gpus(gpus, SETTINGS) + preflight.check_links(gpus, topo, SETTINGS)
+    return {c.name: c for c in checks}
+
+
+def test_two_gpus_with_the_bridge(machine: Machine) -> None:  # noqa: F811
+    gpus = _fact(machine, NvidiaGpus())
+    assert gpus["rc"] == 0 and [g["name"] for g in gpus["gpus"]] == ["NVIDIA GeForce RTX 2080 Ti"] * 2
+    assert {(g["memory_mib"], g["compute_cap"]) for g in gpus["gpus"]} == {(22528, "7.5")}
+    topo = _fact(machine, NvidiaTopology())
+    assert topo["topo"]["GPU0"]["GPU1"] == "NV2" and topo["p2p"]["GPU1"]["GPU0"] == "OK"
+    assert topo["nvlink"][0] == [25.781, 25.781]
+    checks = _checks(machine)
+    assert all(c.status == "ok" for c in checks.values()), checks
+
+
+def test_no_bridge_and_a_missing_gpu_are_reported(machine: Machine) -> None:  # noqa: F811
+    machine.knobs(nvlink_bridge=False)
+    checks = _checks(machine)
+    assert checks["nvlink"].status == "warn" and "bridge" in checks["nvlink"].way_out
+    machine.knobs(missing_gpus=[1])
+    checks = _checks(machine)
+    assert checks["gpus"].status == "fail" and "need 2" in checks["gpus"].detail
+
+
+def test_version_mismatch_after_an_upgrade_means_reboot(machine: Machine) -> None:  # noqa: F811
+    assert _fact(machine, NvidiaGpus())["rc"] == 0  # loads the installed module in this boot
+    # What apt does on upgrade: the old module is removed, the new one built; the loaded one stays.
+    machine.dkms("remove", "-m", "nvidia", "-v", OLD, "--all")
+    for name in ("nvidia-smi", "nvidia-kernel-open-dkms"):
+        machine.unpack(name, NEW)
+    assert machine.dkms("install", "-m", "nvidia", "-v", NEW).returncode == 0
+    gpus = _fact(machine, NvidiaGpus())
+    assert gpus["rc"] == 18 and "Driver/library version mismatch" in gpus["error"]
+    [check] = preflight.check_driver_gpus(gpus, SETTINGS)
+    assert check.status == "warn" and "reboot" in check.way_out
+    machine.reboot()
+    assert {g["driver_version"] for g in _fact(machine, NvidiaGpus())["gpus"]} == {NEW}
