@@ -1,0 +1,38 @@
+#!/bin/sh
+# vllm-rig boot-time GPU guard (oneshot, before the vLLM service). Settings: /etc/vllm-rig/gpu-guard.env.
+#  1. the nvidia module exists for the running kernel (else rebuild it with DKMS) and is loaded;
+#  2. persistence mode on; 3. the power limit from the settings; 4. wait until GPU_COUNT GPUs answer.
+# Every failure ends with one journal line starting "vllm-rig-gpu-guard:" that says what to do.
+set -u
+GPU_COUNT=${GPU_COUNT:-2}
+POWER_LIMIT_W=${POWER_LIMIT_W:-}
+WAIT_S=${WAIT_S:-120}
+kernel=$(uname -r)
+
+die() { echo "vllm-rig-gpu-guard: $*" >&2; exit 1; }
+
+if [ ! -d /sys/module/nvidia ]; then
+    if ! modinfo -k "$kernel" nvidia >/dev/null 2>&1; then
+        echo "vllm-rig-gpu-guard: no nvidia module for kernel $kernel; building it with DKMS"
+        dkms autoinstall -k "$kernel" || die "DKMS could not build the nvidia module for $kernel (are linux-headers-$kernel installed?)"
+    fi
+    modprobe nvidia 2>/dev/null || true
+fi
+
+waited=0
+while :; do
+    seen=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+    [ "$seen" -ge "$GPU_COUNT" ] && break
+    if [ "$waited" -ge "$WAIT_S" ]; then
+        detail=$(nvidia-smi -L 2>&1 | head -1)
+        die "$seen of $GPU_COUNT GPUs visible after ${WAIT_S}s (nvidia-smi: ${detail:-no output}); check cards, power cables and 'dmesg | grep -i nvidia'"
+    fi
+    sleep 2
+    waited=$((waited + 2))
+done
+
+nvidia-smi -pm 1 >/dev/null || die "could not enable persistence mode"
+if [ -n "$POWER_LIMIT_W" ]; then
+    nvidia-smi -pl "$POWER_LIMIT_W" >/dev/null || die "the cards refused a power limit of ${POWER_LIMIT_W} W (see nvidia-smi -q -d POWER)"
+fi
+echo "vllm-rig-gpu-guard: $seen GPUs ready, persistence on${POWER_LIMIT_W:+, power limit ${POWER_LIMIT_W} W}"

@@ -1,0 +1,52 @@
+"""CUDA: the pinned toolkit (cuda-toolkit-<major>-<minor>, no driver metapackages), /usr/local/cuda held on
+it, CUDA_HOME and PATH for login shells, and a check that nvcc and the static libraries the fork's build
+needs are there."""
+
+from pyinfra.api import deploy
+from pyinfra.operations import apt, files
+
+from vllm_rig.context import settings
+from vllm_rig.facts.cuda import CudaToolkit
+from vllm_rig.operations.alternatives import alternative
+from vllm_rig.operations.checks import require
+
+
+def toolkit_problem(cuda_home: str, release: str) -> str | None:
+    from pyinfra import host
+
+    found = host.get_fact(CudaToolkit, cuda_home=cuda_home)
+    if found["release"] != release:
+        return f"nvcc in {cuda_home} reports release {found['release']}, want {release}"
+    if found["missing_libs"]:
+        return (
+            f"{cuda_home}/lib64 lacks {', '.join(found['missing_libs'])}: "
+            f"apt-get install --reinstall cuda-cudart-dev-{release.replace('.', '-')}"
+        )
+    return None
+
+
+@deploy("CUDA")
+def install_cuda() -> None:
+    s = settings()
+    package = f"cuda-toolkit-{s.cuda_version.replace('.', '-')}"
+    apt.packages(
+        name=f"CUDA toolkit {s.cuda_version}",
+        packages=[package],
+        no_recommends=True,
+        extra_install_args="-o DPkg::Lock::Timeout=600",
+    )
+    alternative(name=f"/usr/local/cuda stays on {s.cuda_version}", link_name="cuda", path=s.cuda_home)
+    files.template(
+        name="CUDA_HOME and PATH for login shells",
+        src="templates/profile-cuda.sh.j2",
+        dest="/etc/profile.d/vllm-rig-cuda.sh",
+        mode="644",
+        cuda_home=s.cuda_home,
+    )
+    require(
+        name=f"nvcc {s.cuda_version} and the static libraries are there",
+        problem=lambda: toolkit_problem(s.cuda_home, s.cuda_version),
+    )
+
+
+install_cuda()

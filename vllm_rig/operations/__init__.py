@@ -1,0 +1,1 @@
+"""Custom pyinfra operations, each backed by a fact so a second run yields nothing."""

@@ -1,0 +1,23 @@
+"""Checks that fail a host with one line at execute time, after the steps before them ran."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pyinfra import host, logger
+from pyinfra.api import FunctionCommand, operation
+
+
+@operation(is_idempotent=True)
+def require(problem: Callable[[], str | None]):
+    """`problem()` is evaluated when the operation runs; a non-empty answer fails this host with it."""
+    found = problem()
+    if not found:
+        host.noop("check passed")
+        return
+    yield FunctionCommand(_fail, (found,), {})
+
+
+def _fail(state, host, message: str) -> bool:  # noqa: ARG001 - pyinfra passes state and host by name
+    logger.error(f"[{host.name}] {message}")
+    return False
