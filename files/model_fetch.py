@@ -680,6 +680,20 @@ def log_tail(log: Path, lines: int = 3) -> str:
 # ---- fetch ----------------------------------------------------------------------------------------
 
 
+def refuse_if_busy(places: Places) -> None:
+    """Exit 6 without writing anything when a fetch of DIR (or its orphaned hf child) holds the lock."""
+    try:
+        fd = os.open(places.lock, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise FetchError(EXIT_BUSY, f"another fetch of {places.dest} is running (lock {places.lock})") from None
+    finally:
+        os.close(fd)
+
+
 def take_lock(places: Places) -> int:
     places.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(places.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -788,33 +802,43 @@ def same_commit_is_live(places: Places, plan: Plan) -> bool:
 
 def fetch(args: argparse.Namespace) -> int:
     places = Places(Path(args.dest).absolute())
-    status = Status(Path(args.status_file) if args.status_file else places.default_status, args.repo, args.revision)
     gid = owner_gid(args.owner)
+    refuse_if_busy(places)  # before the status file: it belongs to the fetch that runs
+    status = Status(Path(args.status_file) if args.status_file else places.default_status, args.repo, args.revision)
     if not args.refresh and quick_check(places.dest, args.repo, args.revision) == EXIT_OK:
         status.finish(EXIT_OK, "already complete", "done")
         say(f"{args.repo}@{args.revision}: already complete in {places.dest} (marker matches; no network used)")
         return EXIT_OK
     status.update("resolving")
     try:
-        plan = resolve(args.repo, args.revision, args.endpoint)
-        say(f"{plan.repo}@{plan.revision} is commit {plan.commit}: {len(plan.files)} files, {human(plan.total_bytes)}")
-        if same_commit_is_live(places, plan):
-            status.finish(EXIT_OK, f"commit {plan.short} already live")
-            say(f"commit {plan.short} is already complete in {places.dest}")
-            return EXIT_OK
-        lock_fd = take_lock(places)
-        staging = prepare_staging(places, plan, status)
-        check_space(places, plan, staging)
-        verdicts = download_and_verify(plan, staging, status, lock_fd, args.max_workers)
-        raise_for_verdicts(plan, staging, verdicts)
-        status.update("switching")
-        version = finish_fetch(places, plan, staging, verdicts, gid)
+        version = fetch_snapshot(args, places, status, gid)
     except FetchError as err:
-        status.finish(err.code, str(err))
+        if err.code != EXIT_BUSY:
+            status.finish(err.code, str(err))
+        raise
+    except Exception as exc:  # a bug or a full disk: the deploy still reads why from the status file
+        status.finish(EXIT_ERROR, f"unexpected {type(exc).__name__}: {exc}")
         raise
     status.finish(EXIT_OK, f"complete in {version.name}")
-    say(f"complete: {places.dest} -> {version.name} ({len(plan.files)} files verified by hash)")
     return EXIT_OK
+
+
+def fetch_snapshot(args: argparse.Namespace, places: Places, status: Status, gid: int | None) -> Path:
+    """Preflight, then download, verify and switch; returns the snapshot DIR now points to."""
+    plan = resolve(args.repo, args.revision, args.endpoint)
+    say(f"{plan.repo}@{plan.revision} is commit {plan.commit}: {len(plan.files)} files, {human(plan.total_bytes)}")
+    if same_commit_is_live(places, plan):
+        say(f"commit {plan.short} is already complete in {places.dest}")
+        return places.dest.resolve()
+    lock_fd = take_lock(places)
+    staging = prepare_staging(places, plan, status)
+    check_space(places, plan, staging)
+    verdicts = download_and_verify(plan, staging, status, lock_fd, args.max_workers)
+    raise_for_verdicts(plan, staging, verdicts)
+    status.update("switching")
+    version = finish_fetch(places, plan, staging, verdicts, gid)
+    say(f"complete: {places.dest} -> {version.name} ({len(plan.files)} files verified by hash)")
+    return version
 
 
 # ---- check, plan, status --------------------------------------------------------------------------
