@@ -477,6 +477,13 @@ class Status:
         self._last = time.monotonic()
         write_json_atomic(self.path, self.data)
 
+    def already_complete(self, marker: Mapping[str, Any]) -> None:
+        total = marker.get("total_bytes")
+        files = len(marker.get("files") or {})
+        self.data.update(commit=marker.get("commit"), bytes_done=total, bytes_total=total)
+        self.data.update(files_done=files, files_total=files)
+        self.finish(EXIT_OK, "already complete", "done")
+
     def tick(self) -> None:
         self.update(force=False)
 
@@ -583,6 +590,8 @@ def switch_to(places: Places, version: Path, gid: int | None) -> Path | None:
     previous: Path | None = None
     if dest.is_symlink():
         previous = (dest.parent / os.readlink(dest)).resolve()
+    elif dest.is_dir() and not any(dest.iterdir()):
+        dest.rmdir()  # an empty placeholder someone made: nothing to keep
     elif dest.exists():
         aside = dest.with_name(f"{dest.name}.replaced-{time.strftime('%Y%m%d%H%M%S')}")
         dest.rename(aside)  # a hand-made directory: kept, never deleted by this script
@@ -806,7 +815,7 @@ def fetch(args: argparse.Namespace) -> int:
     refuse_if_busy(places)  # before the status file: it belongs to the fetch that runs
     status = Status(Path(args.status_file) if args.status_file else places.default_status, args.repo, args.revision)
     if not args.refresh and quick_check(places.dest, args.repo, args.revision) == EXIT_OK:
-        status.finish(EXIT_OK, "already complete", "done")
+        status.already_complete(read_marker(places.dest) or {})
         say(f"{args.repo}@{args.revision}: already complete in {places.dest} (marker matches; no network used)")
         return EXIT_OK
     status.update("resolving")
@@ -818,6 +827,9 @@ def fetch(args: argparse.Namespace) -> int:
         raise
     except Exception as exc:  # a bug or a full disk: the deploy still reads why from the status file
         status.finish(EXIT_ERROR, f"unexpected {type(exc).__name__}: {exc}")
+        raise
+    except (SystemExit, KeyboardInterrupt):  # SIGTERM (systemctl stop) or ^C: a re-run continues
+        status.finish(EXIT_INCOMPLETE, "stopped by a signal; run fetch again to continue", "stopped")
         raise
     status.finish(EXIT_OK, f"complete in {version.name}")
     return EXIT_OK

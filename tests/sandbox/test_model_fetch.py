@@ -221,6 +221,7 @@ def assert_complete(box: Box, mirror: Mirror, branch: str = "main") -> dict[str,
 
 
 def test_full_fetch_verifies_every_file_and_writes_the_marker(mirror: Mirror, box: Box) -> None:
+    box.dest.mkdir(parents=True)  # an empty placeholder becomes the symlink
     started = time.monotonic()
     result = fetch(mirror, box)
     elapsed = time.monotonic() - started
@@ -435,6 +436,31 @@ def test_unreachable_or_unknown_exits_2_before_writing_anything(
     assert box.status()["exit_code"] == 2 and box.status()["message"] == lines[0].removeprefix("model_fetch: ")
     assert elapsed < 10
     assert mirror.gets() == []
+
+
+def test_hand_made_dir_is_kept_aside_and_its_good_files_reused(mirror: Mirror, box: Box) -> None:
+    _old_local_dir(box)
+    result = fetch(mirror, box)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert_complete(box, mirror)
+    fetched = {g["path"].rsplit("/", 1)[1] for g in mirror.gets()}
+    assert fetched == set(digests(source())) - {"config.json", SMALL_SHARD}
+    (aside,) = box.models.glob("model.replaced-*")
+    assert (aside / "config.json").is_file() and "moved the existing directory" in result.stdout
+
+
+def test_stop_by_sigterm_takes_the_client_along_and_says_so(mirror: Mirror, box: Box) -> None:
+    mirror.set_knobs(throttle_bytes_per_s=4 * MIB)
+    proc = subprocess.Popen(fetch_command(mirror, box), env=clean_env(box), stdout=subprocess.PIPE, text=True)
+    wait_for(lambda: box.status_file.exists() and box.status()["phase"] == "downloading", 20, "the download")
+    proc.terminate()
+    assert proc.wait(20) == 128 + signal.SIGTERM
+    with (box.models / ".model.fetch.lock").open("a") as lock:
+        wait_for(lambda: _can_lock(lock.fileno()), 10, "the hf child to exit")
+    assert box.status()["phase"] == "stopped" and box.status()["exit_code"] == 3
+    mirror.set_knobs()
+    assert fetch(mirror, box).returncode == 0
+    assert_complete(box, mirror)
 
 
 def test_token_is_sent_but_never_printed(
