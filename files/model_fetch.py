@@ -566,6 +566,8 @@ def make_marker(plan: Plan, verdicts: Mapping[str, Verdict]) -> dict[str, Any]:
 def owner_gid(owner: str | None) -> int | None:
     if owner is None:
         return None
+    if os.geteuid() != 0:  # found out now, not after a 29 GB download
+        raise FetchError(EXIT_ERROR, f"--owner {owner}: only root can hand the files to root:<group>")
     try:
         return pwd.getpwnam(owner).pw_gid
     except KeyError:
