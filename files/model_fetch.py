@@ -1,0 +1,998 @@
+#!/usr/bin/env python3
+"""Fetch a model snapshot with huggingface_hub's own `hf download`, verify every file, then switch to it.
+
+Runs on the host with the tools venv's python (huggingface_hub 2.x). The deploy starts `fetch` as a transient
+systemd unit (so an SSH drop does not kill it) and polls `status` for its progress line; `check` is instant.
+
+    model_fetch.py plan   --repo R --revision REV [--endpoint URL] [--disable-xet]
+    model_fetch.py fetch  --repo R --revision REV --dest DIR [--endpoint URL] [--disable-xet]
+                          [--status-file F] [--owner USER] [--refresh] [--max-workers N]
+    model_fetch.py check  --repo R --revision REV --dest DIR [--deep]
+    model_fetch.py status [--status-file F | --dest DIR] [--json]
+
+Exit codes: 0 complete and verified; 1 usage or unexpected error; 2 the endpoint could not be reached, or the
+repo or revision is unknown there, or access was denied (checked before anything is written); 3 incomplete
+(a re-run continues); 4 corrupt (a file failed its size or hash check again after one re-fetch; named);
+5 not enough free disk space; 6 another fetch of the same DIR is running.
+
+Why the client's exit code is not trusted: `hf download` checks sizes only (a flipped byte passes), exits 0
+with "Returning existing local_dir" when the endpoint is down or the repo unknown and the dir is not empty,
+and leaves `.incomplete` files it never reuses after a kill. So this script resolves the revision and lists
+the tree itself first (the preflight), downloads the exact commit into a staging dir, and checks every file
+against the tree: sha256 (lfs.oid) for LFS files, the git blob sha1 (oid) for the others.
+
+Layout beside DIR (the service's model_dir):
+  DIR                     a symlink to the verified snapshot, replaced in one rename(2): the service sees the
+                          old model or the new one, never a mix. A real directory found there (a hand-made
+                          download) is moved aside once to DIR.replaced-<time> and kept; files it shares
+                          with the new snapshot are hard links, so keeping it costs little.
+  DIR.rev-<commit12>      a verified snapshot with its completion marker; the one DIR pointed to before is
+                          deleted after the switch (a running server keeps its open files until restart).
+  DIR.partial-<commit12>  staging, where `hf download --local-dir` writes. Seeded with hard links from the
+                          current snapshot, so a new revision downloads only the files that changed.
+  .DIR.fetch.lock         held while a fetch runs (by the hf child too), so two fetches never share staging.
+  .DIR.fetch-status.json  default status file: phase, bytes done of total, for the deploy's progress line.
+
+A marker for the same repo and revision makes `fetch` and `check` instant and offline. A branch such as
+"main" is thus pinned to the commit first fetched: `fetch --refresh` resolves it again and, if it moved,
+downloads the new commit beside the old one. Files end up root-owned (group USER's with --owner),
+a+rX and go-w: the service reads them and cannot change them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import contextlib
+import ctypes
+import datetime
+import fcntl
+import hashlib
+import json
+import os
+import pwd
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_UNREACHABLE = 2
+EXIT_INCOMPLETE = 3
+EXIT_CORRUPT = 4
+EXIT_NO_SPACE = 5
+EXIT_BUSY = 6
+
+MARKER = ".vllm-rig-complete.json"
+MARKER_FORMAT = 1
+CACHE_DIR = ".cache"  # where the hf client keeps its bookkeeping inside --local-dir
+HF_DOWNLOAD_CACHE = Path(CACHE_DIR, "huggingface", "download")
+HF_LOG = Path(CACHE_DIR, "vllm-rig-hf-download.log")
+HASH_CHUNK = 8 << 20
+HASH_WORKERS = 4
+STATUS_INTERVAL_S = 2.0
+DISK_HEADROOM = 256 << 20
+PREFLIGHT_RETRY_DELAYS_S = (1.0, 2.0)  # a mirror that blips for a second is not "down"
+SHA40 = re.compile(r"^[0-9a-f]{40}$")
+LOOPBACK = ("127.0.0.1", "localhost")
+DEFAULT_ENDPOINT = "https://huggingface.co"
+
+
+class FetchError(Exception):
+    """A failure with its exit code and the one line that explains it."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# ---- what the endpoint says ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    path: str
+    size: int
+    sha256: str | None  # lfs.oid; None for a plain git file
+    git_oid: str  # the git blob sha1
+
+    def as_json(self) -> dict[str, Any]:
+        return {"path": self.path, "size": self.size, "sha256": self.sha256, "git_oid": self.git_oid}
+
+
+@dataclass(frozen=True)
+class Plan:
+    repo: str
+    revision: str
+    commit: str
+    endpoint: str
+    files: tuple[RemoteFile, ...]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    @property
+    def short(self) -> str:
+        return self.commit[:12]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "repo": self.repo,
+            "revision": self.revision,
+            "commit": self.commit,
+            "endpoint": endpoint_host(self.endpoint),
+            "total_bytes": self.total_bytes,
+            "file_count": len(self.files),
+            "files": [f.as_json() for f in self.files],
+        }
+
+
+def endpoint_host(endpoint: str) -> str:
+    """scheme://host[:port] only: no path, and never credentials someone put in the URL."""
+    parts = urlsplit(endpoint)
+    host = parts.hostname or ""
+    return f"{parts.scheme}://{host}:{parts.port}" if parts.port else f"{parts.scheme}://{host}"
+
+
+# ---- environment: token, endpoint, proxies ------------------------------------------------------
+
+
+def _no_proxy(value: str) -> str:
+    items = [i.strip() for i in value.split(",") if i.strip()]
+    return ",".join(items + [h for h in LOOPBACK if h not in items])
+
+
+def hub_env(base: Mapping[str, str], endpoint: str | None, disable_xet: bool) -> dict[str, str]:
+    """The environment for huggingface_hub, in this process and in the hf child.
+
+    The token travels only as HF_TOKEN in the environment (the unit reads it from a 0600 EnvironmentFile);
+    without one, implicit tokens (a token file under HF_HOME) are switched off so nothing is sent.
+    """
+    env = dict(base)
+    if endpoint:
+        env["HF_ENDPOINT"] = endpoint.rstrip("/")
+    if env.get("HF_TOKEN"):
+        env.pop("HF_HUB_DISABLE_IMPLICIT_TOKEN", None)  # it would also stop HF_TOKEN from being sent
+    else:
+        env.pop("HF_TOKEN", None)
+        env["HF_HUB_DISABLE_IMPLICIT_TOKEN"] = "1"
+    if disable_xet:
+        env["HF_HUB_DISABLE_XET"] = "1"
+    env.pop("HF_HUB_OFFLINE", None)
+    env.update(HF_HUB_DISABLE_UPDATE_CHECK="1", HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_PROGRESS_BARS="1")
+    # httpx honours HTTP(S)_PROXY even for loopback; a mirror on this box must be reached directly.
+    env["NO_PROXY"] = env["no_proxy"] = _no_proxy(env.get("NO_PROXY") or env.get("no_proxy") or "")
+    return env
+
+
+def apply_env(env: Mapping[str, str]) -> None:
+    """Make this process's environment exactly `env` (before huggingface_hub is imported: it reads it once)."""
+    for name in [n for n in os.environ if n not in env]:
+        del os.environ[name]
+    os.environ.update(env)
+
+
+def redact(text: str) -> str:
+    """Never let the token reach the journal, whatever a library put in a message."""
+    token = os.environ.get("HF_TOKEN")
+    return text.replace(token, "<redacted>") if token else text
+
+
+def say(message: str, error: bool = False) -> None:
+    print(redact(f"model_fetch: {message}"), file=sys.stderr if error else sys.stdout, flush=True)
+
+
+# ---- preflight: resolve the revision and list the tree ------------------------------------------
+
+
+def _describe_http_error(exc: Exception, plan_name: str, endpoint: str) -> str:
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    where = endpoint_host(endpoint)
+    if isinstance(exc, GatedRepoError):
+        return f"{plan_name}: access denied at {where} (a gated repo: set hf_token to an account with access)"
+    if isinstance(exc, RevisionNotFoundError):
+        return f"{plan_name}: no such revision at {where}"
+    if isinstance(exc, RepositoryNotFoundError):
+        return f"{plan_name}: repository not found at {where} (or private: set hf_token)"
+    if isinstance(exc, HfHubHTTPError):
+        status = exc.response.status_code if exc.response is not None else "?"
+        if status == 404:
+            return f"{plan_name}: not found at {where} (HTTP 404)"
+        if status in (401, 403):
+            return f"{plan_name}: access denied at {where} (HTTP {status}: check hf_token)"
+        return f"{plan_name}: {where} answered HTTP {status}"
+    first_line = (str(exc).strip().splitlines() or [""])[0]
+    return f"{plan_name}: could not reach {where} ({type(exc).__name__}: {first_line})"
+
+
+def _retryable(exc: Exception) -> bool:
+    from huggingface_hub.errors import HfHubHTTPError
+
+    if isinstance(exc, HfHubHTTPError):
+        return exc.response is None or exc.response.status_code >= 500
+    return not isinstance(exc, ValueError)  # transport errors (refused, reset, timeout); not a bad repo id
+
+
+def _safe_repo_path(path: str) -> bool:
+    parts = path.split("/")
+    return bool(path) and not path.startswith("/") and all(p not in ("", ".", "..") for p in parts)
+
+
+def _remote_files(entries: Iterable[Any]) -> tuple[RemoteFile, ...]:
+    from huggingface_hub.hf_api import RepoFile
+
+    files = []
+    for entry in entries:
+        if not isinstance(entry, RepoFile):
+            continue  # folders
+        sha256 = entry.lfs.sha256 if entry.lfs is not None else None
+        files.append(RemoteFile(entry.path, int(entry.size), sha256, entry.blob_id))
+    return tuple(sorted(files, key=lambda f: f.path))
+
+
+def resolve(repo: str, revision: str, endpoint: str) -> Plan:
+    """The commit and the file list of repo@revision, or FetchError(2) naming the repo and the endpoint."""
+    from huggingface_hub import HfApi
+
+    api = HfApi(endpoint=endpoint, token=os.environ.get("HF_TOKEN") or False)
+    name = f"{repo}@{revision}"
+    for delay in (*PREFLIGHT_RETRY_DELAYS_S, None):
+        try:
+            commit = api.model_info(repo, revision=revision).sha
+            files = _remote_files(api.list_repo_tree(repo, revision=commit, recursive=True))
+            break
+        except Exception as exc:  # every failure here is "cannot fetch"; classify it for the one line
+            if delay is None or not _retryable(exc):
+                raise FetchError(EXIT_UNREACHABLE, redact(_describe_http_error(exc, name, endpoint))) from None
+            time.sleep(delay)
+    if not commit or not SHA40.match(commit):
+        raise FetchError(EXIT_UNREACHABLE, f"{name}: {endpoint_host(endpoint)} gave no commit sha")
+    if not files:
+        raise FetchError(EXIT_UNREACHABLE, f"{name}: {endpoint_host(endpoint)} lists no files at {commit[:12]}")
+    unsafe = [f.path for f in files if not _safe_repo_path(f.path)]
+    if unsafe:
+        raise FetchError(EXIT_UNREACHABLE, f"{name}: refusing unsafe path {unsafe[0]!r} from the endpoint")
+    return Plan(repo, revision, commit, endpoint, files)
+
+
+# ---- verification ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Verdict:
+    path: str
+    ok: bool
+    sha256: str | None = None
+    problem: str = ""  # "missing", "size", "hash"
+
+
+def hash_file(path: Path, git_blob: bool) -> tuple[str, str | None]:
+    """(sha256, git blob sha1 or None), reading the file once in chunks."""
+    size = path.stat().st_size
+    sha256 = hashlib.sha256()
+    sha1 = hashlib.sha1(b"blob %d\0" % size) if git_blob else None
+    with path.open("rb") as f:
+        while chunk := f.read(HASH_CHUNK):
+            sha256.update(chunk)
+            if sha1 is not None:
+                sha1.update(chunk)
+    return sha256.hexdigest(), sha1.hexdigest() if sha1 is not None else None
+
+
+def verify_file(top: Path, remote: RemoteFile) -> Verdict:
+    path = top / remote.path
+    if not path.is_file():
+        return Verdict(remote.path, False, problem="missing")
+    if path.stat().st_size != remote.size:
+        return Verdict(remote.path, False, problem="size")
+    sha256, sha1 = hash_file(path, git_blob=remote.sha256 is None)
+    ok = sha256 == remote.sha256 if remote.sha256 is not None else sha1 == remote.git_oid
+    return Verdict(remote.path, ok, sha256, "" if ok else "hash")
+
+
+def verify_all(top: Path, files: Iterable[RemoteFile], tick: Callable[[], None]) -> dict[str, Verdict]:
+    """Verify files in a few threads (hashlib releases the GIL), ticking the status while they run."""
+    with cf.ThreadPoolExecutor(HASH_WORKERS) as pool:
+        pending = {pool.submit(verify_file, top, f) for f in files}
+        results: dict[str, Verdict] = {}
+        while pending:
+            done, pending = cf.wait(pending, timeout=STATUS_INTERVAL_S)
+            for future in done:
+                verdict = future.result()
+                results[verdict.path] = verdict
+            tick()
+    return results
+
+
+# ---- the staging directory ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Places:
+    dest: Path
+
+    @property
+    def parent(self) -> Path:
+        return self.dest.parent
+
+    def staging(self, commit: str) -> Path:
+        return self.parent / f"{self.dest.name}.partial-{commit[:12]}"
+
+    def version(self, commit: str) -> Path:
+        return self.parent / f"{self.dest.name}.rev-{commit[:12]}"
+
+    @property
+    def lock(self) -> Path:
+        return self.parent / f".{self.dest.name}.fetch.lock"
+
+    @property
+    def default_status(self) -> Path:
+        return self.parent / f".{self.dest.name}.fetch-status.json"
+
+    def stale_partials(self, keep: Path) -> list[Path]:
+        return sorted(p for p in self.parent.glob(f"{self.dest.name}.partial-*") if p != keep and p.is_dir())
+
+    def is_ours(self, path: Path) -> bool:
+        """A snapshot this script made (and so may delete): DIR.rev-* beside DIR."""
+        return path.parent == self.parent and path.name.startswith(f"{self.dest.name}.rev-")
+
+
+def clean_client_leftovers(staging: Path) -> int:
+    """Delete what a killed hf client leaves: `.incomplete` parts (never reused) and its tmp_ probe files."""
+    removed = 0
+    download = staging / HF_DOWNLOAD_CACHE
+    if download.is_dir():
+        for leftover in [*download.rglob("*.incomplete"), *download.rglob("tmp_*")]:
+            if leftover.is_file():
+                leftover.unlink()
+                removed += 1
+    return removed
+
+
+def forget_file(staging: Path, path: str) -> None:
+    """Remove a bad file and the client's metadata for it, so `hf download` fetches it again."""
+    (staging / path).unlink(missing_ok=True)
+    (staging / HF_DOWNLOAD_CACHE / f"{path}.metadata").unlink(missing_ok=True)
+
+
+def seed_from(staging: Path, sources: Iterable[Path], files: Iterable[RemoteFile]) -> int:
+    """Hard-link files of the right size from older snapshots into staging; they are hashed before use."""
+    linked = 0
+    for remote in files:
+        target = staging / remote.path
+        if target.exists():
+            continue
+        for source in sources:
+            candidate = source / remote.path
+            if candidate.is_file() and candidate.stat().st_size == remote.size:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    os.link(candidate, target)
+                except OSError:
+                    continue  # another filesystem: download instead
+                linked += 1
+                break
+    return linked
+
+
+def remove_strays(staging: Path, files: Iterable[RemoteFile]) -> None:
+    """Delete anything that is not a file of this commit, so the marker describes the whole directory."""
+    wanted = {f.path for f in files}
+    shutil.rmtree(staging / CACHE_DIR, ignore_errors=True)
+    for path in sorted(staging.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        rel = path.relative_to(staging).as_posix()
+        if path.is_symlink() or (path.is_file() and rel not in wanted):
+            path.unlink()
+        elif path.is_dir() and not any(path.iterdir()):
+            path.rmdir()
+
+
+def bytes_on_disk(staging: Path, files: Iterable[RemoteFile]) -> tuple[int, int]:
+    """(bytes, whole files) present in staging, counting the client's in-progress parts."""
+    done = whole = 0
+    for remote in files:
+        try:
+            size = (staging / remote.path).stat().st_size
+        except OSError:
+            continue
+        done += min(size, remote.size)
+        whole += size == remote.size
+    download = staging / HF_DOWNLOAD_CACHE
+    if download.is_dir():
+        for part in download.rglob("*.incomplete"):
+            with contextlib.suppress(OSError):  # finished and moved while we looked
+                done += part.stat().st_size
+    return done, whole
+
+
+# ---- status file ----------------------------------------------------------------------------------
+
+
+def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.chmod(tmp, 0o644)
+    tmp.replace(path)
+
+
+def now_iso() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+class Status:
+    """The status file the deploy reads for its progress line; rewritten at most every couple of seconds."""
+
+    def __init__(self, path: Path, repo: str, revision: str) -> None:
+        self.path = path
+        self.data: dict[str, Any] = {
+            "repo": repo,
+            "revision": revision,
+            "commit": None,
+            "phase": "resolving",
+            "bytes_done": 0,
+            "bytes_total": None,
+            "files_done": 0,
+            "files_total": None,
+            "pid": os.getpid(),
+            "started_at": now_iso(),
+            "updated_at": now_iso(),
+            "message": "",
+            "exit_code": None,
+        }
+        self.staging: Path | None = None
+        self.files: tuple[RemoteFile, ...] = ()
+        self._last = 0.0
+
+    def plan(self, plan: Plan, staging: Path) -> None:
+        self.staging, self.files = staging, plan.files
+        self.data.update(commit=plan.commit, bytes_total=plan.total_bytes, files_total=len(plan.files))
+
+    def update(self, phase: str | None = None, message: str | None = None, force: bool = True) -> None:
+        if not force and time.monotonic() - self._last < STATUS_INTERVAL_S:
+            return
+        if phase is not None:
+            self.data["phase"] = phase
+        if message is not None:
+            self.data["message"] = redact(message)
+        if self.staging is not None and self.staging.is_dir():
+            done, whole = bytes_on_disk(self.staging, self.files)
+            self.data.update(bytes_done=min(done, self.data["bytes_total"] or done), files_done=whole)
+        self.data["updated_at"] = now_iso()
+        self._last = time.monotonic()
+        write_json_atomic(self.path, self.data)
+
+    def already_complete(self, marker: Mapping[str, Any]) -> None:
+        total = marker.get("total_bytes")
+        files = len(marker.get("files") or {})
+        self.data.update(commit=marker.get("commit"), bytes_done=total, bytes_total=total)
+        self.data.update(files_done=files, files_total=files)
+        self.finish(EXIT_OK, "already complete", "done")
+
+    def tick(self) -> None:
+        self.update(force=False)
+
+    def finish(self, code: int, message: str, phase: str | None = None) -> None:
+        self.data["exit_code"] = code
+        self.update(phase or ("done" if code == EXIT_OK else "failed"), message)
+
+
+def human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def status_line(data: Mapping[str, Any]) -> str:
+    total, done = data.get("bytes_total"), data.get("bytes_done") or 0
+    name = f"{data.get('repo')}@{(data.get('commit') or '')[:12] or data.get('revision')}"
+    line = f"{data.get('phase')}: {name}"
+    if total:
+        line += f" {human(done)} of {human(total)} ({100 * done / total:.0f}%)"
+        line += f", {data.get('files_done')}/{data.get('files_total')} files"
+    if data.get("message"):
+        line += f" - {data['message']}"
+    return line
+
+
+# ---- the completion marker ------------------------------------------------------------------------
+
+
+def read_marker(top: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((top / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("format") == MARKER_FORMAT else None
+
+
+def marker_matches(marker: Mapping[str, Any] | None, repo: str, revision: str) -> bool:
+    """Same repo, and the revision asked for is the one recorded (by name, or it is the commit itself)."""
+    if not marker or marker.get("repo") != repo:
+        return False
+    return revision in (marker.get("revision"), marker.get("commit"))
+
+
+def marker_problems(top: Path, marker: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """(missing, wrong size) files listed in the marker, by stat alone: instant on 29 GB."""
+    missing, wrong = [], []
+    for path, meta in (marker.get("files") or {}).items():
+        try:
+            size = (top / path).stat().st_size
+        except OSError:
+            missing.append(path)
+            continue
+        if size != meta.get("size"):
+            wrong.append(path)
+    return missing, wrong
+
+
+def make_marker(plan: Plan, verdicts: Mapping[str, Verdict]) -> dict[str, Any]:
+    from huggingface_hub import __version__ as hub_version
+
+    return {
+        "format": MARKER_FORMAT,
+        "repo": plan.repo,
+        "revision": plan.revision,
+        "commit": plan.commit,
+        "endpoint": endpoint_host(plan.endpoint),
+        "completed_at": now_iso(),
+        "fetched_with": f"hf download (huggingface_hub {hub_version})",
+        "total_bytes": plan.total_bytes,
+        "files": {f.path: {"size": f.size, "sha256": verdicts[f.path].sha256} for f in plan.files},
+    }
+
+
+# ---- ownership and the switch ---------------------------------------------------------------------
+
+
+def owner_gid(owner: str | None) -> int | None:
+    if owner is None:
+        return None
+    if os.geteuid() != 0:  # found out now, not after a 29 GB download
+        raise FetchError(EXIT_ERROR, f"--owner {owner}: only root can hand the files to root:<group>")
+    try:
+        return pwd.getpwnam(owner).pw_gid
+    except KeyError:
+        raise FetchError(EXIT_ERROR, f"--owner {owner}: no such user") from None
+
+
+def lock_down(top: Path, gid: int | None) -> None:
+    """root:<group>, a+rX, go-w: the service reads every file and can change none."""
+    for path in [top, *top.rglob("*")]:
+        if path.is_symlink():
+            continue
+        mode = path.stat().st_mode
+        read = 0o555 if path.is_dir() or mode & 0o111 else 0o444
+        os.chmod(path, (mode | read) & ~0o022 & 0o7777)
+        if gid is not None:
+            os.chown(path, 0, gid)
+
+
+def switch_to(places: Places, version: Path, gid: int | None) -> Path | None:
+    """Point DIR at `version` in one rename; return what DIR pointed to before (None if nothing)."""
+    dest = places.dest
+    previous: Path | None = None
+    if dest.is_symlink():
+        previous = (dest.parent / os.readlink(dest)).resolve()
+    elif dest.is_dir() and not any(dest.iterdir()):
+        dest.rmdir()  # an empty placeholder someone made: nothing to keep
+    elif dest.exists():
+        aside = dest.with_name(f"{dest.name}.replaced-{time.strftime('%Y%m%d%H%M%S')}")
+        dest.rename(aside)  # a hand-made directory: kept, never deleted by this script
+        say(f"moved the existing directory {dest} aside to {aside.name} (kept; remove it to free space)")
+    link = dest.with_name(f".{dest.name}.link-{os.getpid()}")
+    link.unlink(missing_ok=True)
+    link.symlink_to(version.name)  # relative: the tree can be moved or mounted elsewhere
+    if gid is not None:
+        os.lchown(link, 0, gid)
+    link.replace(dest)
+    return previous
+
+
+def unique_version_dir(places: Places, commit: str) -> Path:
+    """DIR.rev-<commit12>, or a fresh name when that is the live one (a repair of the same commit)."""
+    version = places.version(commit)
+    return version if not version.exists() else version.with_name(f"{version.name}-{int(time.time())}")
+
+
+# ---- the hf child ---------------------------------------------------------------------------------
+
+
+def hf_command(plan: Plan, staging: Path, paths: list[str], max_workers: int) -> list[str]:
+    """`hf download` of exactly these files at the resolved commit (no branch can move under us)."""
+    hf = Path(sys.executable).with_name("hf")
+    base = [str(hf)] if hf.is_file() else [sys.executable, "-c", "from huggingface_hub.cli.hf import main; main()"]
+    patterns = [re.sub(r"([*?\[])", r"[\1]", p) for p in paths]  # names, not globs, to the allow-list
+    return [
+        *base,
+        "download",
+        plan.repo,
+        *patterns,
+        "--revision",
+        plan.commit,
+        "--local-dir",
+        str(staging),
+        "--max-workers",
+        str(max_workers),
+    ]
+
+
+def _die_with_parent() -> Callable[[], None]:
+    """A preexec hook: the hf child gets SIGTERM when this process dies, even by SIGKILL (Linux)."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return lambda: None
+    parent = os.getpid()
+    pr_set_pdeathsig = 1
+
+    def hook() -> None:
+        prctl(pr_set_pdeathsig, signal.SIGTERM)
+        if os.getppid() != parent:  # the parent died before the hook ran
+            os._exit(1)
+
+    return hook
+
+
+def run_hf(command: list[str], log: Path, status: Status, lock_fd: int) -> int:
+    """Run the client, output to a log file, ticking the status; the child shares the lock."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            pass_fds=(lock_fd,),  # an orphaned child still holds the lock: no second fetch beside it
+            preexec_fn=_die_with_parent(),
+        )
+    try:
+        while True:
+            try:
+                return proc.wait(timeout=STATUS_INTERVAL_S)
+            except subprocess.TimeoutExpired:
+                status.tick()
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def log_tail(log: Path, lines: int = 3) -> str:
+    try:
+        text = log.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return " | ".join(line.strip() for line in text[-lines:] if line.strip())
+
+
+# ---- fetch ----------------------------------------------------------------------------------------
+
+
+def refuse_if_busy(places: Places) -> None:
+    """Exit 6 without writing anything when a fetch of DIR (or its orphaned hf child) holds the lock."""
+    try:
+        fd = os.open(places.lock, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise FetchError(EXIT_BUSY, f"another fetch of {places.dest} is running (lock {places.lock})") from None
+    finally:
+        os.close(fd)
+
+
+def take_lock(places: Places) -> int:
+    places.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(places.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise FetchError(EXIT_BUSY, f"another fetch of {places.dest} is running (lock {places.lock})") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def check_space(places: Places, plan: Plan, staging: Path) -> None:
+    have, _ = bytes_on_disk(staging, plan.files)
+    need = max(0, plan.total_bytes - have) + DISK_HEADROOM
+    free = shutil.disk_usage(places.parent).free
+    if free < need:
+        raise FetchError(
+            EXIT_NO_SPACE,
+            f"{plan.repo}@{plan.short}: needs {human(need)} more in {places.parent}, {human(free)} free",
+        )
+
+
+def prepare_staging(places: Places, plan: Plan, status: Status) -> Path:
+    """Staging for this commit: leftovers of a killed client removed, older snapshots' files linked in."""
+    staging = places.staging(plan.commit)
+    staging.mkdir(parents=True, exist_ok=True)
+    status.plan(plan, staging)
+    status.update("preparing")
+    removed = clean_client_leftovers(staging)
+    if removed:
+        say(f"removed {removed} partial file(s) a killed download left behind")
+    live = places.dest.resolve() if places.dest.exists() else None
+    stale = places.stale_partials(keep=staging)
+    linked = seed_from(staging, [p for p in [live, *stale] if p is not None], plan.files)
+    if linked:
+        say(f"reusing {linked} file(s) of the right size from the previous snapshot (hashed before use)")
+    for old in stale:  # only one fetch per DIR runs (the lock), so these are abandoned
+        shutil.rmtree(old, ignore_errors=True)
+    return staging
+
+
+def download_and_verify(plan: Plan, staging: Path, status: Status, lock_fd: int, workers: int) -> dict[str, Verdict]:
+    """Verify what is there, download the rest, verify it; one more round for what failed. Returns verdicts."""
+    status.update("verifying")
+    verdicts = verify_all(staging, [f for f in plan.files if (staging / f.path).exists()], status.tick)
+    for attempt in (1, 2):
+        todo = [f for f in plan.files if not (f.path in verdicts and verdicts[f.path].ok)]
+        if not todo:
+            break
+        for remote in todo:
+            forget_file(staging, remote.path)
+        if attempt == 2:
+            say(f"fetching {len(todo)} file(s) again: {', '.join(f.path for f in todo)[:300]}")
+        status.update("downloading" if attempt == 1 else "refetching")
+        command = hf_command(plan, staging, [f.path for f in todo], workers)
+        rc = run_hf(command, staging / HF_LOG, status, lock_fd)
+        status.update("verifying")
+        verdicts.update(verify_all(staging, todo, status.tick))
+        bad = [v for v in verdicts.values() if not v.ok]
+        if bad and rc == 0:
+            say(f"hf download exited 0 but {len(bad)} file(s) failed the check: {bad[0].path} ({bad[0].problem})")
+    return verdicts
+
+
+def raise_for_verdicts(plan: Plan, staging: Path, verdicts: Mapping[str, Verdict]) -> None:
+    corrupt = [v for v in verdicts.values() if not v.ok and v.problem in ("size", "hash")]
+    missing = [f.path for f in plan.files if f.path not in verdicts or verdicts[f.path].problem == "missing"]
+    name = f"{plan.repo}@{plan.short}"
+    if corrupt:
+        listed = ", ".join(f"{v.path} ({'sha256' if v.problem == 'hash' else 'size'} mismatch)" for v in corrupt)
+        raise FetchError(EXIT_CORRUPT, f"{name}: still corrupt after a re-fetch: {listed}")
+    if missing:
+        tail = log_tail(staging / HF_LOG)
+        more = f"; hf said: {tail}" if tail else ""
+        raise FetchError(EXIT_INCOMPLETE, f"{name}: {len(missing)} file(s) not downloaded, e.g. {missing[0]}{more}")
+
+
+def finish_fetch(places: Places, plan: Plan, staging: Path, verdicts: Mapping[str, Verdict], gid: int | None) -> Path:
+    """Marker, ownership, rename to a version dir, switch DIR, delete the previous snapshot."""
+    remove_strays(staging, plan.files)
+    write_json_atomic(staging / MARKER, make_marker(plan, verdicts))
+    lock_down(staging, gid)
+    version = unique_version_dir(places, plan.commit)
+    staging.rename(version)
+    previous = switch_to(places, version, gid)
+    if previous is not None and previous != version and places.is_ours(previous):
+        shutil.rmtree(previous, ignore_errors=True)
+    return version
+
+
+def same_commit_is_live(places: Places, plan: Plan) -> bool:
+    """The live snapshot already is this commit and looks whole: record the revision name, no download."""
+    marker = read_marker(places.dest)
+    if not marker or marker.get("repo") != plan.repo or marker.get("commit") != plan.commit:
+        return False
+    missing, wrong = marker_problems(places.dest, marker)
+    if missing or wrong:
+        return False
+    if marker.get("revision") != plan.revision:
+        marker = {**marker, "revision": plan.revision}
+        write_json_atomic(places.dest / MARKER, marker)
+    return True
+
+
+def fetch(args: argparse.Namespace) -> int:
+    places = Places(Path(args.dest).absolute())
+    gid = owner_gid(args.owner)
+    refuse_if_busy(places)  # before the status file: it belongs to the fetch that runs
+    status = Status(Path(args.status_file) if args.status_file else places.default_status, args.repo, args.revision)
+    if not args.refresh and quick_check(places.dest, args.repo, args.revision) == EXIT_OK:
+        status.already_complete(read_marker(places.dest) or {})
+        say(f"{args.repo}@{args.revision}: already complete in {places.dest} (marker matches; no network used)")
+        return EXIT_OK
+    status.update("resolving")
+    try:
+        version = fetch_snapshot(args, places, status, gid)
+    except FetchError as err:
+        if err.code != EXIT_BUSY:
+            status.finish(err.code, str(err))
+        raise
+    except Exception as exc:  # a bug or a full disk: the deploy still reads why from the status file
+        status.finish(EXIT_ERROR, f"unexpected {type(exc).__name__}: {exc}")
+        raise
+    except (SystemExit, KeyboardInterrupt):  # SIGTERM (systemctl stop) or ^C: a re-run continues
+        status.finish(EXIT_INCOMPLETE, "stopped by a signal; run fetch again to continue", "stopped")
+        raise
+    status.finish(EXIT_OK, f"complete in {version.name}")
+    return EXIT_OK
+
+
+def fetch_snapshot(args: argparse.Namespace, places: Places, status: Status, gid: int | None) -> Path:
+    """Preflight, then download, verify and switch; returns the snapshot DIR now points to."""
+    plan = resolve(args.repo, args.revision, args.endpoint)
+    say(f"{plan.repo}@{plan.revision} is commit {plan.commit}: {len(plan.files)} files, {human(plan.total_bytes)}")
+    if same_commit_is_live(places, plan):
+        say(f"commit {plan.short} is already complete in {places.dest}")
+        return places.dest.resolve()
+    lock_fd = take_lock(places)
+    staging = prepare_staging(places, plan, status)
+    check_space(places, plan, staging)
+    verdicts = download_and_verify(plan, staging, status, lock_fd, args.max_workers)
+    raise_for_verdicts(plan, staging, verdicts)
+    status.update("switching")
+    version = finish_fetch(places, plan, staging, verdicts, gid)
+    say(f"complete: {places.dest} -> {version.name} ({len(plan.files)} files verified by hash)")
+    return version
+
+
+# ---- check, plan, status --------------------------------------------------------------------------
+
+
+def quick_check(dest: Path, repo: str, revision: str) -> int:
+    """0 when DIR holds a marker for repo@revision and every listed file has its size; 3 or 4 otherwise."""
+    marker = read_marker(dest)
+    if not marker_matches(marker, repo, revision):
+        return EXIT_INCOMPLETE
+    assert marker is not None
+    missing, wrong = marker_problems(dest, marker)
+    if wrong:
+        return EXIT_CORRUPT
+    return EXIT_INCOMPLETE if missing else EXIT_OK
+
+
+def deep_check(dest: Path, marker: Mapping[str, Any]) -> list[str]:
+    """Files whose sha256 no longer matches the marker."""
+    files = [RemoteFile(p, m["size"], m["sha256"], "") for p, m in marker["files"].items()]
+    verdicts = verify_all(dest, files, lambda: None)
+    return sorted(p for p, v in verdicts.items() if not v.ok)
+
+
+def check(args: argparse.Namespace) -> int:
+    dest = Path(args.dest).absolute()
+    name = f"{args.repo}@{args.revision}"
+    marker = read_marker(dest)
+    if not marker_matches(marker, args.repo, args.revision):
+        found = f"{marker['repo']}@{marker['revision']}" if marker else "no completion marker"
+        say(f"{name}: incomplete in {dest} ({found})")
+        return EXIT_INCOMPLETE
+    assert marker is not None
+    missing, wrong = marker_problems(dest, marker)
+    bad = deep_check(dest, marker) if args.deep and not (missing or wrong) else []
+    if wrong or bad:
+        say(f"{name}: corrupt in {dest}: {', '.join(wrong or bad)}")
+        return EXIT_CORRUPT
+    if missing:
+        say(f"{name}: incomplete in {dest}: missing {', '.join(missing)}")
+        return EXIT_INCOMPLETE
+    how = "sha256 re-checked" if args.deep else "sizes checked"
+    say(f"{name}: complete, commit {marker['commit'][:12]}, {len(marker['files'])} files ({how}) in {dest.resolve()}")
+    return EXIT_OK
+
+
+def plan_command(args: argparse.Namespace) -> int:
+    plan = resolve(args.repo, args.revision, args.endpoint)
+    print(json.dumps(plan.as_json(), indent=1))
+    return EXIT_OK
+
+
+def _alive(pid: object) -> bool:
+    if not isinstance(pid, int):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def status_command(args: argparse.Namespace) -> int:
+    """Print the progress line. Exit: the fetch's own code when it finished, 3 while running or interrupted."""
+    if args.status_file:
+        path = Path(args.status_file)
+    elif args.dest:
+        path = Places(Path(args.dest).absolute()).default_status
+    else:
+        raise FetchError(EXIT_ERROR, "status needs --status-file or --dest")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        print(f"no status yet ({path})")
+        return EXIT_INCOMPLETE
+    if data.get("exit_code") is None and not _alive(data.get("pid")):
+        data = {**data, "phase": "interrupted", "message": f"fetch (pid {data.get('pid')}) is gone"}
+    print(json.dumps(data) if args.json else status_line(data))
+    code = data.get("exit_code")
+    return code if isinstance(code, int) else EXIT_INCOMPLETE
+
+
+# ---- command line ---------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="model_fetch.py", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def repo_args(p: argparse.ArgumentParser, dest: bool) -> None:
+        p.add_argument("--repo", required=True, help="owner/name")
+        p.add_argument("--revision", default="main", help="branch, tag or commit")
+        if dest:
+            p.add_argument("--dest", required=True, help="the model directory the service reads (a symlink)")
+
+    def endpoint_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--endpoint", default=None, help="HF endpoint or mirror (default: HF_ENDPOINT or the Hub)")
+        p.add_argument("--disable-xet", action="store_true", help="plain HTTP downloads (HF_HUB_DISABLE_XET=1)")
+
+    p_plan = sub.add_parser("plan", help="print {commit, files, total_bytes} as JSON (the preflight)")
+    repo_args(p_plan, dest=False)
+    endpoint_args(p_plan)
+    p_fetch = sub.add_parser("fetch", help="download, verify and switch")
+    repo_args(p_fetch, dest=True)
+    endpoint_args(p_fetch)
+    p_fetch.add_argument("--status-file", default=None, help="JSON progress file (default: .DIR.fetch-status.json)")
+    p_fetch.add_argument("--owner", default=None, help="files become root:<this user's group>, read-only")
+    p_fetch.add_argument("--refresh", action="store_true", help="resolve the revision again even if a marker matches")
+    p_fetch.add_argument("--max-workers", type=int, default=8, help="parallel downloads (hf's --max-workers)")
+    p_check = sub.add_parser("check", help="is DIR complete for repo@revision (offline, instant)")
+    repo_args(p_check, dest=True)
+    p_check.add_argument("--deep", action="store_true", help="also re-hash every file against the marker")
+    p_status = sub.add_parser("status", help="print the progress line from the status file")
+    p_status.add_argument("--status-file", default=None)
+    p_status.add_argument("--dest", default=None, help="find the default status file beside DIR")
+    p_status.add_argument("--json", action="store_true", help="print the status file's JSON")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.command in ("plan", "fetch"):
+        apply_env(hub_env(os.environ, args.endpoint, args.disable_xet))
+        args.endpoint = os.environ.get("HF_ENDPOINT", DEFAULT_ENDPOINT).rstrip("/")
+    # systemctl stop (SIGTERM) ends the run through the same cleanup as an error; the child follows.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    commands: dict[str, Callable[[argparse.Namespace], int]] = {
+        "plan": plan_command,
+        "fetch": fetch,
+        "check": check,
+        "status": status_command,
+    }
+    try:
+        return commands[args.command](args)
+    except FetchError as err:
+        say(str(err), error=True)
+        return err.code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
