@@ -14,4 +14,6 @@ from vllm_rig.context import stop_on_bad_settings
 stop_on_bad_settings()
 
 local.include("tasks/preflight.py")  # read-only checks; a failing host stops here
-# Next, as their issues land: driver, cuda, model (start), runtime, model (finish), service, verify.
+local.include("tasks/driver.py")  # pinned, held driver; one reboot when needed; boot-time GPU guard
+local.include("tasks/cuda.py")  # CUDA toolkit, pinned
+# Next, as their issues land: model (start), runtime, model (finish), service, verify.

@@ -16,8 +16,9 @@ from pyinfra.operations import apt, files, systemd
 from vllm_rig.context import settings
 from vllm_rig.driver_packages import driver_set, repo_distro
 from vllm_rig.facts.host import HostState
-from vllm_rig.layout import ETC_DIR, GUARD_UNIT, STATE_DIR, Layout
+from vllm_rig.layout import DRIVER_RECORD, ETC_DIR, GUARD_UNIT, STATE_DIR, Layout
 from vllm_rig.operations.apt_pin import hold_driver, pinned_driver
+from vllm_rig.operations.keyring import keyring_deb
 from vllm_rig.operations.reboot import reboot_if_needed
 from vllm_rig.operations.stamp import once_per_key
 
@@ -30,6 +31,8 @@ def install_driver() -> None:
     s = settings()
     layout = Layout.of(s)
     box = host.get_fact(HostState, path=s.install_root)  # OS and kernel: the run does not change them
+    if not box:
+        return  # the host's state could not be read: preflight has already failed it
     distro = repo_distro(box["os"]["id"], box["os"]["version_id"])
     driver = driver_set(distro, s.nvidia_driver_flavor, s.nvidia_driver_version, box["kernel"])
 
@@ -45,9 +48,9 @@ def install_driver() -> None:
         dest="/etc/apt/apt.conf.d/51vllm-rig-nvidia-blacklist",
         mode="644",
     )
-    keyring = apt.deb(
+    keyring = keyring_deb(
         name="NVIDIA CUDA repository (keyring package)",
-        src=s.nvidia_repo_url.format(distro=distro) + KEYRING,
+        url=s.nvidia_repo_url.format(distro=distro) + KEYRING,
     )
     apt.update(name="Refresh package lists for NVIDIA's repository", _if=keyring.did_change)
     apt.packages(
@@ -62,6 +65,12 @@ def install_driver() -> None:
         version=s.nvidia_driver_version,
     )
     hold_driver(name="Hold the driver packages")
+    files.put(
+        name="Record the driver version vllm-rig manages",
+        src=StringIO(f"{s.nvidia_driver_version}\n"),
+        dest=DRIVER_RECORD,
+        mode="644",
+    )
 
     blacklist = files.put(
         name="Blacklist nouveau",

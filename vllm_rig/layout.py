@@ -17,6 +17,9 @@ from vllm_rig.settings import Settings
 STATE_DIR = "/var/lib/vllm-rig"
 ETC_DIR = "/etc/vllm-rig"
 GUARD_UNIT = "vllm-rig-gpu-guard.service"
+# The driver version vllm-rig installed: a different pin on the next run is a planned upgrade, while a
+# driver without this record is someone else's and is never replaced unless the settings say so.
+DRIVER_RECORD = f"{STATE_DIR}/driver-version"
 FLASHINFER_CHECK = "check-flashinfer-pr3621-sm75.sh"
 
 

@@ -148,6 +148,8 @@ def check_existing_driver(host: dict[str, Any], gpus: dict[str, Any] | None, s: 
         return ok("driver", "none installed")
     if found == s.nvidia_driver_version:
         return ok("driver", f"{found} (the pinned version)")
+    if found == host.get("rig_driver"):
+        return warn("driver", f"{found} installed by vllm-rig", f"planned upgrade to {s.nvidia_driver_version}")
     if s.nvidia_driver_replace_existing:
         return warn("driver", f"{found} installed", f"it will be replaced by {s.nvidia_driver_version}")
     return fail(

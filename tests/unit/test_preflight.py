@@ -37,6 +37,7 @@ HEALTHY_HOST: dict[str, Any] = {
     "dpkg_locked": False,
     "nouveau_blacklisted": False,
     "boot_id": "8bcb94c5-aaf3-4e73-8bdd-d9dc9eb181c4",
+    "rig_driver": None,
 }
 
 
@@ -115,6 +116,13 @@ def test_failures_name_their_way_out(changes: dict[str, Any], check: str, way_ou
 def test_secure_boot_gives_both_ways_out() -> None:
     [check] = _failed(preflight.verdict(_host(secure_boot=True), None, None, SETTINGS)).values()
     assert "disable Secure Boot" in check.way_out and "MokManager" in check.way_out
+
+
+def test_driver_vllm_rig_installed_may_move_to_a_new_pin() -> None:
+    host = _host(packages={"nvidia-driver-cuda": "580.159.03-1"}, rig_driver="580.159.03")
+    settings = load_settings({**profile_data(), "nvidia_driver_version": "580.159.04"})
+    checks = {c.name: c for c in preflight.verdict(host, None, None, settings)}
+    assert checks["driver"].status == "warn" and "planned upgrade to 580.159.04" in checks["driver"].way_out
 
 
 def test_other_driver_is_kept_unless_settings_say_replace() -> None:

@@ -37,6 +37,7 @@ SECTIONS: dict[str, str] = {
     "dpkg_lock": "fuser /var/lib/dpkg/lock-frontend /var/lib/dpkg/lock 2>/dev/null || true",
     "nouveau_blacklist": "cat /etc/modprobe.d/*nouveau* 2>/dev/null | grep -E '^blacklist nouveau' || true",
     "boot_id": "cat /proc/sys/kernel/random/boot_id",
+    "rig_driver": "cat /var/lib/vllm-rig/driver-version 2>/dev/null || true",
 }
 
 
@@ -69,6 +70,7 @@ class HostState(FactBase):
             "dpkg_locked": bool(" ".join(raw.get("dpkg_lock", [])).strip()),
             "nouveau_blacklisted": bool(raw.get("nouveau_blacklist")),
             "boot_id": _first(raw.get("boot_id")),
+            "rig_driver": _first(raw.get("rig_driver")),
         }
 
 
@@ -141,10 +143,11 @@ def parse_driver_version(lines: list[str]) -> str | None:
 
 
 def parse_packages(lines: list[str]) -> dict[str, str]:
-    """Installed packages only ("ii"), name -> version."""
+    """Installed packages, name -> version. The status's second letter says installed ("ii", or "hi" when
+    held); "un"/"rc" are packages dpkg knows but that are not there."""
     installed = {}
     for line in lines:
         parts = line.rstrip("\n").split("\t")
-        if len(parts) == 3 and parts[2].strip() == "ii":
+        if len(parts) == 3 and parts[2].strip()[1:2] == "i":
             installed[parts[0]] = parts[1]
     return installed

@@ -13,8 +13,8 @@ from vllm_rig.facts.driver import FileText
 class AlternativeTarget(FactBase):
     """Where /etc/alternatives/<name> points, or None."""
 
-    def command(self, name: str) -> str:
-        return f"readlink /etc/alternatives/{shlex.quote(name)} || true"
+    def command(self, link: str) -> str:  # ("name" is reserved by pyinfra for operation names)
+        return f"readlink /etc/alternatives/{shlex.quote(link)} || true"
 
     def process(self, output: list[str]) -> str | None:
         return output[0].strip() if output else None
@@ -25,7 +25,7 @@ def alternative(link_name: str, path: str):
     """`update-alternatives --set` unless the alternative is already manual and pointing at `path`
     (auto mode would let any newer cuda-* package take /usr/local/cuda over)."""
     status = (host.get_fact(FileText, path=f"/var/lib/dpkg/alternatives/{link_name}") or "").splitlines()
-    if status[:1] == ["manual"] and host.get_fact(AlternativeTarget, name=link_name) == path:
+    if status[:1] == ["manual"] and host.get_fact(AlternativeTarget, link=link_name) == path:
         host.noop(f"{link_name} -> {path} (manual)")
         return
     yield f"update-alternatives --set {shlex.quote(link_name)} {shlex.quote(path)}"

@@ -1,4 +1,5 @@
-"""pytest wiring for the sandbox rig: the `sandbox` marker and the session-scoped `rig` fixture."""
+"""pytest wiring for the sandbox rig (used by tests/sandbox and tests/e2e): the `sandbox` marker and the
+session-scoped `rig` fixture."""
 
 from __future__ import annotations
 

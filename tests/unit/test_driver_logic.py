@@ -1,0 +1,80 @@
+"""Driver-stage decisions that need no host: package sets, reboot reasons, keyring names, toolkit facts."""
+
+from __future__ import annotations
+
+from vllm_rig.driver_packages import driver_set, repo_distro
+from vllm_rig.facts.cuda import CudaToolkit
+from vllm_rig.facts.host import parse_packages
+from vllm_rig.operations.apt_pin import held_candidates, installed_at
+from vllm_rig.operations.keyring import parse_deb_filename
+from vllm_rig.operations.reboot import reboot_reasons
+
+
+def test_repo_distro_names() -> None:
+    assert repo_distro("ubuntu", "24.04") == "ubuntu2404" and repo_distro("debian", "12") == "debian12"
+
+
+def test_ubuntu_sets_carry_the_branch_and_flavour() -> None:
+    proprietary = driver_set("ubuntu2404", "proprietary", "580.159.03", "6.17.0-29-generic")
+    assert proprietary.pinning == "nvidia-driver-pinning-580.159.03"
+    assert "nvidia-dkms-580" in proprietary.packages and "nvidia-utils-580" in proprietary.packages
+    assert proprietary.headers == ("linux-headers-6.17.0-29-generic", "linux-headers-generic")
+    assert "nvidia-dkms-580-open" in driver_set("ubuntu2404", "open", "580.159.03", "k").packages
+
+
+def test_debian_sets_use_debian_names() -> None:
+    d = driver_set("debian12", "open", "580.159.03", "6.1.0-30-amd64")
+    assert d.packages == ("nvidia-driver-cuda", "nvidia-kernel-open-dkms", "nvidia-smi", "nvidia-persistenced")
+    assert d.headers[1] == "linux-headers-amd64"
+
+
+def test_held_packages_still_count_as_installed() -> None:
+    lines = ["nvidia-smi\t580.159.03-1\thi ", "nvidia-kernel-open-dkms\t\tun ", "libcuda1\t580.159.03-1\tii "]
+    assert parse_packages(lines) == {"nvidia-smi": "580.159.03-1", "libcuda1": "580.159.03-1"}
+
+
+def test_installed_at_ignores_the_debian_revision() -> None:
+    packages = {"nvidia-smi": "580.159.03-1ubuntu1", "libcuda1": "580.159.03-1"}
+    assert installed_at(packages, ("nvidia-smi", "libcuda1"), "580.159.03")
+    assert not installed_at(packages, ("nvidia-smi", "libcuda1"), "580.159.04")
+    assert not installed_at(packages, ("nvidia-smi", "nvidia-persistenced"), "580.159.03")
+    assert held_candidates({**packages, "dkms": "3.4.0-1"}) == ["libcuda1", "nvidia-smi"]
+
+
+def _state(**changes: object) -> dict:
+    state = {"packages": {"nvidia-smi": "580.159.03-1"}, "loaded_version": "580.159.03", "nouveau_loaded": False}
+    state.update(changes)
+    return state
+
+
+def test_reboot_only_when_the_loaded_module_is_not_the_installed_one() -> None:
+    assert reboot_reasons(_state(), "580.159.03") == []
+    assert reboot_reasons(_state(loaded_version=None), "580.159.03") == [
+        "the loaded module is none, installed is 580.159.03"
+    ]
+    assert reboot_reasons(_state(nouveau_loaded=True), "580.159.03") == ["nouveau is loaded"]
+    assert reboot_reasons(_state(packages={}), "580.159.03") == []  # nothing installed yet: nothing to load
+
+
+def test_keyring_name_and_version_from_its_file_name() -> None:
+    url = "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/cuda-keyring_1.1-1_all.deb"
+    assert parse_deb_filename(url) == ("cuda-keyring", "1.1-1")
+
+
+def test_cuda_toolkit_fact_reads_nvcc_and_libs() -> None:
+    out = [
+        "@@nvcc",
+        "nvcc: NVIDIA (R) Cuda compiler driver",
+        "Cuda compilation tools, release 12.9, V12.9.86",
+        "@@libs",
+        "libcudadevrt.a",
+        "libcudart_static.a",
+        "@@link",
+        "/usr/local/cuda-12.9",
+    ]
+    assert CudaToolkit().process(out) == {
+        "release": "12.9",
+        "version": "12.9.86",
+        "missing_libs": ["libculibos.a"],
+        "cuda_link": "/usr/local/cuda-12.9",
+    }
