@@ -78,3 +78,24 @@ def test_cuda_toolkit_fact_reads_nvcc_and_libs() -> None:
         "missing_libs": ["libculibos.a"],
         "cuda_link": "/usr/local/cuda-12.9",
     }
+
+
+def _plan_on_fake_host(driver_state_output: list[str], version: str) -> bool:
+    """Whether pinned_driver would change a @fake host whose DriverState fact prints the given output."""
+    from pyinfra.api import Config, Inventory, State
+    from pyinfra.api.connect import connect_all
+    from pyinfra.api.operation import add_op
+
+    from vllm_rig.operations.apt_pin import pinned_driver
+
+    inventory = Inventory((["@fake/box"], {"fake_responses": {"@@packages": driver_state_output}}))
+    state = State(inventory, Config())
+    connect_all(state)
+    driver = driver_set("ubuntu2404", "open", version, "k")
+    return add_op(state, pinned_driver, driver=driver, version=version)[inventory.get_host("@fake/box")].will_change
+
+
+def test_a_matching_driver_from_elsewhere_is_left_alone() -> None:
+    loaded_not_packaged = ["@@packages", "@@holds", "@@loaded", "580.159.04", "@@nouveau", "@@boot_id", "b"]
+    assert _plan_on_fake_host(loaded_not_packaged, "580.159.04") is False
+    assert _plan_on_fake_host(loaded_not_packaged, "580.159.03") is True  # a replace (preflight guards it)

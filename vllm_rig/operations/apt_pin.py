@@ -34,6 +34,10 @@ def pinned_driver(driver: DriverSet, version: str):
     if driver.pinning in state["packages"] and installed_at(state["packages"], driver.packages, version):
         host.noop(f"NVIDIA driver {version} is installed")
         return
+    if driver.utils not in state["packages"] and state["loaded_version"] == version:
+        # The right driver, installed some other way (runfile, a container host): never install over it.
+        host.noop(f"NVIDIA driver {version} is loaded but not from packages; left alone")
+        return
     held = [n for n in state["holds"] if n in held_candidates(state["packages"])]
     if held:
         yield "apt-mark unhold " + " ".join(shlex.quote(n) for n in held)
