@@ -499,6 +499,8 @@ def collect(options: argparse.Namespace, run: Runner, load_probe: Callable[[], A
         measure_links(report, probe)
     elif report.gpu_count > 1:  # several GPUs, but torch cannot reach two of them
         report.peer_access = report.p2p_bandwidth = report.allreduce = NOT_MEASURED
+        if probe is not None:
+            report.problems.append(f"torch sees {report.torch_devices} of {report.gpu_count} GPUs: links not measured")
     report.gates = evaluate(report)
     return report
 
@@ -787,8 +789,7 @@ def _link_lines(data: dict[str, Any]) -> list[str]:
         return [f"Links: not applicable ({data['gpu_count']} GPU)", ""]
     lines = ["Links:"]
     for gpu, links in data["nvlink"].items():
-        speeds = ", ".join("inactive" if s is None else f"{s:g} GB/s" for s in links) or "none"
-        lines.append(f"  NVLink GPU{gpu}: {len(links)} link(s): {speeds}")
+        lines.append(f"  NVLink GPU{gpu}: {len(links)} link(s): {_speeds(links)}")
     if not data["nvlink"]:
         lines.append("  NVLink: no links reported")
     for a, row in data["topology"].items():
@@ -799,6 +800,13 @@ def _link_lines(data: dict[str, Any]) -> list[str]:
     if isinstance(data["peer_access"], dict):
         lines.append("  torch peer access: " + ", ".join(f"{k} {v}" for k, v in data["peer_access"].items()))
     return [*lines, ""]
+
+
+def _speeds(links: list[float | None]) -> str:
+    words = ["inactive" if s is None else f"{s:g} GB/s" for s in links]
+    if len(words) > 2 and len(set(words)) == 1:
+        return f"all {words[0]}"
+    return ", ".join(words) or "none"
 
 
 def _bandwidth_lines(data: dict[str, Any]) -> list[str]:

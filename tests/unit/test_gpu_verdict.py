@@ -376,6 +376,11 @@ def test_pcie_only_box_warns_but_is_judged_by_bandwidth(capsys: pytest.CaptureFi
     assert g["p2p_grant"]["measured"] == {"GPU0-GPU1": "CNS"} and g["power_limit_w"]["measured"] == [300.0, 300.0]
 
 
+def test_many_equal_links_read_short() -> None:
+    assert gv._speeds([26.562] * 18) == "all 26.562 GB/s"
+    assert gv._speeds([25.781, None]) == "25.781 GB/s, inactive" and gv._speeds([]) == "none"
+
+
 def test_inactive_nvlink_warns(capsys: pytest.CaptureFixture) -> None:
     outputs = {**RTX_OUTPUTS, gv.SMI_NVLINK: gv.ToolResult(0, [*RTX_NVLINK[:-1], "\t Link 1: <inactive>"])}
     _, data = verdict(outputs, FakeProbe(devices=2), RIG, capsys)
@@ -424,6 +429,7 @@ def test_torch_seeing_one_of_two_gpus_is_noted_and_not_measured(
     probe = FakeProbe(devices=1)
     _, data = verdict(RTX_OUTPUTS, probe, RIG, capsys)
     assert data["notes"] == ["torch sees 1 GPU(s), nvidia-smi 2 (CUDA_VISIBLE_DEVICES=0)"]
+    assert data["problems"] == ["torch sees 1 of 2 GPUs: links not measured"] and data["exit_code"] == 2
     assert gates(data)["p2p_copy_gbps"]["result"] == "not measured" and probe.calls == []
 
 
