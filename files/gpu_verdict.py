@@ -537,8 +537,23 @@ def measure_links(report: Report, probe: Any) -> None:
     if isinstance(report.allreduce, dict) and report.allreduce.get("sizes"):
         report.allreduce["plateau_busbw_gbps"] = plateau(report.allreduce["sizes"])
     for what, result in (("P2P copy", report.p2p_bandwidth), ("all-reduce", report.allreduce)):
-        if isinstance(result, dict) and result.get("error") and not result.get("timed_out"):
-            report.problems.append(f"{what} could not run: {result['error']}")
+        if oom := next((e for e in job_errors(result) if out_of_memory(e)), None):
+            used = ", ".join(f"GPU{g['index']} {g['memory_used_mib']} MiB" for g in report.smi.gpus)
+            report.problems.append(f"{what} could not run: {oom} (memory in use: {used}; stop the vLLM service)")
+
+
+def job_errors(result: Any) -> list[str]:
+    """The errors of a measuring job: its own, or (P2P copies) those of single pairs."""
+    if not isinstance(result, dict):
+        return []
+    if result.get("error"):
+        return [result["error"]]
+    return [v["error"] for v in result.values() if isinstance(v, dict) and v.get("error")]
+
+
+def out_of_memory(error: str) -> bool:
+    """Something else holds the GPU memory: the check could not run, which says nothing of the links."""
+    return "out of memory" in error.lower()
 
 
 # ---- gates ----------------------------------------------------------------------------------------------
@@ -619,16 +634,18 @@ def gate_driver(report: Report) -> dict[str, Any]:
 
 
 def _early_result(name: str, value: Any, threshold: Any) -> dict[str, Any] | None:
-    """The gate for a measurement without figures: a word ("not applicable", "skipped"), a job that hung
-    (a failure: NCCL and P2P copies hang on a broken path) or one that could not run. None: figures."""
+    """The gate for a measurement without figures: a word ("not applicable", "skipped"), a job that could
+    not run (out of memory), or one that failed: it hung (NCCL and P2P copies hang on a broken path) or a
+    CUDA/NCCL error stopped it. None: there are figures to judge."""
     if isinstance(value, str):
         return gate(name, None, threshold, value, True)
     if value is None:
         return gate(name, None, threshold, NOT_MEASURED, True)
-    if value.get("timed_out"):
-        return gate(name, None, threshold, FAIL, True, value["error"])
+    errors = job_errors(value)
+    if any(out_of_memory(e) for e in errors):
+        return gate(name, None, threshold, NOT_MEASURED, True, errors[0])
     if value.get("error"):
-        return gate(name, None, threshold, NOT_MEASURED, True, value["error"])
+        return gate(name, None, threshold, FAIL, True, value["error"])
     return None
 
 

@@ -328,12 +328,32 @@ def test_corrupted_copy_or_wrong_sum_fails(capsys: pytest.CaptureFixture) -> Non
     assert rc == 1 and gates(data)["allreduce_busbw_gbps"]["detail"] == "all-reduce returned a wrong sum"
 
 
-def test_measurement_that_cannot_run_is_exit_2(capsys: pytest.CaptureFixture) -> None:
-    oom = {"error": "OutOfMemoryError: CUDA out of memory. Tried to allocate 256.00 MiB"}
-    rc, data = verdict(RTX_OUTPUTS, FakeProbe(devices=2, allreduce=oom), RIG, capsys)
+OOM = "OutOfMemoryError: CUDA out of memory. Tried to allocate 256.00 MiB"
+
+
+def test_memory_held_by_the_server_is_could_not_run(capsys: pytest.CaptureFixture) -> None:
+    rc, data = verdict(RTX_OUTPUTS, FakeProbe(devices=2, allreduce={"error": OOM}), RIG, capsys)
     assert rc == 2 and data["verdict"] == "could not run"
-    assert data["problems"] == ["all-reduce could not run: " + oom["error"]]
+    hint = " (memory in use: GPU0 1 MiB, GPU1 1 MiB; stop the vLLM service)"
+    assert data["problems"] == [f"all-reduce could not run: {OOM}{hint}"]
     assert gates(data)["allreduce_busbw_gbps"]["result"] == "not measured"
+    probe = FakeProbe(devices=2, p2p={"0->1": {"error": OOM}, "1->0": _copy(42.0)})
+    rc, data = verdict(RTX_OUTPUTS, probe, RIG, capsys)
+    assert rc == 2 and data["problems"][0].startswith("P2P copy could not run: OutOfMemoryError")
+    assert gates(data)["p2p_copy_gbps"]["result"] == "not measured"
+
+
+def test_cuda_or_nccl_error_on_the_link_is_a_failure(capsys: pytest.CaptureFixture) -> None:
+    nccl = {"error": "DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled cuda error"}
+    rc, data = verdict(RTX_OUTPUTS, FakeProbe(devices=2, allreduce=nccl), RIG, capsys)
+    g = gates(data)["allreduce_busbw_gbps"]
+    assert rc == 1 and g["result"] == "fail" and "unhandled cuda error" in g["detail"] and data["problems"] == []
+    probe = FakeProbe(devices=2, p2p={"0->1": {"error": "AcceleratorError: CUDA error: an illegal memory access"}})
+    rc, data = verdict(RTX_OUTPUTS, probe, RIG, capsys)
+    assert (
+        rc == 1
+        and gates(data)["p2p_copy_gbps"]["detail"] == "0->1: AcceleratorError: CUDA error: an illegal memory access"
+    )
 
 
 def test_skip_bandwidth_measures_nothing_but_checks_peer_access(capsys: pytest.CaptureFixture) -> None:
