@@ -23,6 +23,7 @@ Exit codes: 0 done, 2 the server could not be used (unreachable, refused, a bad 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -111,25 +112,33 @@ class Server:
             headers["authorization"] = f"Bearer {self.api_key}"
         return headers
 
-    def open(self, method: str, path: str, body: dict | None = None) -> http.client.HTTPResponse:
+    @contextlib.contextmanager
+    def open(self, method: str, path: str, body: dict | None = None) -> Iterator[http.client.HTTPResponse]:
+        """The response to one request (status 200, else BenchError); the connection closes after it."""
         conn = self._connection()
         try:
-            conn.request(method, self._path(path), json.dumps(body) if body is not None else None, self._headers())
-            resp = conn.getresponse()
-        except OSError as exc:
-            raise BenchError(f"cannot reach {self.base_url}: {exc}") from exc
-        if resp.status != 200:
-            raise BenchError(_http_error(method, path, resp))
-        return resp
+            try:
+                conn.request(method, self._path(path), json.dumps(body) if body is not None else None, self._headers())
+                resp = conn.getresponse()
+            except OSError as exc:
+                raise BenchError(f"cannot reach {self.base_url}: {exc}") from exc
+            if resp.status != 200:
+                raise BenchError(_http_error(method, path, resp))
+            yield resp
+        finally:
+            conn.close()
 
     def get_json(self, path: str) -> Any:
-        return json.loads(self.open("GET", path).read())
+        with self.open("GET", path) as resp:
+            return json.loads(resp.read())
 
     def post_json(self, path: str, body: dict) -> Any:
-        return json.loads(self.open("POST", path, body).read())
+        with self.open("POST", path, body) as resp:
+            return json.loads(resp.read())
 
     def metrics(self) -> str:
-        return self.open("GET", "/metrics").read().decode(errors="replace")
+        with self.open("GET", "/metrics") as resp:
+            return resp.read().decode(errors="replace")
 
 
 def _http_error(method: str, path: str, resp: http.client.HTTPResponse) -> str:
@@ -194,9 +203,9 @@ def chat_body(model: str, prompt: str, max_tokens: int, ignore_eos: bool, stream
 
 def stream_chat(server: Server, body: dict[str, Any]) -> Stream:
     stream = Stream(sent=time.perf_counter())
-    resp = server.open("POST", "/v1/chat/completions", body)
-    for at, chunk in sse_events(resp):
-        stream.see(at, chunk)
+    with server.open("POST", "/v1/chat/completions", body) as resp:
+        for at, chunk in sse_events(resp):
+            stream.see(at, chunk)
     if not stream.usage:
         raise BenchError("the stream ended without usage (does the server honour stream_options.include_usage?)")
     if stream.first is None:
@@ -219,7 +228,10 @@ class SpecCounters:
 
     @classmethod
     def read(cls, server: Server) -> SpecCounters:
-        text = server.metrics()
+        try:
+            text = server.metrics()
+        except BenchError:  # no /metrics (a proxy in front?): no acceptance figure, the rest still counts
+            return cls(None, None)
         return cls(metric_total(text, ACCEPTED), metric_total(text, DRAFTED))
 
     def since(self, before: SpecCounters) -> tuple[float | None, float | None]:
@@ -395,6 +407,7 @@ class Bench:
 
 
 def run_bench(options: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
+    started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     server = Server(options.base_url, read_api_key(options.api_key_file), options.timeout)
     model = options.model or first_model(server)
     bench = Bench(server, model, options, random.Random(options.seed), log)
@@ -406,7 +419,7 @@ def run_bench(options: argparse.Namespace, log: Callable[[str], None]) -> dict[s
         "label": options.label,
         "base_url": options.base_url,
         "model": model,
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "started": started,
         "method": {
             "sizes": [asdict(s) for s in options.sizes],
             "warmup_short": options.warmup_short,

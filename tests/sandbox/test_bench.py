@@ -261,6 +261,14 @@ def test_metric_totals_sum_engines_and_skip_lookalikes() -> None:
     assert bench.metric_total(text, "vllm:spec_decode_num_drafts_total") is None
 
 
+def test_no_metrics_page_means_no_acceptance_figure() -> None:
+    class NoMetrics:
+        def metrics(self) -> str:
+            raise bench.BenchError("GET /metrics: HTTP 404: Not Found")
+
+    assert bench.SpecCounters.read(NoMetrics()).since(bench.SpecCounters(1.0, 2.0)) == (None, None)
+
+
 def test_stream_timing_counts_only_chunks_that_carry_tokens() -> None:
     stream = bench.Stream(sent=0.0)
     stream.see(1.0, {"choices": [{"delta": {"role": "assistant", "content": ""}}]})  # role only
