@@ -1,0 +1,333 @@
+"""files/bench.py against the stand-in vLLM server (tests/sandbox/fixtures/forge/standin_fork).
+
+The server runs from a copy of the stand-in's source on PYTHONPATH, with what its start-up checks want put
+around it: a stub nvidia-smi listing two GPUs, a stub torch, a tiny model directory and a stub vllm._C
+(building the real extension is test_forge's business, and takes a venv and a pip run). Its speeds come
+from a knob file; the benchmark must read them back from the outside, like it would on the real box.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "files" / "bench.py"
+STANDIN = ROOT / "tests" / "sandbox" / "fixtures" / "forge" / "standin_fork"
+API_KEY = "bench-key"
+# Prefill at 5000 tok/s, not faster: a request costs the stand-in ~5 ms before its prefill clock starts
+# (tokenizing, hashing blocks), which at 20000 tok/s and a 0.2-0.4 s TTFT is 2-3.5% of it.
+FAST = {"prefill_tps": 5000.0, "decode_tps": 400.0, "mtp_acceptance": 0.75}
+SEED = {"prefill_tps": 1300.0, "decode_tps": 85.0, "mtp_acceptance": 0.75}  # the reference box's figures
+SERVER_ARGS = [
+    "--served-model-name",
+    "qwen-local",
+    "--max-model-len",
+    "100000",
+    "--enable-prefix-caching",
+    "--max-num-seqs",
+    "1",
+    "--reasoning-parser",
+    "qwen3",
+    "--speculative-config",
+    '{"method":"mtp","num_speculative_tokens":3}',
+    "--disable-uvicorn-access-log",
+]
+
+
+def _load_bench() -> Any:
+    spec = importlib.util.spec_from_file_location("bench", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench"] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = _load_bench()
+
+
+# --- the stand-in server -------------------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _write_exe(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o755)
+
+
+def _runtime(root: Path) -> dict[str, str]:
+    """The stand-in's source and what its start-up checks look for; returns the server's environment."""
+    src = root / "src"
+    shutil.copytree(STANDIN / "vllm", src / "vllm", ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    (src / "vllm" / "_C.py").write_text('"""Stub of the compiled extension (test_forge builds the real one)."""\n')
+    (root / "site" / "torch").mkdir(parents=True)
+    (root / "site" / "torch" / "__init__.py").write_text('__version__ = "2.11.0+cu128"\n')
+    gpus = "".join(
+        f"echo 'GPU {i}: NVIDIA GeForce RTX 2080 Ti (UUID: GPU-{i}0000000-0000-0000-0000-000000000000)'\n"
+        for i in range(2)
+    )
+    _write_exe(root / "bin" / "nvidia-smi", "#!/bin/sh\n" + gpus)
+    model = root / "model"
+    model.mkdir()
+    (model / "config.json").write_text(
+        json.dumps(
+            {"architectures": ["Qwen3_5ForConditionalGeneration"], "text_config": {"max_position_embeddings": 262144}}
+        )
+    )
+    header = json.dumps({"lm_head.weight": {"dtype": "F16", "shape": [8, 4], "data_offsets": [0, 64]}}).encode()
+    (model / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + bytes(64))
+    return {
+        "PATH": f"{root / 'bin'}:{os.environ['PATH']}",
+        "HOME": str(root),
+        "PYTHONPATH": f"{src}:{root / 'site'}",
+        "VLLM_STANDIN_KNOBS": str(root / "knobs.json"),
+        "VLLM_API_KEY": API_KEY,
+    }
+
+
+@dataclass
+class StandIn:
+    url: str
+    knobs: Path
+    log: Path
+
+    def set_rates(self, rates: dict[str, float]) -> None:
+        self.knobs.write_text(json.dumps({**rates, "startup_seconds": 0.1, "log_stats_interval": 60}))
+
+
+def _wait_healthy(proc: subprocess.Popen, url: str, log: Path, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        assert proc.poll() is None, f"stand-in exited {proc.returncode}:\n{log.read_text()}"
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=1) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def standin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandIn]:
+    root = tmp_path_factory.mktemp("standin")
+    env = _runtime(root)
+    port = _free_port()
+    server = StandIn(f"http://127.0.0.1:{port}", root / "knobs.json", root / "server.log")
+    server.set_rates(FAST)
+    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--host", "127.0.0.1", "--port", str(port)]
+    argv += ["--model", str(root / "model"), *SERVER_ARGS]
+    with server.log.open("w") as log:
+        proc = subprocess.Popen(argv, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        _wait_healthy(proc, server.url, server.log)
+        yield server
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
+
+
+def run_bench(
+    standin: StandIn, tmp_path: Path, *args: str, key: str | None = API_KEY
+) -> tuple[subprocess.CompletedProcess, dict]:
+    """bench.py as a user runs it: its own process, stdlib only, the key from the environment."""
+    out = tmp_path / "bench.json"
+    env = {"PATH": os.environ["PATH"], **({"VLLM_API_KEY": key} if key else {})}
+    cmd = [sys.executable, str(BENCH), "--base-url", standin.url, "--json-out", str(out), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    return proc, (json.loads(out.read_text()) if out.exists() else {})
+
+
+# --- against the stand-in --------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("rates", "sizes"),
+    [(FAST, "4000:3:129,8000:2:129"), (SEED, "2000:2:33")],
+    ids=["fast-knobs", "seed-knobs"],
+)
+def test_reads_back_the_knob_rates(standin: StandIn, tmp_path: Path, rates: dict[str, float], sizes: str) -> None:
+    standin.set_rates(rates)
+    proc, result = run_bench(standin, tmp_path, "--sizes", sizes, "--warmup-sized", "1", "--label", "FP8 KV")
+    assert proc.returncode == 0, proc.stderr
+    runs = result["runs"]
+    expected = [(int(s.split(":")[0]), int(s.split(":")[1]), int(s.split(":")[2])) for s in sizes.split(",")]
+    assert [(r["target_tokens"], r["max_tokens"]) for r in runs] == [(t, m) for t, n, m in expected for _ in range(n)]
+    for r in runs:
+        assert r["prompt_tokens"] == pytest.approx(r["target_tokens"], rel=0.02), r  # calibrated length
+        assert r["completion_tokens"] == r["max_tokens"]
+        assert r["prefill_tps"] == pytest.approx(rates["prefill_tps"], rel=0.03), r
+        assert r["decode_tps"] == pytest.approx(rates["decode_tps"], rel=0.03), r
+        assert r["acceptance"] == pytest.approx(rates["mtp_acceptance"], abs=0.03), r
+    assert result["model"] == "qwen-local" and result["label"] == "FP8 KV"
+    assert len(result["warmups"]) == len(expected)
+    assert result["summary"][runs[0]["size"]]["n"] == expected[0][1]
+
+
+def test_prints_the_seed_table(standin: StandIn, tmp_path: Path) -> None:
+    standin.set_rates(FAST)
+    proc, result = run_bench(standin, tmp_path, "--sizes", "4000:2:33", "--warmup-short", "1", "--warmup-sized", "0")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].split() == [
+        "Run",
+        "Context",
+        "TTFT",
+        "(s)",
+        "Prefill",
+        "(tok/s)",
+        "Decode",
+        "(tok/s)",
+        "MTP",
+        "Acceptance",
+    ]
+    assert [line.split()[0] for line in lines[1:3]] == ["run1", "run2"]
+    assert f"{result['runs'][0]['prompt_tokens']:,} tok" in lines[1] and lines[1].endswith("%")
+    assert lines[4].startswith("4K mean: TTFT ")
+    assert "warm-up: short request 1" in proc.stderr and "calibration:" in proc.stderr
+    assert result["warmups"] == []
+
+
+def test_prompts_never_hit_the_prefix_cache(standin: StandIn) -> None:
+    """Two prompts of the same length from the generator share no cached block (UUID first)."""
+    standin.set_rates(FAST)
+    server = bench.Server(standin.url, API_KEY, 30.0)
+    rng = bench.random.Random(1)
+    body = bench.chat_body("qwen-local", bench.make_prompt(300, rng), 2, True, stream=True)
+    first = bench.stream_chat(server, body)
+    body["messages"][0]["content"] = bench.make_prompt(300, bench.random.Random(1))  # same words, new UUID
+    again = bench.stream_chat(server, body)
+    assert (again.first - again.sent) == pytest.approx(first.first - first.sent, rel=0.5)
+    repeat = bench.stream_chat(server, body)  # the very same prompt: the cache serves it
+    assert repeat.first - repeat.sent < (again.first - again.sent) / 3
+
+
+def test_api_key_from_a_file_and_a_missing_key(standin: StandIn, tmp_path: Path) -> None:
+    key_file = tmp_path / "api-key"
+    key_file.write_text(API_KEY + "\n")
+    proc, _ = run_bench(
+        standin, tmp_path, "--sizes", "500:1:5", "--warmup-short", "0", "--api-key-file", str(key_file), key=None
+    )
+    assert proc.returncode == 0, proc.stderr
+    (tmp_path / "no-key").mkdir()
+    proc, result = run_bench(standin, tmp_path / "no-key", "--sizes", "500:1:5", key=None)
+    assert result == {}  # nothing written
+    assert proc.returncode == 2 and "HTTP 401" in proc.stderr and "VLLM_API_KEY or --api-key-file" in proc.stderr
+
+
+def test_unreachable_server_is_one_line(tmp_path: Path) -> None:
+    cmd = [sys.executable, str(BENCH), "--base-url", f"http://127.0.0.1:{_free_port()}", "--sizes", "500:1:5"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2 and proc.stderr.startswith("bench.py: cannot reach http://127.0.0.1:")
+    assert "Traceback" not in proc.stderr
+
+
+# --- pieces without a server ------------------------------------------------------------------------------
+def test_sizes_parse_and_refuse() -> None:
+    assert bench.parse_sizes(bench.DEFAULT_SIZES) == [bench.Size(20000, 3, 256), bench.Size(60000, 2, 128)]
+    assert [s.label for s in bench.parse_sizes("20000:1:1,2500:1:1")] == ["20K", "2500"]
+    with pytest.raises(Exception, match="TOKENS:RUNS:MAX_TOKENS"):
+        bench.parse_sizes("20000:3")
+
+
+def test_metric_totals_sum_engines_and_skip_lookalikes() -> None:
+    text = (
+        "# TYPE vllm:spec_decode_num_accepted_tokens_total counter\n"
+        'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="q"} 10.0\n'
+        'vllm:spec_decode_num_accepted_tokens_total{engine="1",model_name="q"} 5.0\n'
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="q",position="0"} 99.0\n'
+        "vllm:spec_decode_num_draft_tokens_total 20\n"
+    )
+    assert bench.metric_total(text, bench.ACCEPTED) == 15.0
+    assert bench.metric_total(text, bench.DRAFTED) == 20.0
+    assert bench.metric_total(text, "vllm:spec_decode_num_drafts_total") is None
+
+
+def test_no_metrics_page_means_no_acceptance_figure() -> None:
+    class NoMetrics:
+        def metrics(self) -> str:
+            raise bench.BenchError("GET /metrics: HTTP 404: Not Found")
+
+    assert bench.SpecCounters.read(NoMetrics()).since(bench.SpecCounters(1.0, 2.0)) == (None, None)
+
+
+def test_stream_timing_counts_only_chunks_that_carry_tokens() -> None:
+    stream = bench.Stream(sent=0.0)
+    stream.see(1.0, {"choices": [{"delta": {"role": "assistant", "content": ""}}]})  # role only
+    stream.see(2.0, {"choices": [{"delta": {"reasoning_content": "Okay"}}]})
+    stream.see(3.0, {"choices": [{"delta": {"reasoning": "so"}}]})  # newer vLLM's field name
+    stream.see(4.0, {"choices": [{"delta": {"content": "Hi"}, "finish_reason": "length"}]})
+    stream.see(5.0, {"choices": [], "usage": {"prompt_tokens": 20, "completion_tokens": 7}})
+    run = bench._run_figures(stream, bench.Size(20, 1, 7), 1, 9.0, 12.0, 5.0)
+    assert (run.ttft_s, run.prefill_tps, run.decode_s, run.decode_tps) == (2.0, 10.0, 2.0, 3.0)
+    assert run.acceptance == 0.75 and run.e2e_s == 5.0
+
+
+def _saved(label: str, ttft: list[float], decode: list[float], mtp: list[float], size: str = "20K") -> dict:
+    runs = [
+        {"size": size, "prompt_tokens": 17000, "ttft_s": t, "prefill_tps": 17000 / t, "decode_tps": d, "acceptance": a}
+        for t, d, a in zip(ttft, decode, mtp, strict=True)
+    ]
+    return {"label": label, "summary": bench.summarize(runs)}
+
+
+def test_compare_prints_the_seed_summary(tmp_path: Path) -> None:
+    """The seed's 20K rows, from its run tables: FP16 (A) against FP8 (B)."""
+    fp16 = _saved("FP16", [13.180, 13.236, 13.162], [87.0, 87.0, 81.5], [0.775, 0.771, 0.716])
+    fp8 = _saved("FP8", [13.090, 13.138, 13.182], [88.0, 77.6, 87.8], [0.789, 0.683, 0.789])
+    fp16["summary"].update(_saved("FP16", [45.733, 46.042], [117.7, 94.9], [0.811, 0.683], "60K")["summary"])
+    fp8["summary"].update(_saved("FP8", [45.587, 46.039], [87.1, 105.6], [0.636, 0.761], "60K")["summary"])
+    (tmp_path / "a.json").write_text(json.dumps(fp16))
+    (tmp_path / "b.json").write_text(json.dumps(fp8))
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), "compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 0, proc.stderr
+    rows = {
+        " ".join(line.split()[:2]): line.split()[2:] for line in proc.stdout.splitlines() if line[:3] in ("20K", "60K")
+    }
+    assert proc.stdout.splitlines()[0].split() == ["Metric", "FP16", "mean", "FP8", "mean", "Difference"]
+    assert rows["20K TTFT"] == ["13.193s", "13.137s", "-0.4%"]  # the seed's own figures
+    assert rows["20K Decode"] == ["85.2", "tok/s", "84.5", "tok/s", "-0.8%"]
+    assert rows["60K TTFT"] == ["45.888s", "45.813s", "-0.2%*"]
+    assert rows["60K Decode"] == ["106.3", "tok/s", "96.3", "tok/s", "-9.4%*"]
+    assert rows["60K MTP"] == ["74.7%", "69.8%", "-4.9pp*"]
+    assert "* fewer than 3 samples (60K: 2 and 2 runs)" in proc.stdout
+
+
+def test_prompts_of_one_length_hold_about_the_same_tokens() -> None:
+    """The stand-in's rule (ceil(len/4) per word) over ten 1300-word prompts: within 0.5% of each other."""
+    rng = bench.random.Random(7)
+    prompts = [bench.make_prompt(1300, rng) for _ in range(10)]
+    counts = [sum(-(-len(w) // 4) for w in p.split()) for p in prompts]
+    assert max(counts) - min(counts) <= 0.005 * min(counts), counts
+    assert len({p.split()[0] for p in prompts}) == 10 and all(len(p.split()[0]) == 64 for p in prompts)
+    assert all(len(p.split()) == 1301 for p in prompts)
+
+
+def test_calibration_scales_and_refines() -> None:
+    cal = bench.Calibration(base=23.0, per_word=1.5)
+    assert cal.words_for(20000) == 13318 and cal.words_for(10) == 1
+    cal.refine(13318, 19523)
+    assert cal.per_word == pytest.approx((19523 - 23) / 13318) and cal.words_for(19523) == 13318

@@ -1,0 +1,480 @@
+"""files/gpu_verdict.py: parsing on real nvidia-smi outputs (H200 box) and on two-GPU NVLink shapes, and the
+gate logic, with nvidia-smi and the torch measurements faked. The script is loaded by path, as uploaded."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+H200 = ROOT / "tests" / "unit" / "fixtures" / "tool_outputs" / "h200"
+
+
+def _load() -> Any:
+    spec = importlib.util.spec_from_file_location("gpu_verdict", ROOT / "files" / "gpu_verdict.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_verdict"] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+gv = _load()
+
+
+def _real(name: str) -> list[str]:
+    return (H200 / f"{name}.out").read_text().splitlines()
+
+
+def _real_result(name: str) -> Any:
+    return gv.ToolResult(int((H200 / f"{name}.rc").read_text()), _real(name))
+
+
+H200_OUTPUTS = {
+    gv.SMI_QUERY: _real_result("nvidia-smi_query_noheader_nounits"),
+    gv.SMI_MEMORY: _real_result("nvidia-smi_q_memory"),
+    gv.SMI_TOPO: _real_result("nvidia-smi_topo_m"),
+    gv.SMI_P2P: _real_result("nvidia-smi_topo_p2p_rw"),
+    gv.SMI_NVLINK: _real_result("nvidia-smi_nvlink_s"),
+}
+
+# Two 2080 Ti with a bridge, in the field order the script asks for (the layout of the real H200 line).
+RTX_QUERY = [
+    "0, NVIDIA GeForce RTX 2080 Ti, GPU-a4211eb1-75b7-df20-7a29-4bd4fd504774, 22528, 1, 7.5, 580.159.03, Enabled, "
+    "250.00, 250.00, 100.00, 320.00, 8, 16, 3, 00000000:06:00.0",
+    "1, NVIDIA GeForce RTX 2080 Ti, GPU-39ac7bce-e3d6-b426-008e-fa47897c72d5, 22528, 1, 7.5, 580.159.03, Enabled, "
+    "250.00, 250.00, 100.00, 320.00, 8, 16, 3, 00000000:07:00.0",
+]
+RTX_TOPO = [
+    "\t\x1b[4mGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m",
+    "GPU0\t X \tNV2\t0-15\t0\t\tN/A",
+    "GPU1\tNV2\t X \t0-15\t0\t\tN/A",
+    "",
+    "Legend:",
+    "",
+    "  X    = Self",
+    "  NV#  = Connection traversing a bonded set of # NVLinks",
+]
+RTX_P2P = [" \t\x1b[4mGPU0\tGPU1\t\x1b[0m", " GPU0\tX\tOK\t", " GPU1\tOK\tX\t", "", "Legend:", "  OK   = Status Ok"]
+RTX_NVLINK = [
+    "GPU 0: NVIDIA GeForce RTX 2080 Ti (UUID: GPU-a4211eb1-75b7-df20-7a29-4bd4fd504774)",
+    "\t Link 0: 25.781 GB/s",
+    "\t Link 1: 25.781 GB/s",
+    "GPU 1: NVIDIA GeForce RTX 2080 Ti (UUID: GPU-39ac7bce-e3d6-b426-008e-fa47897c72d5)",
+    "\t Link 0: 25.781 GB/s",
+    "\t Link 1: 25.781 GB/s",
+]
+
+
+def _memory_block(bus: str) -> list[str]:
+    return [
+        f"GPU {bus}",
+        "    FB Memory Usage",
+        "        Total                                          : 22528 MiB",
+        "        Reserved                                       : 318 MiB",
+        "    BAR1 Memory Usage",
+        "        Total                                          : 256 MiB",
+        "        Used                                           : 2 MiB",
+        "    Conf Compute Protected Memory Usage",
+        "        Total                                          : 0 MiB",
+    ]
+
+
+RTX_MEMORY = ["", "==============NVSMI LOG==============", "", "Attached GPUs : 2"]
+RTX_MEMORY += _memory_block("00000000:06:00.0") + _memory_block("00000000:07:00.0")
+
+RTX_OUTPUTS = {
+    gv.SMI_QUERY: gv.ToolResult(0, RTX_QUERY),
+    gv.SMI_MEMORY: gv.ToolResult(0, RTX_MEMORY),
+    gv.SMI_TOPO: gv.ToolResult(0, RTX_TOPO),
+    gv.SMI_P2P: gv.ToolResult(0, RTX_P2P),
+    gv.SMI_NVLINK: gv.ToolResult(0, RTX_NVLINK),
+}
+RIG = [
+    "--expect-gpus",
+    "2",
+    "--driver-version",
+    "580.159.03",
+    "--min-memory-mib",
+    "22000",
+    "--compute-cap",
+    "7.5",
+    "--power-limit-w",
+    "250",
+    "--min-p2p-gbps",
+    "35",
+    "--min-allreduce-gbps",
+    "30",
+]
+
+
+def _curve(plateau: float) -> list[dict[str, Any]]:
+    """An all-reduce curve that rises and flattens at `plateau` GB/s from 64 MiB up."""
+    sizes = [2**20 * 2**k for k in range(9)]
+    return [{"bytes": s, "busbw_gbps": round(plateau * min(1.0, (k + 1) / 7), 2)} for k, s in enumerate(sizes)]
+
+
+class FakeProbe:
+    """torch as the script sees it: device info, peer access and the two measuring jobs."""
+
+    def __init__(
+        self,
+        devices: int,
+        capability: str = "7.5",
+        error: str | None = None,
+        peer: bool = True,
+        p2p: dict[str, Any] | None = None,
+        allreduce: dict[str, Any] | None = None,
+    ) -> None:
+        self.devices, self.capability, self.error, self.peer = devices, capability, error, peer
+        self.p2p = p2p or {"0->1": _copy(42.0), "1->0": _copy(41.5)}
+        self.allreduce_result = allreduce or {"correct": True, "sizes": _curve(38.0), "transports": ["P2P/IPC"]}
+        self.calls: list[tuple] = []
+
+    def info(self) -> dict[str, Any]:
+        devices = [{"name": "NVIDIA GeForce RTX 2080 Ti", "capability": self.capability}] * self.devices
+        return {
+            "version": "2.11.0+cu128",
+            "cuda": "12.8",
+            "nccl": "2.27.3",
+            "error": self.error,
+            "devices": [] if self.error else devices,
+        }
+
+    def peer_access(self, src: int, dst: int) -> bool:
+        return self.peer
+
+    def p2p_bandwidth(self, pairs: list, mib: int, iters: int, timeout: float) -> dict[str, Any]:
+        self.calls.append(("p2p", pairs, mib, iters))
+        return self.p2p
+
+    def allreduce(self, devices: list[int], sizes: tuple, iters: int, timeout: float) -> dict[str, Any]:
+        self.calls.append(("allreduce", devices, sizes, iters))
+        return dict(self.allreduce_result)
+
+
+def _copy(gbps: float, verified: bool = True) -> dict[str, Any]:
+    return {"gbps": gbps, "bytes": 256 * 2**20, "iters": 10, "verified": verified}
+
+
+def _runner(outputs: dict[tuple, Any]) -> Any:
+    def run(argv: tuple[str, ...]) -> Any:
+        return outputs[argv]
+
+    return run
+
+
+def verdict(
+    outputs: dict[tuple, Any],
+    probe: Any,
+    args: list[str],
+    capsys: pytest.CaptureFixture,
+    which: Any = lambda name: f"/usr/bin/{name}",
+) -> tuple[int, dict[str, Any]]:
+    """Run main() with --json; return the exit code and the one JSON object it printed."""
+
+    def load() -> Any:
+        if isinstance(probe, Exception):
+            raise probe
+        return probe
+
+    rc = gv.main(["--json", *args], run=_runner(outputs), load_probe=load, which=which)
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1, out  # one JSON object, one line
+    data = json.loads(out)
+    assert data["exit_code"] == rc
+    return rc, data
+
+
+def gates(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {g["name"]: g for g in data["gates"]}
+
+
+# --- parsing ---------------------------------------------------------------------------------------------
+def test_parses_real_h200_outputs() -> None:
+    [gpu] = gv.parse_query_gpu(_real("nvidia-smi_query_noheader_nounits"))
+    assert gpu["name"] == "NVIDIA H200" and gpu["memory_mib"] == 143771 and gpu["memory_used_mib"] == 0
+    assert (gpu["compute_cap"], gpu["driver_version"], gpu["persistence"]) == ("9.0", "580.159.04", True)
+    assert (gpu["power_limit_w"], gpu["power_min_w"], gpu["power_max_w"]) == (700.0, 200.0, 700.0)
+    assert (gpu["pcie_width"], gpu["pcie_width_max"], gpu["pcie_gen"]) == (16, 16, 5)
+    assert gv.parse_bar1(_real("nvidia-smi_q_memory")) == [{"fb_total_mib": 143771, "bar1_total_mib": 262144}]
+    assert gv.parse_matrix(_real("nvidia-smi_topo_m")) == {"GPU0": {"GPU0": "X"}}
+    assert gv.parse_matrix(_real("nvidia-smi_topo_p2p_rw")) == {"GPU0": {"GPU0": "X"}}
+    assert gv.parse_nvlink_status(_real("nvidia-smi_nvlink_s")) == {}
+
+
+def test_parses_two_gpu_nvlink_shapes() -> None:
+    gpus = gv.parse_query_gpu(RTX_QUERY)
+    assert [g["index"] for g in gpus] == [0, 1] and gpus[1]["bus_id"] == "00000000:07:00.0"
+    assert gv.parse_matrix(RTX_TOPO) == {"GPU0": {"GPU0": "X", "GPU1": "NV2"}, "GPU1": {"GPU0": "NV2", "GPU1": "X"}}
+    assert gv.parse_matrix(RTX_P2P)["GPU1"]["GPU0"] == "OK"
+    inactive = [*RTX_NVLINK[:-1], "\t Link 1: <inactive>"]
+    assert gv.parse_nvlink_status(inactive) == {0: [25.781, 25.781], 1: [25.781, None]}
+    assert gv.parse_bar1(RTX_MEMORY) == [{"fb_total_mib": 22528, "bar1_total_mib": 256}] * 2
+
+
+def test_query_with_not_available_cells_still_parses() -> None:
+    line = RTX_QUERY[0].replace(", 8, 16, 3,", ", [N/A], [N/A], [N/A],").replace("250.00, 250.00", "[N/A], [N/A]")
+    [gpu] = gv.parse_query_gpu([line])
+    assert gpu["pcie_width"] is None and gpu["power_limit_w"] is None and gpu["memory_mib"] == 22528
+
+
+def test_plateau_is_the_median_of_the_largest_sizes() -> None:
+    sizes = [{"bytes": 2**20 * k, "busbw_gbps": v} for k, v in ((1, 3.0), (64, 36.0), (128, 44.0), (256, 38.0))]
+    assert gv.plateau(sizes) == 38.0
+    assert gv.plateau([]) is None
+
+
+def test_nccl_transports_from_info_lines(tmp_path: Path) -> None:
+    (tmp_path / "nccl.11.log").write_text(
+        "host:11:30 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC\n"
+        "host:11:30 [0] NCCL INFO Channel 01/0 : 0[0] -> 1[1] via P2P/IPC\n"
+        "host:11:30 [0] NCCL INFO Connected all rings\n"
+    )
+    (tmp_path / "nccl.12.log").write_text(
+        "host:12:31 [1] NCCL INFO Channel 00/0 : 1[1] -> 0[0] via SHM/direct/direct\n"
+    )
+    assert gv.nccl_transports(sorted(tmp_path.glob("nccl.*.log"))) == ["P2P/IPC", "SHM/direct/direct"]
+
+
+# --- one GPU (the real H200 box) -------------------------------------------------------------------------
+def test_single_gpu_passes_and_says_not_applicable(capsys: pytest.CaptureFixture) -> None:
+    probe = FakeProbe(devices=1, capability="9.0")
+    args = ["--expect-gpus", "1", "--driver-version", "580.159.04", "--min-memory-mib", "22000"]
+    rc, data = verdict(H200_OUTPUTS, probe, [*args, "--compute-cap", "9.0", "--min-p2p-gbps", "35"], capsys)
+    assert rc == 0 and data["verdict"] == "pass" and data["problems"] == []
+    g = gates(data)
+    assert g["gpu_count"]["result"] == "pass" and g["gpu_count"]["measured"] == 1
+    assert g["gpu_memory_mib"] == {
+        "name": "gpu_memory_mib",
+        "measured": [143771],
+        "threshold": 22000,
+        "result": "pass",
+        "fatal": True,
+        "detail": "",
+    }
+    for name in ("p2p_copy_gbps", "allreduce_busbw_gbps", "nvlink", "p2p_grant", "peer_access"):
+        assert g[name]["result"] == "not applicable", name
+    assert data["p2p_bandwidth"] == data["allreduce"] == data["peer_access"] == "not applicable"
+    assert data["gpus"][0]["bar1_mib"] == 262144 and data["driver_version"] == "580.159.04"
+    assert probe.calls == []  # nothing to measure between GPUs
+
+
+def test_single_gpu_against_the_rigs_settings_fails_the_right_gates(capsys: pytest.CaptureFixture) -> None:
+    rc, data = verdict(H200_OUTPUTS, FakeProbe(devices=1, capability="9.0"), RIG, capsys)
+    assert rc == 1 and data["verdict"] == "fail"
+    g = gates(data)
+    assert {n for n, v in g.items() if v["result"] == "fail"} == {"gpu_count", "compute_capability", "driver_version"}
+    assert g["driver_version"]["measured"] == "580.159.04" and g["driver_version"]["threshold"] == "580.159.03"
+    assert g["power_limit_w"]["result"] == "warn" and g["power_limit_w"]["fatal"] is False  # 700 W, not 250
+    assert g["p2p_copy_gbps"]["result"] == "not applicable"
+
+
+def test_every_gate_names_its_threshold_and_result(capsys: pytest.CaptureFixture) -> None:
+    _, data = verdict(RTX_OUTPUTS, FakeProbe(devices=2), RIG, capsys)
+    assert len(data["gates"]) == 11
+    for g in data["gates"]:
+        assert set(g) == {"name", "measured", "threshold", "result", "fatal", "detail"}
+        assert g["result"] in ("pass", "fail", "warn", "not applicable", "not checked", "skipped", "not measured")
+
+
+# --- two GPUs --------------------------------------------------------------------------------------------
+def test_healthy_two_gpu_rig_passes(capsys: pytest.CaptureFixture) -> None:
+    probe = FakeProbe(devices=2)
+    rc, data = verdict(RTX_OUTPUTS, probe, RIG, capsys)
+    assert rc == 0 and data["verdict"] == "pass", data
+    assert {g["name"] for g in data["gates"] if g["result"] != "pass"} == set()
+    g = gates(data)
+    assert g["p2p_copy_gbps"]["measured"] == {"0->1": 42.0, "1->0": 41.5} and g["p2p_copy_gbps"]["threshold"] == 35
+    assert g["allreduce_busbw_gbps"]["measured"] == 38.0 and data["allreduce"]["plateau_busbw_gbps"] == 38.0
+    assert g["nvlink"]["measured"] == {"GPU0-GPU1": "NV2"} and data["nvlink"] == {"0": [25.781] * 2, "1": [25.781] * 2}
+    assert data["peer_access"] == {"0->1": True, "1->0": True}
+    p2p_call, allreduce_call = probe.calls
+    assert p2p_call == ("p2p", [(0, 1), (1, 0)], 256, gv.P2P_ITERS)
+    assert allreduce_call[1] == [0, 1] and allreduce_call[2][0] == 2**20 and allreduce_call[2][-1] == 256 * 2**20
+
+
+def test_slow_direction_fails_the_p2p_gate(capsys: pytest.CaptureFixture) -> None:
+    probe = FakeProbe(devices=2, p2p={"0->1": _copy(42.0), "1->0": _copy(11.8)})
+    rc, data = verdict(RTX_OUTPUTS, probe, RIG, capsys)
+    g = gates(data)["p2p_copy_gbps"]
+    assert rc == 1 and g["result"] == "fail" and g["detail"] == "slowest 11.8 GB/s"
+
+
+def test_low_allreduce_plateau_fails(capsys: pytest.CaptureFixture) -> None:
+    probe = FakeProbe(devices=2, allreduce={"correct": True, "sizes": _curve(21.0), "transports": ["SHM/direct"]})
+    rc, data = verdict(RTX_OUTPUTS, probe, RIG, capsys)
+    g = gates(data)["allreduce_busbw_gbps"]
+    assert rc == 1 and (g["measured"], g["threshold"], g["result"]) == (21.0, 30, "fail")
+
+
+def test_allreduce_hang_is_a_failure_not_a_crash(capsys: pytest.CaptureFixture) -> None:
+    hang = {"error": "no answer after 60 s: a hang (ACS/IOMMU on the P2P path?)", "timed_out": True}
+    rc, data = verdict(RTX_OUTPUTS, FakeProbe(devices=2, allreduce=hang), RIG, capsys)
+    g = gates(data)["allreduce_busbw_gbps"]
+    assert rc == 1 and g["result"] == "fail" and "a hang" in g["detail"] and data["problems"] == []
+
+
+def test_corrupted_copy_or_wrong_sum_fails(capsys: pytest.CaptureFixture) -> None:
+    probe = FakeProbe(devices=2, p2p={"0->1": _copy(42.0, verified=False), "1->0": _copy(42.0)})
+    rc, data = verdict(RTX_OUTPUTS, probe, RIG, capsys)
+    assert rc == 1 and gates(data)["p2p_copy_gbps"]["detail"] == "0->1: copied data differ"
+    wrong = {"correct": False, "sizes": _curve(38.0), "transports": []}
+    rc, data = verdict(RTX_OUTPUTS, FakeProbe(devices=2, allreduce=wrong), RIG, capsys)
+    assert rc == 1 and gates(data)["allreduce_busbw_gbps"]["detail"] == "all-reduce returned a wrong sum"
+
+
+OOM = "OutOfMemoryError: CUDA out of memory. Tried to allocate 256.00 MiB"
+
+
+def test_memory_held_by_the_server_is_could_not_run(capsys: pytest.CaptureFixture) -> None:
+    rc, data = verdict(RTX_OUTPUTS, FakeProbe(devices=2, allreduce={"error": OOM}), RIG, capsys)
+    assert rc == 2 and data["verdict"] == "could not run"
+    hint = " (memory in use: GPU0 1 MiB, GPU1 1 MiB; stop the vLLM service)"
+    assert data["problems"] == [f"all-reduce could not run: {OOM}{hint}"]
+    assert gates(data)["allreduce_busbw_gbps"]["result"] == "not measured"
+    probe = FakeProbe(devices=2, p2p={"0->1": {"error": OOM}, "1->0": _copy(42.0)})
+    rc, data = verdict(RTX_OUTPUTS, probe, RIG, capsys)
+    assert rc == 2 and data["problems"][0].startswith("P2P copy could not run: OutOfMemoryError")
+    assert gates(data)["p2p_copy_gbps"]["result"] == "not measured"
+
+
+def test_cuda_or_nccl_error_on_the_link_is_a_failure(capsys: pytest.CaptureFixture) -> None:
+    nccl = {"error": "DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled cuda error"}
+    rc, data = verdict(RTX_OUTPUTS, FakeProbe(devices=2, allreduce=nccl), RIG, capsys)
+    g = gates(data)["allreduce_busbw_gbps"]
+    assert rc == 1 and g["result"] == "fail" and "unhandled cuda error" in g["detail"] and data["problems"] == []
+    probe = FakeProbe(devices=2, p2p={"0->1": {"error": "AcceleratorError: CUDA error: an illegal memory access"}})
+    rc, data = verdict(RTX_OUTPUTS, probe, RIG, capsys)
+    assert (
+        rc == 1
+        and gates(data)["p2p_copy_gbps"]["detail"] == "0->1: AcceleratorError: CUDA error: an illegal memory access"
+    )
+
+
+def test_skip_bandwidth_measures_nothing_but_checks_peer_access(capsys: pytest.CaptureFixture) -> None:
+    probe = FakeProbe(devices=2, peer=False)
+    rc, data = verdict(RTX_OUTPUTS, probe, [*RIG, "--skip-bandwidth"], capsys)
+    g = gates(data)
+    assert rc == 0 and probe.calls == []
+    assert g["p2p_copy_gbps"]["result"] == g["allreduce_busbw_gbps"]["result"] == "skipped"
+    assert g["peer_access"]["result"] == "warn" and g["peer_access"]["measured"] == {"0->1": False, "1->0": False}
+
+
+def test_thresholds_unset_report_figures_without_judging(capsys: pytest.CaptureFixture) -> None:
+    rc, data = verdict(RTX_OUTPUTS, FakeProbe(devices=2), [], capsys)
+    g = gates(data)
+    assert rc == 0 and g["gpu_count"]["threshold"] == ">= 1"
+    assert g["p2p_copy_gbps"]["result"] == "not checked" and g["p2p_copy_gbps"]["detail"] == "slowest 41.5 GB/s"
+    assert g["allreduce_busbw_gbps"]["measured"] == 38.0 and g["allreduce_busbw_gbps"]["result"] == "not checked"
+
+
+def test_pcie_only_box_warns_but_is_judged_by_bandwidth(capsys: pytest.CaptureFixture) -> None:
+    topo = [line.replace("NV2", "PHB") for line in RTX_TOPO]
+    p2p = [line.replace("OK", "CNS") for line in RTX_P2P]
+    query = [line.replace("Enabled, 250.00", "Disabled, 300.00") for line in RTX_QUERY]
+    outputs = {
+        **RTX_OUTPUTS,
+        gv.SMI_TOPO: gv.ToolResult(0, topo),
+        gv.SMI_P2P: gv.ToolResult(0, p2p),
+        gv.SMI_NVLINK: gv.ToolResult(0, []),
+        gv.SMI_QUERY: gv.ToolResult(0, query),
+    }
+    rc, data = verdict(outputs, FakeProbe(devices=2), RIG, capsys)
+    g = gates(data)
+    assert rc == 0
+    assert {n for n, v in g.items() if v["result"] == "warn"} == {
+        "nvlink",
+        "p2p_grant",
+        "persistence_mode",
+        "power_limit_w",
+    }
+    assert g["p2p_grant"]["measured"] == {"GPU0-GPU1": "CNS"} and g["power_limit_w"]["measured"] == [300.0, 300.0]
+
+
+def test_many_equal_links_read_short() -> None:
+    assert gv._speeds([26.562] * 18) == "all 26.562 GB/s"
+    assert gv._speeds([25.781, None]) == "25.781 GB/s, inactive" and gv._speeds([]) == "none"
+
+
+def test_inactive_nvlink_warns(capsys: pytest.CaptureFixture) -> None:
+    outputs = {**RTX_OUTPUTS, gv.SMI_NVLINK: gv.ToolResult(0, [*RTX_NVLINK[:-1], "\t Link 1: <inactive>"])}
+    _, data = verdict(outputs, FakeProbe(devices=2), RIG, capsys)
+    assert gates(data)["nvlink"]["result"] == "warn" and gates(data)["nvlink"]["detail"] == "inactive: GPU1 link 1"
+
+
+# --- could not run --------------------------------------------------------------------------------------
+def test_no_nvidia_smi(capsys: pytest.CaptureFixture) -> None:
+    rc, data = verdict(
+        {}, FakeProbe(devices=0, error="CUDA unusable: RuntimeError: no driver"), RIG, capsys, which=lambda n: None
+    )
+    assert rc == 2 and data["problems"][0].startswith("nvidia-smi not found")
+    assert gates(data)["gpu_count"]["result"] == "not measured"
+
+
+def test_nvml_mismatch_is_could_not_run(capsys: pytest.CaptureFixture) -> None:
+    mismatch = gv.ToolResult(
+        18, ["Failed to initialize NVML: Driver/library version mismatch", "NVML library version: 580.159"]
+    )
+    error = "CUDA unusable: RuntimeError: CUDA driver initialization failed"
+    rc, data = verdict({gv.SMI_QUERY: mismatch}, FakeProbe(devices=0, error=error), RIG, capsys)
+    assert rc == 2
+    assert data["problems"] == ["nvidia-smi failed: Failed to initialize NVML: Driver/library version mismatch", error]
+
+
+def test_no_torch_is_could_not_run_unless_a_gate_already_failed(capsys: pytest.CaptureFixture) -> None:
+    missing = ImportError("No module named 'torch'")
+    rc, data = verdict(RTX_OUTPUTS, missing, RIG, capsys)
+    assert rc == 2 and "torch not importable" in data["problems"][0] and data["torch"] is None
+    g = gates(data)
+    assert g["driver_version"]["result"] == "pass" and g["p2p_copy_gbps"]["result"] == "not measured"
+    rc, data = verdict(H200_OUTPUTS, missing, RIG, capsys)  # one GPU where two are expected: a verdict
+    assert rc == 1 and gates(data)["gpu_count"]["result"] == "fail"
+
+
+def test_cuda_unusable(capsys: pytest.CaptureFixture) -> None:
+    error = "CUDA unusable: RuntimeError: Found no NVIDIA driver on your system."
+    rc, data = verdict(RTX_OUTPUTS, FakeProbe(devices=2, error=error), RIG, capsys)
+    assert rc == 2 and data["problems"] == [error] and data["peer_access"] == "not measured"
+
+
+def test_torch_seeing_one_of_two_gpus_is_noted_and_not_measured(
+    capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    probe = FakeProbe(devices=1)
+    _, data = verdict(RTX_OUTPUTS, probe, RIG, capsys)
+    assert data["notes"] == ["torch sees 1 GPU(s), nvidia-smi 2 (CUDA_VISIBLE_DEVICES=0)"]
+    assert data["problems"] == ["torch sees 1 of 2 GPUs: links not measured"] and data["exit_code"] == 2
+    assert gates(data)["p2p_copy_gbps"]["result"] == "not measured" and probe.calls == []
+
+
+def test_run_tool_reports_a_missing_command() -> None:
+    result = gv.run_tool(("definitely-not-a-tool-xyz",))
+    assert result.rc == 127 and result.error == "definitely-not-a-tool-xyz: command not found"
+    result = gv.run_tool(("sh", "-c", "echo out; echo 'Failed to initialize NVML' >&2; exit 9"))
+    assert (result.rc, result.out, result.error) == (9, ["out"], "out")
+
+
+# --- the human table ------------------------------------------------------------------------------------
+def test_table_for_two_gpus(capsys: pytest.CaptureFixture) -> None:
+    load = FakeProbe(devices=2)
+    rc = gv.main(RIG, run=_runner(RTX_OUTPUTS), load_probe=lambda: load, which=lambda n: n)
+    out = capsys.readouterr().out
+    assert rc == 0 and out.startswith("GPU verdict: PASS (exit 0")
+    assert "  NVLink GPU0: 2 link(s): 25.781 GB/s, 25.781 GB/s" in out
+    assert "  GPU0-GPU1: topology NV2, driver P2P grant OK" in out
+    assert "  P2P copy 1->0: 41.5 GB/s (256 MiB x 10)" in out
+    assert "  all-reduce busbw plateau: 38.0 GB/s" in out and "NCCL transports: P2P/IPC" in out
+    assert "gen3 x8/x16" in out and "250 W (100-320)" in out
+
+
+def test_table_for_one_gpu(capsys: pytest.CaptureFixture) -> None:
+    rc = gv.main([], run=_runner(H200_OUTPUTS), load_probe=lambda: FakeProbe(1, "9.0"), which=lambda n: n)
+    out = capsys.readouterr().out
+    assert rc == 0 and "Links: not applicable (1 GPU)" in out and "Bandwidth: not applicable" in out
+    assert "NVIDIA H200" in out and "262144 MiB" in out
