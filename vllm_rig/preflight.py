@@ -195,9 +195,22 @@ def _gpu_checks(gpu: dict[str, Any], s: Settings) -> list[Check]:
         checks.append(
             fail(name, f"compute capability {gpu['compute_cap']}", f"the fork targets {s.gpu_compute_capability}")
         )
+    bar1 = gpu.get("bar1_mib")
+    if s.nvidia_driver_flavor == "open" and bar1 is not None and bar1 < gpu["memory_mib"]:
+        checks.append(
+            fail(
+                name,
+                f"BAR1 {bar1} MiB is smaller than its {gpu['memory_mib']} MiB",
+                "the open kernel modules do not bring up a modded 22 GB card with a small BAR1: use "
+                "nvidia_driver_flavor=proprietary, or enable Resizable BAR / Above 4G decoding in the firmware",
+            )
+        )
     if gpu["pcie_width"] < 8:
         checks.append(warn(name, f"PCIe x{gpu['pcie_width']}", "x8 or wider recommended; NVLink carries TP traffic"))
-    return checks or [ok(name, f"{gpu['memory_mib']} MiB, CC {gpu['compute_cap']}, PCIe x{gpu['pcie_width']}")]
+    bar1_text = f", BAR1 {bar1} MiB" if bar1 is not None else ""
+    return checks or [
+        ok(name, f"{gpu['memory_mib']} MiB, CC {gpu['compute_cap']}, PCIe x{gpu['pcie_width']}{bar1_text}")
+    ]
 
 
 def check_links(gpus: dict[str, Any] | None, topo: dict[str, Any] | None, s: Settings) -> list[Check]:

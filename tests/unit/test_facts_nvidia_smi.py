@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from vllm_rig.facts.nvidia_smi import GPU_FIELDS as NvidiaGpus_FIELDS
 from vllm_rig.facts.nvidia_smi import (
     NvidiaGpus,
     NvidiaTopology,
@@ -94,9 +95,26 @@ def test_two_gpu_nvlink_shapes() -> None:
     assert parse_nvlink_status(TWO_GPU_NVLINK) == {0: [25.781, 25.781], 1: [25.781, None]}
 
 
+def test_gpus_fact_adds_bar1_from_the_memory_report() -> None:
+    query = (H200 / "nvidia-smi_query_noheader_nounits.out").read_text().splitlines()
+    # The fact asks for fewer fields than capture.sh did: keep the ones it asks for, in its order.
+    row = dict(zip(QUERY_FIELDS_CAPTURED, [c.strip() for c in query[0].split(",")], strict=True))
+    line = ", ".join(row[f] for f in NvidiaGpus_FIELDS)
+    out = ["@@query", line, "rc=0", "@@memory", *_lines("nvidia-smi_q_memory")]
+    [gpu] = NvidiaGpus().process(out)["gpus"]
+    assert gpu["bar1_mib"] == 262144 and gpu["memory_mib"] == 143771
+
+
 def test_version_mismatch_becomes_data() -> None:
     fact = NvidiaGpus()
-    out = ["Failed to initialize NVML: Driver/library version mismatch", "NVML library version: 580.159", "rc=18"]
+    out = [
+        "@@query",
+        "Failed to initialize NVML: Driver/library version mismatch",
+        "NVML library version: 580.159",
+        "rc=18",
+        "@@memory",
+        "Failed to initialize NVML: Driver/library version mismatch",
+    ]
     assert fact.process(out) == {
         "rc": 18,
         "error": "Failed to initialize NVML: Driver/library version mismatch",

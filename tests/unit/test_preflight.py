@@ -145,6 +145,14 @@ def test_small_card_and_wrong_arch() -> None:
     assert [c.detail for c in failed] == ["11264 MiB", "compute capability 8.6"]
 
 
+def test_small_bar1_fails_only_with_the_open_modules() -> None:
+    gpus = {"rc": 0, "error": None, "gpus": [_gpu(0, bar1_mib=256), _gpu(1, bar1_mib=256)]}
+    open_flavor = load_settings({**profile_data(), "nvidia_driver_flavor": "open"})
+    failed = [c for c in preflight.verdict(_host(), gpus, TOPO, open_flavor) if c.status == "fail"]
+    assert len(failed) == 2 and "proprietary" in failed[0].way_out and "BAR1 256 MiB" in failed[0].detail
+    assert not preflight.has_failures(preflight.verdict(_host(), gpus, TOPO, SETTINGS))  # proprietary
+
+
 def test_no_bridge_is_a_warning_that_says_so() -> None:
     topo = {**TOPO, "topo": {"GPU0": {"GPU1": "PHB"}}, "p2p": {"GPU0": {"GPU1": "CNS"}}, "nvlink": {}}
     checks = {c.name: c for c in preflight.verdict(_host(), GPUS, topo, SETTINGS)}

@@ -158,11 +158,16 @@ class NvidiaGpus(FactBase):
         return "nvidia-smi"
 
     def command(self) -> str:
-        return _wrapped(f"nvidia-smi --query-gpu={','.join(GPU_FIELDS)} --format=csv,noheader,nounits")
+        query = f"nvidia-smi --query-gpu={','.join(GPU_FIELDS)} --format=csv,noheader,nounits"
+        return "sh -c '" + f"echo @@query; {query} 2>&1; echo rc=$?; echo @@memory; nvidia-smi -q -d MEMORY 2>&1; true" + "'"
 
     def process(self, output: list[str]) -> dict[str, Any]:
-        result = split_rc(output)
+        sections = _sections(output) if output and output[0].startswith("@@") else {"query": output}
+        result = split_rc(sections.get("query", []))
         gpus = parse_query_gpu(result.lines) if result.rc == 0 else []
+        # BAR1 per GPU, in the same order as the query's rows (both follow nvidia-smi's index order).
+        for gpu, memory in zip(gpus, parse_bar1(sections.get("memory", [])), strict=False):
+            gpu["bar1_mib"] = memory.get("bar1_total_mib")
         return {"rc": result.rc, "error": result.error, "gpus": gpus}
 
 
