@@ -25,7 +25,7 @@ from vllm_rig import ssh_nodelay as _ssh_nodelay  # noqa: E402
 
 _ssh_nodelay.install()
 
-_VLLM_PORT_BASE = 8000
+_VLLM_PORT_BASE = _paths.VLLM_PORT_BASE
 
 
 def _host(m: _machine.Machine) -> tuple[str, dict]:

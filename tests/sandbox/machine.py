@@ -26,7 +26,7 @@ from pathlib import Path
 
 from tests.sandbox import paths, rootfs
 
-PORT_BASE = 2220
+PORT_BASE = paths.SSH_PORT_BASE
 REBOOT_EXIT = 133  # systemd-nspawn's exit status when the container asked to reboot
 KEY_NAME = "rig_ed25519"
 _NAME = re.compile(r"^rig([1-9][0-9]?)$")
@@ -100,7 +100,7 @@ def _personalize(m: Machine, root: Path) -> None:
     subprocess.run(["ssh-keygen", "-q", "-A", "-f", str(root)], check=True, stdout=subprocess.DEVNULL)
 
 
-def _install_standins(root: Path) -> None:
+def _install_standins(m: Machine, root: Path) -> None:
     """The parts of a GPU box no package repo can give a container: the machine-side NVIDIA stand-ins
     (module loading at boot, /proc/driver and /sys/module views, mokutil). Installed with the real dpkg
     inside the tree, once, when the tree is made."""
@@ -113,7 +113,17 @@ def _install_standins(root: Path) -> None:
         shutil.copy2(deb, inbox / deb.name)
     inside = [f"/var/cache/sandbox-standins/{deb.name}" for deb in debs]
     subprocess.run(
-        ["systemd-nspawn", "--quiet", "--register=no", "--keep-unit", f"--directory={root}", "dpkg", "-i", *inside],
+        [
+            "systemd-nspawn",
+            "--quiet",
+            "--register=no",
+            "--keep-unit",
+            f"--machine={paths.host_wide_name(m.name)}-setup",
+            f"--directory={root}",
+            "dpkg",
+            "-i",
+            *inside,
+        ],
         check=True,
         stdout=subprocess.DEVNULL,
     )
@@ -150,7 +160,7 @@ def create(m: Machine, fresh: bool = False) -> bool:
             subprocess.run(["rm", "-rf", "--one-file-system", str(tmp)], check=True)
         rootfs.unpack(tmp)
         _personalize(m, tmp)
-        _install_standins(tmp)
+        _install_standins(m, tmp)
         tmp.rename(m.dir)
         made = True
     _connect_config(m)
@@ -169,7 +179,8 @@ def nspawn_command(m: Machine) -> list[str]:
         "--link-journal=no",  # leave the host's /var/log/journal alone
         "--kill-signal=SIGRTMIN+4",  # our SIGTERM to nspawn becomes an orderly poweroff inside
         f"--directory={m.dir}",
-        f"--machine={m.name}",
+        f"--machine={paths.host_wide_name(m.name)}",
+        f"--hostname={m.name}",
         # Fault knobs of the stand-ins that run inside (the fork's server and build), flipped by tests.
         f"--bind-ro={paths.KNOBS}:/etc/sandbox-knobs",
     ]
@@ -231,7 +242,7 @@ def _own_cgroup(m: Machine) -> None:
         _id, controllers, path = line.split(":", 2)
         if controllers not in mounts:
             continue
-        group = mounts.pop(controllers) / path.lstrip("/") / f"vllm-rig-{m.name}"
+        group = mounts.pop(controllers) / path.lstrip("/") / paths.host_wide_name(m.name)
         try:
             group.mkdir(exist_ok=True)
             (group / "cgroup.procs").write_text(f"{os.getpid()}\n")

@@ -18,8 +18,20 @@ KEYS = ROOT / "keys"
 # CI run on the same machine does not pay for them again.
 CACHE = Path(os.environ.get("VLLM_RIG_SANDBOX_CACHE", Path.home() / ".cache" / "vllm-rig-sandbox"))
 
-HF_MIRROR_PORT = 18080
-FILESERVER_PORT = 18081
+# A slot lets several checkouts run their own rig side by side (VLLM_RIG_SANDBOX_SLOT=1, 2, ...): every
+# port moves by 100 per slot and machine names in host-wide places (cgroups, nspawn) carry the slot.
+SLOT = int(os.environ.get("VLLM_RIG_SANDBOX_SLOT") or 0)
+PORT_OFFSET = 100 * SLOT
+
+HF_MIRROR_PORT = 18080 + PORT_OFFSET
+FILESERVER_PORT = 18081 + PORT_OFFSET
+SSH_PORT_BASE = 2220 + PORT_OFFSET  # machine rigN: SSH_PORT_BASE + N
+VLLM_PORT_BASE = 8000 + PORT_OFFSET  # machine rigN serves on VLLM_PORT_BASE + N
+
+
+def host_wide_name(machine: str) -> str:
+    """A machine's name where every checkout on this host shares one namespace (cgroups, nspawn)."""
+    return f"vllm-rig-{machine}" if SLOT == 0 else f"vllm-rig-s{SLOT}-{machine}"
 
 
 def fileserver_url(path: str = "") -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.sandbox import machine, paths, rootfs, services
-from tests.sandbox.conftest import Rig
+from tests.conftest import Rig
 from tests.sandbox.fixtures import fileserver
 
 # --- no rig needed --------------------------------------------------------------------------------
@@ -47,7 +47,8 @@ def test_fingerprint_follows_the_package_list(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_machine_names_and_ports() -> None:
-    assert [(m.name, m.port) for m in machine.machines(2)] == [("rig1", 2221), ("rig2", 2222)]
+    base = paths.SSH_PORT_BASE
+    assert [(m.name, m.port) for m in machine.machines(2)] == [("rig1", base + 1), ("rig2", base + 2)]
     with pytest.raises(ValueError):
         machine.Machine("box1")
 
@@ -71,9 +72,9 @@ def test_inventory_groups_and_ports(monkeypatch: pytest.MonkeyPatch) -> None:
     rig2 = dict(hosts)["rig2"]
     assert (rig2["ssh_hostname"], rig2["ssh_port"], rig2["ssh_user"], rig2["vllm_port"]) == (
         "127.0.0.1",
-        2222,
+        paths.SSH_PORT_BASE + 2,
         "rig",
-        8002,
+        paths.VLLM_PORT_BASE + 2,
     )
     assert rig2["ssh_key"] == str(paths.KEYS / machine.KEY_NAME)
 
@@ -226,7 +227,7 @@ def test_down_is_clean_and_idempotent(spare: machine.Machine) -> None:
 
 def _inits_of(m: machine.Machine) -> int:
     """How many host processes are a container init (systemd) of this machine."""
-    scope = f"/vllm-rig-{m.name}/payload/init.scope"
+    scope = f"/{paths.host_wide_name(m.name)}/payload/init.scope"
     count = 0
     for proc in Path("/proc").glob("[0-9]*"):
         try:

@@ -159,7 +159,11 @@ class NvidiaGpus(FactBase):
 
     def command(self) -> str:
         query = f"nvidia-smi --query-gpu={','.join(GPU_FIELDS)} --format=csv,noheader,nounits"
-        return "sh -c '" + f"echo @@query; {query} 2>&1; echo rc=$?; echo @@memory; nvidia-smi -q -d MEMORY 2>&1; true" + "'"
+        return (
+            "sh -c '"
+            + f"echo @@query; {query} 2>&1; echo rc=$?; echo @@memory; nvidia-smi -q -d MEMORY 2>&1; true"
+            + "'"
+        )
 
     def process(self, output: list[str]) -> dict[str, Any]:
         sections = _sections(output) if output and output[0].startswith("@@") else {"query": output}
