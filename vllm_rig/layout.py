@@ -21,6 +21,12 @@ GUARD_UNIT = "vllm-rig-gpu-guard.service"
 # driver without this record is someone else's and is never replaced unless the settings say so.
 DRIVER_RECORD = f"{STATE_DIR}/driver-version"
 FLASHINFER_CHECK = "check-flashinfer-pr3621-sm75.sh"
+# The model download: one transient unit per host (one model_dir), its progress file, and the HF token
+# (0600, read by systemd through EnvironmentFile= so it is never on a command line).
+MODEL_FETCH_UNIT = "vllm-rig-model-fetch.service"
+MODEL_FETCH_STATUS = f"{STATE_DIR}/model-fetch.json"
+HF_TOKEN_FILE = f"{ETC_DIR}/hf-token.env"
+HF_HOME = f"{STATE_DIR}/hf-home"  # the fetch's own HF_HOME: no token or cache from root's home is used
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,19 @@ class Layout:
     @property
     def bin_dir(self) -> str:
         return f"{self.root}/bin"
+
+    @property
+    def tools_venv(self) -> str:
+        return f"{self.root}/tools/venv"
+
+    @property
+    def tools_python(self) -> str:
+        """The tools venv's python (huggingface_hub 2.x; the runtime venv cannot hold it)."""
+        return f"{self.root}/tools/venv/bin/python"
+
+    @property
+    def model_fetch(self) -> str:
+        return f"{self.bin_dir}/model_fetch.py"
 
     @property
     def flashinfer_check(self) -> str:
