@@ -16,4 +16,7 @@ stop_on_bad_settings()
 local.include("tasks/preflight.py")  # read-only checks; a failing host stops here
 local.include("tasks/driver.py")  # pinned, held driver; one reboot when needed; boot-time GPU guard
 local.include("tasks/cuda.py")  # CUDA toolkit, pinned
-# Next, as their issues land: model (start), runtime, model (finish), service, verify.
+local.include("tasks/model_start.py")  # the model download starts in the background, early
+# runtime goes here: it builds while the model downloads
+local.include("tasks/model_finish.py")  # wait for the download (progress, timeout), verified by sha256
+# Next, as their issues land: service, verify.

@@ -10,6 +10,7 @@ from pyinfra.operations import python
 
 from vllm_rig import preflight
 from vllm_rig.context import host_state, settings
+from vllm_rig.facts.model import ModelPreflight, preflight_stdin
 from vllm_rig.facts.nvidia_smi import NvidiaGpus, NvidiaTopology
 
 
@@ -25,7 +26,15 @@ def check_host() -> None:
     state = host_state()
     gpus = host.get_fact(NvidiaGpus)
     topo = host.get_fact(NvidiaTopology) if gpus and gpus["rc"] == 0 and s.gpu_count > 1 else None
-    checks = preflight.verdict(state, gpus, topo, s)
+    model = host.get_fact(
+        ModelPreflight,
+        endpoint=s.hf_endpoint,
+        repo=s.model_repo,
+        revision=s.model_revision,
+        dest=s.model_dir,
+        _stdin=preflight_stdin(s.hf_token),  # the checker and the token go on stdin, never on a command line
+    )
+    checks = preflight.verdict(state, gpus, topo, s, model=model)
     report = preflight.render_json if s.preflight_report == "json" else preflight.render_table
     logger.info(report(host.name, checks))
     if preflight.has_failures(checks):

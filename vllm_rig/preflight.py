@@ -39,9 +39,13 @@ def fail(name: str, detail: str, way_out: str) -> Check:
 
 
 def verdict(
-    host: dict[str, Any] | None, gpus: dict[str, Any] | None, topo: dict[str, Any] | None, s: Settings
+    host: dict[str, Any] | None,
+    gpus: dict[str, Any] | None,
+    topo: dict[str, Any] | None,
+    s: Settings,
+    model: dict[str, Any] | None = None,
 ) -> list[Check]:
-    """Every check, in the order a person would read them."""
+    """Every check, in the order a person would read them (the model's when its fact was read)."""
     if not host:
         return [fail("host", "could not read the host's state", "check that sh, df and /proc are there")]
     checks = [
@@ -58,6 +62,8 @@ def verdict(
     ]
     checks += check_driver_gpus(gpus, s)
     checks += check_links(gpus, topo, s)
+    if model is not None:
+        checks.append(check_model(model, s))
     return checks
 
 
@@ -230,6 +236,32 @@ def check_links(gpus: dict[str, Any] | None, topo: dict[str, Any] | None, s: Set
         )
     grant = ok("p2p", "driver grants P2P (OK)") if p2p == "OK" else warn("p2p", f"driver reports {p2p}")
     return [check, grant]
+
+
+def check_model(model: dict[str, Any], s: Settings) -> Check:
+    """The endpoint has model_repo@model_revision and the disk holds what is still to download."""
+    name = f"{s.model_repo}@{s.model_revision}"
+    if model.get("ok") and model.get("state") == "complete":
+        size = _gb(model.get("total_bytes"))
+        return ok("model", f"{name} complete on the host (commit {str(model.get('commit'))[:12]}, {size}); not fetched")
+    if model.get("ok"):
+        commit, size = str(model.get("commit"))[:12], _gb(model.get("total_bytes"))
+        free = f"{_gb(model.get('free_bytes'))} free in {model.get('where')}"
+        return ok("model", f"{name} is commit {commit}: {model.get('file_count')} files, {size}; {free}")
+    ways_out = {
+        "endpoint": "check model_repo and model_revision, or use an hf_endpoint that has them "
+        "(a private or gated repo needs hf_token)",
+        "unreachable": "check hf_endpoint and that this host reaches it (proxy, DNS, firewall)",
+        "disk": "free space there, or point model_dir at a bigger disk",
+    }
+    kind = str(model.get("kind"))
+    return fail("model", str(model.get("problem")), ways_out.get(kind, "run files/model_preflight.py on the host"))
+
+
+def _gb(n: object) -> str:
+    if not isinstance(n, int | float):
+        return "? GB"
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
 
 
 def has_failures(checks: list[Check]) -> bool:
