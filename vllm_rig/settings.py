@@ -24,6 +24,7 @@ CUDA_VERSION = re.compile(r"^\d{2}\.\d$")
 GIT_REF = re.compile(r"^(?!/)(?!.*\.\.)(?!.*//)[A-Za-z0-9._/-]{1,200}(?<!/)$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 UNIT_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+HF_TOKEN = re.compile(r"^[A-Za-z0-9_.-]{8,512}$")
 FLAG = re.compile(r"^--[a-z0-9][a-z0-9-]*(=.*)?$")
 
 # Settings that hold secrets: their values never appear in an error line or in output.
@@ -212,6 +213,14 @@ class Settings(BaseModel):
     def _git_ref(cls, value: str) -> str:
         if not GIT_REF.match(value):
             raise ValueError("must be a branch, tag or 40-character commit SHA")
+        return value
+
+    @field_validator("hf_token")
+    @classmethod
+    def _token(cls, value: str | None) -> str | None:
+        # It goes into an EnvironmentFile= line: whitespace, quotes, $ or \ would change what systemd reads.
+        if value is not None and not HF_TOKEN.match(value):
+            raise ValueError("must be null or one word of letters, digits and - _ . (a Hugging Face token: hf_...)")
         return value
 
     @field_validator("model_repo")

@@ -1,0 +1,188 @@
+"""files/model_preflight.py (stdlib only) against the HF mirror stand-in, run the way the preflight fact runs
+it: the host's python3 reading the token line and the script from stdin."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import secrets
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import pytest
+
+from tests.sandbox import paths
+from tests.sandbox.fixtures import hf_mirror
+from tests.sandbox.fixtures.hf_mirror import server as mirror_server
+from vllm_rig.facts.model import ModelPreflight, parse_preflight, preflight_stdin
+
+SCRIPT = paths.REPO / "files" / "model_preflight.py"
+REPO = "nerkyor/Qwen3.6-27B-DSV4Pro-Thinking-Distill-FP8"
+BIG_SHARD = "model-00001-of-00003.safetensors"
+HEADROOM = 256 << 20
+
+
+def load_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("model_preflight", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+mp = load_script()
+
+
+class Mirror(SimpleNamespace):
+    server: mirror_server.MirrorServer
+    knobs: Path
+    log_file: Path
+    auth: list[str | None]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.port}"
+
+    def set_knobs(self, **knobs: Any) -> None:
+        hf_mirror.write_knobs(self.knobs, knobs)
+
+    def requests(self) -> list[dict[str, Any]]:
+        text = self.log_file.read_text() if self.log_file.exists() else ""
+        return [json.loads(line) for line in text.splitlines()]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mirror]:
+    hf_mirror.build()
+    state = tmp_path_factory.mktemp("hf-mirror-state")
+    layout = hf_mirror.Layout(paths.WWW / "hf", state / "knobs.json", state / "log.jsonl")
+    auth: list[str | None] = []
+
+    class Handler(mirror_server.Handler):
+        def _handle(self) -> None:
+            auth.append(self.headers.get("Authorization"))
+            super()._handle()
+
+    server = mirror_server.MirrorServer(("127.0.0.1", 0), layout)
+    server.RequestHandlerClass = Handler
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield Mirror(server=server, knobs=layout.knobs, log_file=layout.log, auth=auth)
+    server.shutdown()
+    server.server_close()
+    thread.join(5)
+
+
+@pytest.fixture
+def mirror(served: Mirror) -> Mirror:
+    served.set_knobs()
+    served.log_file.write_text("")
+    served.auth.clear()
+    return served
+
+
+def source(branch: str = "main") -> Path:
+    return paths.WWW.joinpath("hf", *REPO.split("/"), branch)
+
+
+def total(branch: str = "main") -> int:
+    return sum(p.stat().st_size for p in source(branch).iterdir())
+
+
+def run_as_the_fact(mirror: Mirror, dest: Path, repo: str = REPO, revision: str = "main", token: str | None = None):
+    """The fact's own command line, run here: python3 -c <bootstrap> ... with the script on stdin."""
+    command = ModelPreflight().command(mirror.url, repo, revision, str(dest))
+    started = time.monotonic()
+    proc = subprocess.run(
+        ["sh", "-c", command], input=preflight_stdin(token), capture_output=True, text=True, timeout=60
+    )
+    return parse_preflight(proc.stdout.splitlines()), proc.stdout + proc.stderr, time.monotonic() - started
+
+
+def test_plan_for_a_fresh_dir(mirror: Mirror, tmp_path: Path) -> None:
+    verdict, output, elapsed = run_as_the_fact(mirror, tmp_path / "models" / "model")
+    commit = mirror.server.store.revision(REPO, "main").commit
+    assert verdict["ok"] and verdict["state"] == "fetch" and verdict["commit"] == commit, output
+    assert verdict["total_bytes"] == total() and verdict["file_count"] == len(list(source().iterdir()))
+    assert verdict["need_bytes"] == total() + HEADROOM and verdict["where"] == str(tmp_path)
+    paths_asked = [r["path"] for r in mirror.requests()]
+    assert paths_asked == [f"/api/models/{REPO}/revision/main", f"/api/models/{REPO}/tree/{commit}?recursive=true"]
+    print(f"\npreflight against the mirror: {elapsed:.2f}s")
+
+
+def test_complete_marker_answers_without_the_network(mirror: Mirror, tmp_path: Path) -> None:
+    dest = tmp_path / "model"
+    dest.mkdir()
+    files = {}
+    for name in ("config.json", "tokenizer.json"):
+        (dest / name).write_bytes((source() / name).read_bytes())
+        files[name] = {"size": (dest / name).stat().st_size, "sha256": "x"}
+    marker = {"format": 1, "repo": REPO, "revision": "main", "commit": "c" * 40, "total_bytes": 9, "files": files}
+    (dest / ".vllm-rig-complete.json").write_text(json.dumps(marker))
+    mirror.set_knobs(down="refuse")
+    verdict, output, _ = run_as_the_fact(mirror, dest)
+    assert verdict["ok"] and verdict["state"] == "complete" and verdict["commit"] == "c" * 40, output
+    assert mirror.requests() == []
+    # A file of the wrong size, or another revision, is not complete: the endpoint is asked (and is down).
+    (dest / "config.json").write_bytes(b"{}")
+    verdict, _, _ = run_as_the_fact(mirror, dest)
+    assert not verdict["ok"] and verdict["kind"] == "unreachable"
+    assert run_as_the_fact(mirror, dest, revision="v2")[0]["kind"] == "unreachable"
+
+
+def test_files_already_there_are_not_asked_for_again(mirror: Mirror, tmp_path: Path) -> None:
+    dest = tmp_path / "model"
+    commit = mirror.server.store.revision(REPO, "main").commit
+    staging = tmp_path / f"model.partial-{commit[:12]}"
+    staging.mkdir()
+    (staging / BIG_SHARD).write_bytes((source() / BIG_SHARD).read_bytes())
+    verdict, _, _ = run_as_the_fact(mirror, dest)
+    assert verdict["need_bytes"] == total() - (source() / BIG_SHARD).stat().st_size + HEADROOM
+
+
+def test_small_disk_is_refused_with_what_it_needs(monkeypatch: pytest.MonkeyPatch, mirror: Mirror) -> None:
+    monkeypatch.setattr(mp.shutil, "disk_usage", lambda _: SimpleNamespace(total=1 << 30, free=100 << 20))
+    verdict = mp.verdict(mirror.url, REPO, "main", Path("/nonexistent/models/model"))
+    assert not verdict["ok"] and verdict["kind"] == "disk"
+    assert verdict["problem"].startswith(f"{REPO}@") and "needs 304.9 MiB in /, 100.0 MiB free" in verdict["problem"]
+
+
+@pytest.mark.parametrize(
+    ("knobs", "repo", "revision", "kind", "says"),
+    [
+        ({}, "nobody/nothing", "main", "endpoint", "repository not found at"),
+        ({}, REPO, "no-such-branch", "endpoint", "no such revision at"),
+        ({"unknown_repos": "404-bare"}, "nobody/nothing", "main", "endpoint", "not found at"),
+        ({"down": "503"}, REPO, "main", "unreachable", "answered HTTP 503"),
+        ({"down": "refuse"}, REPO, "main", "unreachable", "could not reach"),
+    ],
+)
+def test_unknown_or_unreachable_gives_one_line_naming_repo_and_endpoint(
+    mirror: Mirror, tmp_path: Path, knobs: dict[str, Any], repo: str, revision: str, kind: str, says: str
+) -> None:
+    mirror.set_knobs(**knobs)
+    verdict, output, elapsed = run_as_the_fact(mirror, tmp_path / "model", repo=repo, revision=revision)
+    assert not verdict["ok"] and verdict["kind"] == kind, output
+    assert verdict["problem"].startswith(f"{repo}@{revision}: ") and mirror.url in verdict["problem"]
+    assert says in verdict["problem"] and "\n" not in verdict["problem"]
+    assert elapsed < 10 and not (tmp_path / "model").exists()
+
+
+def test_token_is_sent_only_when_configured_and_never_printed(mirror: Mirror, tmp_path: Path) -> None:
+    token = f"hf_{secrets.token_hex(16)}"
+    verdict, output, _ = run_as_the_fact(mirror, tmp_path / "model", token=token)
+    assert verdict["ok"] and token not in output
+    assert mirror.auth and set(mirror.auth) == {f"Bearer {token}"}
+    mirror.auth.clear()
+    missing, output, _ = run_as_the_fact(mirror, tmp_path / "model", repo="nobody/nothing", token=token)
+    assert not missing["ok"] and token not in output
+    mirror.auth.clear()
+    assert run_as_the_fact(mirror, tmp_path / "model")[0]["ok"]
+    assert mirror.auth and set(mirror.auth) == {None}

@@ -1,0 +1,180 @@
+"""Model stage pieces without a host: fact parsers, the unit's command line, progress and failure lines, and the
+preflight row for the model."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import replace
+
+import pytest
+
+from tests.unit.groupdata import profile_data
+from vllm_rig import preflight
+from vllm_rig.facts.model import ModelFetch, ModelPreflight, SecretFile, parse_fetch_state, parse_preflight
+from vllm_rig.facts.venv import ToolsVenv
+from vllm_rig.operations.model import FetchSpec, Secret, failure_line, progress_line
+from vllm_rig.validation import load_settings
+
+SETTINGS = load_settings(profile_data())
+SPEC = FetchSpec.of(SETTINGS)
+TOKEN = "hf_0123456789abcdefABCDEF"
+
+
+def _status(**changes: object) -> dict[str, object]:
+    status: dict[str, object] = {
+        "repo": SETTINGS.model_repo,
+        "revision": "main",
+        "commit": "1e12d3d32292a63a744cc1698316d66dd9ba2156",
+        "phase": "downloading",
+        "bytes_done": 3 << 30,
+        "bytes_total": 29 << 30,
+        "files_done": 3,
+        "files_total": 15,
+        "message": "",
+        "exit_code": None,
+    }
+    status.update(changes)
+    return status
+
+
+# ---- the unit ---------------------------------------------------------------------------------------
+
+
+def test_start_command_runs_the_fetch_as_a_collected_transient_unit() -> None:
+    spec = replace(SPEC, endpoint="https://hf-mirror.com", timeout_s=5400)
+    words = shlex.split(spec.start_command().split(" && ", 1)[1])
+    assert words[0] == "systemd-run" and "--collect" in words
+    assert f"--unit={spec.unit}" in words and f"--description={spec.description}" in words
+    assert "--property=RuntimeMaxSec=5400" in words
+    assert "--property=EnvironmentFile=-/etc/vllm-rig/hf-token.env" in words  # optional: no token, no file
+    fetch = words[words.index(spec.python) :]
+    assert fetch[1:3] == [spec.script, "fetch"]
+    assert fetch[fetch.index("--revision") + 1] == "main" and fetch[fetch.index("--dest") + 1] == spec.dest
+    assert fetch[fetch.index("--endpoint") + 1] == "https://hf-mirror.com" and "--disable-xet" in fetch
+    assert "--disable-xet" not in replace(spec, disable_xet=False).fetch_argv()
+    assert "rm -f /var/lib/vllm-rig/model-fetch.json" in spec.start_command()  # no stale verdict is read
+
+
+def test_description_tells_one_model_and_dir_from_another() -> None:
+    assert SPEC.description != replace(SPEC, revision="v2").description
+    assert SPEC.description != replace(SPEC, dest="/data/model").description
+
+
+def test_secret_never_prints() -> None:
+    assert TOKEN not in f"{Secret(TOKEN)} {Secret(TOKEN)!r}" and str(Secret(None)) == "<none>"
+    assert Secret(TOKEN).reveal() == TOKEN
+
+
+# ---- facts ------------------------------------------------------------------------------------------
+
+
+def test_fetch_state_while_running() -> None:
+    output = [
+        "@@unit",
+        "ActiveState=active",
+        f"Description={SPEC.description}",
+        "ActiveEnterTimestamp=Sun 2026-11-29 18:39:33 UTC",
+        "@@check",
+        "rc=running",
+        "@@status",
+        *json.dumps(_status(), indent=1).splitlines(),
+    ]
+    state = parse_fetch_state(output)
+    assert state["active"] == "active" and state["description"] == SPEC.description
+    assert state["check_rc"] is None and state["status"]["bytes_total"] == 29 << 30
+
+
+def test_fetch_state_when_done_or_never_started() -> None:
+    done = parse_fetch_state(
+        ["@@unit", "ActiveState=inactive", "@@check", "model_fetch: R@main: complete, commit abc", "rc=0", "@@status"]
+    )
+    assert done["check_rc"] == 0 and done["check"] == "R@main: complete, commit abc" and done["status"] is None
+    fresh = parse_fetch_state(["@@unit", "ActiveState=inactive", "@@check", "rc=none", "@@status"])
+    assert fresh["check_rc"] is None and fresh["active"] == "inactive"
+    corrupt = parse_fetch_state(["@@unit", "@@check", "model_fetch: R@main: corrupt in /m: a.bin", "rc=4"])
+    assert corrupt["check_rc"] == 4 and corrupt["active"] == "inactive"
+
+
+def test_fact_commands_quote_what_they_are_given() -> None:
+    command = ModelFetch().command(**{**SPEC.fact_args(), "dest": "/data/my model"})
+    sh, dash_c, script = shlex.split(command)
+    assert (sh, dash_c) == ("sh", "-c") and "--dest '/data/my model'" in script
+    preflight_command = ModelPreflight().command("http://127.0.0.1:18080", "a/b", "main", "/m")
+    assert preflight_command.startswith("python3 -c ") and TOKEN not in preflight_command
+    assert shlex.split(preflight_command)[3:5] == ["--endpoint", "http://127.0.0.1:18080"]
+
+
+def test_preflight_fact_reads_the_json_line_or_says_what_went_wrong() -> None:
+    good = parse_preflight(["noise", json.dumps({"ok": True, "state": "fetch", "commit": "a" * 40})])
+    assert good["ok"] and good["commit"] == "a" * 40
+    missing = parse_preflight(["sh: 1: python3: not found"])
+    assert not missing["ok"] and "python3: not found" in missing["problem"] and missing["kind"] == "internal"
+
+
+def test_secret_file_fact_gives_mode_owner_digest_or_none() -> None:
+    assert SecretFile().process(["600 root:root", "ab" * 32 + "  -"]) == {
+        "mode": "600",
+        "owner": "root:root",
+        "sha256": "ab" * 32,
+    }
+    assert SecretFile().process([]) is None
+
+
+def test_tools_venv_fact() -> None:
+    fact = ToolsVenv()
+    found = fact.process(["@@venv_pkg", "install ok installed", "@@python", "3.12.3", "@@version", "2.4.0"])
+    assert found == {"python3_venv": True, "python": "3.12.3", "version": "2.4.0"}
+    assert fact.process(["@@venv_pkg", "@@python", "@@version"]) == {
+        "python3_venv": False,
+        "python": None,
+        "version": None,
+    }
+
+
+# ---- progress and failure lines ---------------------------------------------------------------------
+
+
+def test_progress_line_says_bytes_of_total_files_and_rate() -> None:
+    line = progress_line(_status(), rate=11.5 * (1 << 20))
+    assert line == "downloading 3.0 GiB of 29.0 GiB (10%), 3/15 files, 11.5 MiB/s"
+    assert progress_line(None) == "starting" and progress_line({"phase": "resolving"}) == "resolving"
+
+
+@pytest.mark.parametrize(
+    ("status", "check", "says"),
+    [
+        (_status(), "", "stopped without a verdict"),  # killed: no exit code was written
+        (_status(phase="stopped", exit_code=3), "", "download_timeout_s"),
+        (_status(phase="failed", exit_code=4, message="R@abc: still corrupt after a re-fetch: x"), "", "still corrupt"),
+        (None, "R@main: incomplete in /m (no completion marker)", "no completion marker"),
+    ],
+)
+def test_failure_line_uses_the_fetchs_own_words(status: object, check: str, says: str) -> None:
+    state = {"active": "inactive", "check_rc": 3, "check": check, "status": status}
+    assert says in failure_line(state, SPEC)
+
+
+# ---- preflight row ----------------------------------------------------------------------------------
+
+
+def test_preflight_model_row() -> None:
+    fetch = {"ok": True, "state": "fetch", "commit": "1e12d3d32292" + "0" * 28, "total_bytes": 29_000_000_000}
+    fetch.update(file_count=15, free_bytes=80_000_000_000, where="/opt")
+    row = preflight.check_model(fetch, SETTINGS)
+    assert row.status == "ok" and "1e12d3d32292" in row.detail and "29.0 GB" in row.detail
+    complete = {"ok": True, "state": "complete", "commit": "abc", "total_bytes": 51_000_000, "file_count": 14}
+    assert "complete on the host" in preflight.check_model(complete, SETTINGS).detail
+    for kind, way_out in [("endpoint", "model_repo"), ("unreachable", "hf_endpoint"), ("disk", "bigger disk")]:
+        row = preflight.check_model({"ok": False, "kind": kind, "problem": "p"}, SETTINGS)
+        assert row.status == "fail" and row.detail == "p" and way_out in row.way_out
+
+
+def test_preflight_verdict_includes_the_model_only_when_read() -> None:
+    from tests.unit.test_preflight import HEALTHY_HOST
+
+    without = preflight.verdict(HEALTHY_HOST, None, None, SETTINGS)
+    assert "model" not in {c.name for c in without}
+    refused = {"ok": False, "kind": "endpoint", "problem": "a/b@main: repository not found at https://x"}
+    checks = preflight.verdict(HEALTHY_HOST, None, None, SETTINGS, model=refused)
+    assert preflight.has_failures(checks) and checks[-1].name == "model"
