@@ -12,8 +12,9 @@ from pyinfra.api import deploy
 from vllm_rig.context import settings
 from vllm_rig.layout import HF_TOKEN_FILE, Layout
 from vllm_rig.operations.files import config_files, from_repo
-from vllm_rig.operations.model import FetchSpec, Secret, model_fetch_started, secret_env_file
+from vllm_rig.operations.model import FetchSpec, model_fetch_started, secret_env_file
 from vllm_rig.operations.tools_venv import tools_venv
+from vllm_rig.secret import Secret
 
 # `hf download` of this version was tested against the HF mirror stand-in (shared notes); the runtime venv
 # cannot hold it (transformers 5.12.1 needs huggingface_hub < 2), hence a venv of its own.

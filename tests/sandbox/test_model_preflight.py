@@ -100,9 +100,8 @@ def run_as_the_fact(mirror: Mirror, dest: Path, repo: str = REPO, revision: str 
     """The fact's own command line, run here: python3 -c <bootstrap> ... with the script on stdin."""
     command = ModelPreflight().command(mirror.url, repo, revision, str(dest))
     started = time.monotonic()
-    proc = subprocess.run(
-        ["sh", "-c", command], input=preflight_stdin(token), capture_output=True, text=True, timeout=60
-    )
+    stdin = "".join(preflight_stdin(token).readlines())
+    proc = subprocess.run(["sh", "-c", command], input=stdin, capture_output=True, text=True, timeout=60)
     return parse_preflight(proc.stdout.splitlines()), proc.stdout + proc.stderr, time.monotonic() - started
 
 

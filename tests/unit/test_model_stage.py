@@ -11,9 +11,17 @@ import pytest
 
 from tests.unit.groupdata import profile_data
 from vllm_rig import preflight
-from vllm_rig.facts.model import ModelFetch, ModelPreflight, SecretFile, parse_fetch_state, parse_preflight
+from vllm_rig.facts.model import (
+    ModelFetch,
+    ModelPreflight,
+    SecretFile,
+    parse_fetch_state,
+    parse_preflight,
+    preflight_stdin,
+)
 from vllm_rig.facts.venv import ToolsVenv
-from vllm_rig.operations.model import FetchSpec, Secret, failure_line, progress_line
+from vllm_rig.operations.model import FetchSpec, failure_line, progress_line
+from vllm_rig.secret import Secret, SecretStdin
 from vllm_rig.validation import load_settings
 
 SETTINGS = load_settings(profile_data())
@@ -64,6 +72,15 @@ def test_description_tells_one_model_and_dir_from_another() -> None:
 def test_secret_never_prints() -> None:
     assert TOKEN not in f"{Secret(TOKEN)} {Secret(TOKEN)!r}" and str(Secret(None)) == "<none>"
     assert Secret(TOKEN).reveal() == TOKEN
+    stdin = SecretStdin(f"{TOKEN}\nprint(1)\n")
+    assert str(stdin) == repr(stdin) == "<stdin>"
+    assert stdin.readlines() == stdin.readlines() == [f"{TOKEN}\n", "print(1)\n"]  # again on a retry
+
+
+def test_preflight_stdin_holds_the_token_line_then_the_script() -> None:
+    lines = preflight_stdin(TOKEN).readlines()
+    assert lines[0] == f"{TOKEN}\n" and lines[1].startswith("#!/usr/bin/env python3")
+    assert preflight_stdin(None).readlines()[0] == "\n"
 
 
 # ---- facts ------------------------------------------------------------------------------------------

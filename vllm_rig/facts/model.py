@@ -11,6 +11,7 @@ from typing import Any
 from pyinfra.api import FactBase
 
 from vllm_rig.facts.host import split_sections
+from vllm_rig.secret import SecretStdin
 
 PREFLIGHT_SCRIPT = Path(__file__).resolve().parents[2] / "files" / "model_preflight.py"
 
@@ -24,9 +25,9 @@ _BOOTSTRAP = (
 )
 
 
-def preflight_stdin(token: str | None) -> str:
-    """What ModelPreflight's command reads: the token line, then the script."""
-    return f"{token or ''}\n{PREFLIGHT_SCRIPT.read_text()}"
+def preflight_stdin(token: str | None) -> SecretStdin:
+    """What ModelPreflight's command reads: the token line, then the script (printed as <stdin>)."""
+    return SecretStdin(f"{token or ''}\n{PREFLIGHT_SCRIPT.read_text()}")
 
 
 class ModelPreflight(FactBase):

@@ -18,26 +18,12 @@ from pyinfra.api import FunctionCommand, StringCommand, operation
 
 from vllm_rig.facts.model import ModelFetch, SecretFile
 from vllm_rig.layout import HF_HOME, HF_TOKEN_FILE, MODEL_FETCH_STATUS, MODEL_FETCH_UNIT, Layout
+from vllm_rig.secret import Secret, SecretStdin
 from vllm_rig.settings import Settings
 
 RUNNING = ("active", "activating", "reloading")
 PROGRESS_EVERY_S = 30.0  # a progress line at least this often while the download runs
 POLL_S = 2.0
-
-
-class Secret:
-    """A value that prints as <hidden>: pyinfra records every operation argument with str()."""
-
-    def __init__(self, value: str | None) -> None:
-        self._value = value
-
-    def reveal(self) -> str | None:
-        return self._value
-
-    def __str__(self) -> str:
-        return "<hidden>" if self._value else "<none>"
-
-    __repr__ = __str__
 
 
 @dataclass(frozen=True)
@@ -245,4 +231,4 @@ def secret_env_file(path: str, variable: str, value: Secret):
         f'umask 077 && mkdir -p {directory} && tmp=$(mktemp {q}.XXXXXX) && cat > "$tmp" && '
         f'chown root:root "$tmp" && chmod 600 "$tmp" && mv -f "$tmp" {q}'
     )
-    yield StringCommand("sh", "-c", shlex.quote(script), _stdin=content)
+    yield StringCommand("sh", "-c", shlex.quote(script), _stdin=SecretStdin(content))

@@ -1,0 +1,444 @@
+"""Model stage on the sandbox: the checkpoint through the HF mirror stand-in with the real `hf` client, in a
+transient unit that runs while something else takes its time, verified by sha256, resumable and re-attachable.
+
+One machine, fresh at the start, goes through: an unknown repo, a down mirror and a small disk stopping
+before any change; a first download and a no-op re-run; the overlap with a stand-in build; a connection
+dropped mid-shard; a killed download; a deploy killed mid-wait that the next run re-attaches to; a file
+corrupted in flight; a new revision beside the old; and a token that shows up nowhere (own mirror, -vv).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import hashlib
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import Rig
+from tests.e2e.deploys import DeployRun, deploy, fresh
+from tests.sandbox import paths
+from tests.sandbox.fixtures import hf_mirror
+from tests.sandbox.fixtures.hf_mirror import server as mirror_server
+
+pytestmark = pytest.mark.sandbox
+
+REPO = "nerkyor/Qwen3.6-27B-DSV4Pro-Thinking-Distill-FP8"
+MODEL_DIR = "/opt/vllm-rig/models/Qwen3.6-27B-DSV4Pro-Thinking-FP8"  # group_data/all.py's model_dir
+MODELS = MODEL_DIR.rsplit("/", 1)[0]
+UNIT = "vllm-rig-model-fetch.service"
+STATUS = "/var/lib/vllm-rig/model-fetch.json"
+BIG_SHARD = "model-00001-of-00003.safetensors"
+SMALL_SHARD = "model-00002-of-00003.safetensors"
+MIB = 1 << 20
+STAGE = ("tasks/model_start.py", "tasks/model_finish.py")
+WITH_PREFLIGHT = ("tasks/preflight.py", *STAGE)
+ENDPOINT = f"http://127.0.0.1:{paths.HF_MIRROR_PORT}"
+MIRROR = hf_mirror.Layout.default()
+
+
+# ---- the rig's mirror: knobs and request log --------------------------------------------------------
+
+
+def knobs(**values: Any) -> None:
+    hf_mirror.write_knobs(MIRROR.knobs, values)
+
+
+def clear_log() -> None:
+    MIRROR.log.write_text("")
+
+
+def requests() -> list[dict[str, Any]]:
+    text = MIRROR.log.read_text() if MIRROR.log.exists() else ""
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def gets(name: str | None = None) -> list[dict[str, Any]]:
+    return [
+        r
+        for r in requests()
+        if r["method"] == "GET" and "/resolve/" in r["path"] and (name is None or r["path"].endswith(f"/{name}"))
+    ]
+
+
+def fetched_names() -> list[str]:
+    return [g["path"].rsplit("/", 1)[1] for g in gets()]
+
+
+def source(branch: str = "main") -> Path:
+    return paths.WWW.joinpath("hf", *REPO.split("/"), branch)
+
+
+def digests(branch: str = "main") -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(source(branch).iterdir())}
+
+
+def total(branch: str = "main") -> int:
+    return sum(p.stat().st_size for p in source(branch).iterdir())
+
+
+def commit(branch: str = "main") -> str:
+    revision = mirror_server.Store(MIRROR.repos).revision(REPO, branch)
+    assert revision is not None
+    return revision.commit
+
+
+# ---- the host ---------------------------------------------------------------------------------------
+
+
+def sh(rig: Rig, command: str, check: bool = True) -> str:
+    return rig.ssh("rig1", f"sudo sh -c {json.dumps(command)}", check=check)
+
+
+def host_digests(rig: Rig, directory: str = MODEL_DIR) -> dict[str, str]:
+    out = sh(rig, f"cd {directory}/ && find . -type f ! -name .vllm-rig-complete.json -exec sha256sum {{}} +")
+    return {line.split()[1].removeprefix("./"): line.split()[0] for line in out.splitlines() if line.strip()}
+
+
+def status(rig: Rig) -> dict[str, Any]:
+    text = sh(rig, f"cat {STATUS} 2>/dev/null || true")
+    return json.loads(text) if text.strip() else {}
+
+
+def unit_active(rig: Rig) -> str:
+    return sh(rig, f"systemctl is-active {UNIT} || true").strip()
+
+
+def reset_model(rig: Rig) -> None:
+    """No model, no download running: the next deploy fetches everything."""
+    sh(rig, f"systemctl stop {UNIT} 2>/dev/null; rm -rf {MODELS} {STATUS}; true")
+    knobs()
+    clear_log()
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.3)
+
+
+def journal(rig: Rig) -> str:
+    return sh(rig, "journalctl --no-pager -o export")
+
+
+# ---- deploys in the background ----------------------------------------------------------------------
+
+
+@dataclass
+class Background:
+    proc: subprocess.Popen[str]
+
+    def wait(self, timeout: float = 300) -> DeployRun:
+        out, err = self.proc.communicate(timeout=timeout)
+        results = (json.loads(out).get("results") or {}) if out.strip() else {}
+        changed = [op["name"] for op in results.get("operations", []) if op.get("success")]
+        return DeployRun(self.proc.returncode, changed, results.get("failed_hosts", []), err)
+
+
+def start_deploy(rig: Rig, *files: str, data: dict[str, object] | None = None, flags: tuple[str, ...] = ()):
+    """deploys.deploy(), started and not waited for; `flags` such as -vv go before the files."""
+    args = [str(Path(sys.executable).with_name("pyinfra")), "-y", *flags]
+    args += [str(rig.inventory.relative_to(paths.REPO)), *files, "--json"]
+    for key, value in (data or {}).items():
+        args += ["--data", f"{key}={json.dumps(value) if not isinstance(value, str) else value}"]
+    proc = subprocess.Popen(args, cwd=paths.REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return Background(proc)
+
+
+def stamp(text: str) -> float:
+    return datetime.datetime.fromisoformat(text).timestamp()
+
+
+# ---- fixtures ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fresh_box(rig: Rig) -> Iterator[None]:
+    fresh(rig, secure_boot=False)
+    knobs()
+    yield
+    knobs()
+
+
+# ---- stops before any change ------------------------------------------------------------------------
+
+
+def _assert_nothing_changed(rig: Rig, run: DeployRun) -> str:
+    assert not run.ok and run.changed == []
+    assert sh(rig, "ls -d /opt/vllm-rig /var/lib/vllm-rig /etc/vllm-rig 2>/dev/null || true").strip() == ""
+    assert unit_active(rig) == "inactive"
+    assert gets() == []
+    (line,) = [line for line in run.log.splitlines() if "preflight failed" in line]
+    return line
+
+
+def test_unknown_repo_stops_before_any_change(rig: Rig) -> None:
+    clear_log()
+    run = deploy(rig, *WITH_PREFLIGHT, data={"model_repo": "nobody/nothing"})
+    line = _assert_nothing_changed(rig, run)
+    assert f"nobody/nothing@main: repository not found at {ENDPOINT}" in line and "model_repo" in line
+
+
+@pytest.mark.parametrize(("down", "says"), [("refuse", "could not reach"), ("503", "answered HTTP 503")])
+def test_down_mirror_stops_before_any_change(rig: Rig, down: str, says: str) -> None:
+    knobs(down=down)
+    clear_log()
+    run = deploy(rig, *WITH_PREFLIGHT)
+    line = _assert_nothing_changed(rig, run)
+    assert f"{REPO}@main: {says} {ENDPOINT}" in line or (says in line and ENDPOINT in line)
+    knobs()
+
+
+def test_small_disk_stops_before_any_change(rig: Rig) -> None:
+    sh(rig, "mkdir -p /mnt/small && mount -t tmpfs -o size=20m tmpfs /mnt/small")
+    try:
+        clear_log()
+        run = deploy(rig, *WITH_PREFLIGHT, data={"model_dir": "/mnt/small/model"})
+        line = _assert_nothing_changed(rig, run)
+        assert f"{REPO}@{commit()[:12]}: needs" in line and "in /mnt/small" in line and "bigger disk" in line
+    finally:
+        sh(rig, "umount /mnt/small; rmdir /mnt/small")
+
+
+# ---- the download -----------------------------------------------------------------------------------
+
+
+def test_first_deploy_fetches_and_verifies_and_a_rerun_changes_nothing(rig: Rig) -> None:
+    clear_log()
+    run = deploy(rig, *WITH_PREFLIGHT)
+    assert run.ok, run.log[-3000:]
+    assert sh(rig, f"readlink {MODEL_DIR}").strip() == f"Qwen3.6-27B-DSV4Pro-Thinking-FP8.rev-{commit()[:12]}"
+    assert host_digests(rig) == digests()
+    assert sorted(fetched_names()) == sorted(digests())  # every file once
+    modes = sh(rig, f"stat -c '%U:%G %a' {MODEL_DIR}/ {MODEL_DIR}/*").split("\n")
+    assert set(filter(None, modes)) == {"root:root 755", "root:root 644"}  # the service reads, cannot write
+    assert status(rig)["phase"] == "done" and status(rig)["exit_code"] == 0
+    assert "complete, commit" in run.log
+    assert sh(rig, "test -e /etc/vllm-rig/hf-token.env && echo yes || echo no").strip() == "no"
+
+    clear_log()
+    started = time.monotonic()
+    again = deploy(rig, *WITH_PREFLIGHT)
+    elapsed = time.monotonic() - started
+    assert again.ok and again.changed == [], again.log[-2000:]
+    assert requests() == []  # the marker answers: not even preflight asks the mirror
+    print(f"\nno-op re-run of preflight + model start + finish: {elapsed:.1f}s")
+
+
+def test_download_overlaps_the_build(rig: Rig) -> None:
+    build_s, download_s = 20.0, 24.0
+    reset_model(rig)
+    knobs(throttle_bytes_per_s=int(total() / download_s))
+    os.environ["VLLM_RIG_STANDIN_BUILD_S"] = str(build_s)
+    try:
+        started = time.monotonic()
+        run = deploy(rig, "tasks/model_start.py", "tests/e2e/standin_build.py", "tasks/model_finish.py")
+        wall = time.monotonic() - started
+    finally:
+        os.environ.pop("VLLM_RIG_STANDIN_BUILD_S")
+        knobs()
+    assert run.ok, run.log[-3000:]
+    done = status(rig)
+    download = stamp(done["updated_at"]) - stamp(done["started_at"])
+    ratio = wall / (download + build_s)
+    print(
+        f"\noverlap: download {download:.0f}s, stand-in build {build_s:.0f}s, deploy wall {wall:.1f}s; "
+        f"wall / (download + build) = {ratio:.2f}"
+    )
+    progress = [line for line in run.log.splitlines() if "model: downloading" in line]
+    assert progress and " of 48.9 MiB (" in progress[0] and "files" in progress[0]
+    assert download >= build_s * 0.8
+    assert ratio < 0.75
+    assert host_digests(rig) == digests()
+
+
+def test_connection_dropped_mid_shard_refetches_at_most_10_mib(rig: Rig) -> None:
+    reset_model(rig)
+    knobs(drop_after_bytes={"path": BIG_SHARD, "bytes": 15_000_000})
+    run = deploy(rig, *STAGE)
+    assert run.ok, run.log[-3000:]
+    shard = gets(BIG_SHARD)
+    assert len(shard) == 2 and "dropped at 15000000" in shard[0]["events"]
+    refetched = sum(g["bytes"] for g in shard) - (source() / BIG_SHARD).stat().st_size
+    print(f"\nre-fetched after the drop: {refetched / MIB:.2f} MiB")
+    assert 0 < refetched <= 10 * MIB
+    assert host_digests(rig) == digests()
+
+
+def _partial_state(rig: Rig) -> tuple[set[str], int]:
+    """(whole files in staging, bytes in the client's .incomplete files)."""
+    staging = f"{MODEL_DIR}.partial-{commit()[:12]}"
+    out = sh(rig, f"cd {staging} 2>/dev/null && find . -maxdepth 1 -type f -printf '%f %s\\n'; true")
+    whole = {n for n, s in (line.split() for line in out.splitlines()) if int(s) == (source() / n).stat().st_size}
+    parts = sh(rig, f"find {staging} -name '*.incomplete' -printf '%s\\n' 2>/dev/null; true")
+    return whole, sum(int(x) for x in parts.split())
+
+
+def test_killed_download_fails_the_wait_then_finishes_on_the_next_run(rig: Rig) -> None:
+    reset_model(rig)
+    knobs(throttle_bytes_per_s=total() // 10)
+    assert deploy(rig, "tasks/model_start.py").ok  # returns once the unit runs
+    wait_for(
+        lambda: SMALL_SHARD in _partial_state(rig)[0] and _partial_state(rig)[1] > 12 * MIB,
+        30,
+        "a finished file and a partial shard",
+    )
+    sh(rig, f"systemctl kill --signal=KILL {UNIT}")
+    wait_for(lambda: unit_active(rig) == "inactive", 10, "the unit to end")
+    finished, partial = _partial_state(rig)
+    assert partial > 0 and sh(rig, f"test -e {MODEL_DIR} && echo yes || echo no").strip() == "no"
+
+    knobs()
+    waited = deploy(rig, "tasks/model_finish.py")  # never a silent success
+    assert not waited.ok and "stopped without a verdict" in waited.log
+
+    clear_log()
+    run = deploy(rig, *STAGE)
+    assert run.ok, run.log[-3000:]
+    assert "partial file(s) a killed download left behind" in journal(rig)
+    print(f"\nkilled with {partial / MIB:.1f} MiB partial; next run fetched {sorted(set(fetched_names()))}")
+    assert not set(fetched_names()) & finished and BIG_SHARD in fetched_names()
+    assert host_digests(rig) == digests()
+
+
+def test_a_rerun_reattaches_to_a_running_download(rig: Rig) -> None:
+    reset_model(rig)
+    knobs(throttle_bytes_per_s=total() // 12)
+    first = start_deploy(rig, *STAGE)
+    wait_for(lambda: status(rig).get("phase") == "downloading", 30, "the download")
+    first.proc.send_signal(signal.SIGKILL)  # the control side dies mid-wait, and its SSH session with it
+    first.proc.communicate(timeout=30)
+    time.sleep(2)
+    assert unit_active(rig) == "active"  # the download did not die with the connection
+    run = deploy(rig, *STAGE)
+    assert run.ok, run.log[-3000:]
+    assert not [op for op in run.changed if op.startswith("Model (start) | Download")]  # re-attached, not restarted
+    assert sorted(fetched_names()) == sorted(digests())  # nothing fetched twice
+    knobs()
+
+
+def _clear_corruption_once_served(stop: threading.Event) -> None:
+    while not stop.is_set():
+        if any("corrupted" in r["events"] for r in gets(SMALL_SHARD)):
+            knobs(throttle_bytes_per_s=total() // 6)
+            return
+        time.sleep(0.05)
+
+
+def test_a_file_corrupted_in_flight_is_caught_and_fetched_again(rig: Rig) -> None:
+    reset_model(rig)
+    knobs(corrupt=[SMALL_SHARD], throttle_bytes_per_s=total() // 6)
+    stop = threading.Event()
+    watcher = threading.Thread(target=_clear_corruption_once_served, args=(stop,), daemon=True)
+    watcher.start()
+    try:
+        run = deploy(rig, *STAGE)
+    finally:
+        stop.set()
+        watcher.join(5)
+        knobs()
+    assert run.ok, run.log[-3000:]
+    shard = gets(SMALL_SHARD)
+    assert len(shard) == 2 and "corrupted" in shard[0]["events"] and shard[1]["events"] == []
+    assert "hf download exited 0 but 1 file(s) failed the check" in journal(rig)
+    assert host_digests(rig) == digests()
+
+
+def test_a_file_that_stays_corrupt_fails_the_host_naming_it(rig: Rig) -> None:
+    reset_model(rig)
+    knobs(corrupt=[SMALL_SHARD])
+    run = deploy(rig, *STAGE)
+    assert not run.ok
+    assert f"still corrupt after a re-fetch: {SMALL_SHARD} (sha256 mismatch)" in run.log
+    assert sh(rig, f"test -e {MODEL_DIR} && echo yes || echo no").strip() == "no"  # never switched to
+    knobs()
+    clear_log()
+    assert deploy(rig, *STAGE).ok
+    assert fetched_names() == [SMALL_SHARD]  # the verified files were kept
+    assert host_digests(rig) == digests()
+
+
+def test_new_revision_downloads_beside_and_switches_when_complete(rig: Rig) -> None:
+    main_dir = f"Qwen3.6-27B-DSV4Pro-Thinking-FP8.rev-{commit()[:12]}"
+    assert sh(rig, f"readlink {MODEL_DIR}").strip() == main_dir
+    changed = {name for name, digest in digests("v2").items() if digests().get(name) != digest}
+    clear_log()
+    knobs(throttle_bytes_per_s=sum((source("v2") / n).stat().st_size for n in changed) // 5)
+    background = start_deploy(rig, *STAGE, data={"model_revision": "v2"})
+    try:
+        wait_for(lambda: status(rig).get("phase") == "downloading", 30, "the download")
+        assert sh(rig, f"readlink {MODEL_DIR}").strip() == main_dir  # the service still sees main, whole
+        run = background.wait()
+    finally:
+        knobs()
+    assert run.ok, run.log[-3000:]
+    assert sh(rig, f"readlink {MODEL_DIR}").strip() == f"Qwen3.6-27B-DSV4Pro-Thinking-FP8.rev-{commit('v2')[:12]}"
+    assert host_digests(rig) == digests("v2")
+    assert set(fetched_names()) == changed  # the rest was linked from main and hashed
+    assert sh(rig, f"test -e {MODELS}/{main_dir} && echo yes || echo no").strip() == "no"
+
+
+# ---- the token --------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def own_mirror(tmp_path: Path) -> Iterator[tuple[str, list[str | None]]]:
+    """A mirror of our own on a free port that records each request's Authorization header."""
+    seen: list[str | None] = []
+
+    class Handler(mirror_server.Handler):
+        def _handle(self) -> None:
+            if not self.path.startswith("/api/agent-harnesses"):  # the CLI's agent probe sends no token
+                seen.append(self.headers.get("Authorization"))
+            super()._handle()
+
+    layout = hf_mirror.Layout(MIRROR.repos, tmp_path / "knobs.json", tmp_path / "log.jsonl")
+    server = mirror_server.MirrorServer(("127.0.0.1", 0), layout)
+    server.RequestHandlerClass = Handler
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.port}", seen
+    server.shutdown()
+    server.server_close()
+    thread.join(5)
+
+
+def test_token_is_sent_but_appears_nowhere(rig: Rig, own_mirror: tuple[str, list[str | None]]) -> None:
+    url, seen = own_mirror
+    token = f"hf_{secrets.token_hex(17)}"
+    data: dict[str, object] = {"hf_endpoint": url, "hf_token": token, "model_dir": f"{MODELS}/with-token"}
+    run = start_deploy(rig, *WITH_PREFLIGHT, data=data, flags=("-vv",)).wait()
+    assert run.ok, run.log[-3000:]
+    assert ">>> sudo" in run.log  # -vv echoes every command; none of them holds the token
+    rerun = start_deploy(rig, *WITH_PREFLIGHT, data=data, flags=("-vvv",)).wait()
+    assert rerun.ok and rerun.changed == []
+    for output in (run, rerun):
+        assert token not in output.log and token not in json.dumps(output.changed)
+    assert seen and set(seen) == {f"Bearer {token}"}  # preflight's, model_fetch's and hf's requests
+    assert sh(rig, "stat -c '%U:%G %a' /etc/vllm-rig/hf-token.env").strip() == "root:root 600"
+    assert token not in journal(rig)  # sudo logs every command pyinfra ran: none held the token
+    # Everything else the stage wrote (state, scripts, the model's marker) holds no trace of it either.
+    kept = "--exclude=etc/vllm-rig/hf-token.env var/lib/vllm-rig opt/vllm-rig/bin etc/vllm-rig"
+    written = sh(rig, f"tar -C / -cf - {kept} {MODELS.lstrip('/')}/with-token/.vllm-rig-complete.json | base64 -w0")
+    assert len(written) > 1000 and token.encode() not in base64.b64decode(written)
+
+    seen.clear()
+    data = {"hf_endpoint": url, "hf_token": None, "model_dir": f"{MODELS}/without-token"}
+    run = deploy(rig, *WITH_PREFLIGHT, data=data)
+    assert run.ok, run.log[-3000:]
+    assert sh(rig, "test -e /etc/vllm-rig/hf-token.env && echo yes || echo no").strip() == "no"
+    assert seen and set(seen) == {None}  # no token configured: none sent, not even an implicit one
