@@ -315,6 +315,22 @@ def test_killed_download_fails_the_wait_then_finishes_on_the_next_run(rig: Rig) 
     assert host_digests(rig) == digests()
 
 
+def test_download_timeout_stops_the_unit_and_fails_the_host(rig: Rig) -> None:
+    reset_model(rig)
+    knobs(throttle_bytes_per_s=total() // 90)
+    started = time.monotonic()
+    run = deploy(rig, *STAGE, data={"download_timeout_s": 60})
+    elapsed = time.monotonic() - started
+    knobs()
+    assert not run.ok and "download_timeout_s=60 reached" in run.log
+    print(f"\ndownload_timeout_s=60: the host failed after {elapsed:.0f}s")
+    assert 60 <= elapsed < 100
+    assert unit_active(rig) == "inactive" and status(rig)["phase"] == "stopped"
+    run = deploy(rig, *STAGE)  # the next run continues
+    assert run.ok, run.log[-3000:]
+    assert host_digests(rig) == digests()
+
+
 def test_a_rerun_reattaches_to_a_running_download(rig: Rig) -> None:
     reset_model(rig)
     knobs(throttle_bytes_per_s=total() // 12)
