@@ -228,7 +228,8 @@ def secret_env_file(path: str, variable: str, value: Secret):
     q = shlex.quote(path)
     directory = shlex.quote(path.rsplit("/", 1)[0] or "/")
     script = (
-        f'umask 077 && mkdir -p {directory} && tmp=$(mktemp {q}.XXXXXX) && cat > "$tmp" && '
+        # The directory keeps the usual 755 (other stages' config lives there); only the file is private.
+        f'mkdir -p {directory} && umask 077 && tmp=$(mktemp {q}.XXXXXX) && cat > "$tmp" && '
         f'chown root:root "$tmp" && chmod 600 "$tmp" && mv -f "$tmp" {q}'
     )
     yield StringCommand("sh", "-c", shlex.quote(script), _stdin=SecretStdin(content))
