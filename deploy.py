@@ -16,4 +16,6 @@ stop_on_bad_settings()
 local.include("tasks/preflight.py")  # read-only checks; a failing host stops here
 local.include("tasks/driver.py")  # pinned, held driver; one reboot when needed; boot-time GPU guard
 local.include("tasks/cuda.py")  # CUDA toolkit, pinned
-# Next, as their issues land: model (start), runtime, model (finish), service, verify.
+# model (start) goes here: the download runs in the background while the runtime builds.
+local.include("tasks/runtime.py")  # venv, the fork built with FlashInfer's SM75 fix and FlashQLA; safe switch
+# model (finish) goes here, then service and verify.

@@ -1,0 +1,199 @@
+"""Operations of the runtime stage: build a runtime in a transient systemd unit and wait for it (or
+re-attach), switch `current` atomically, prune old runtimes, clear JIT caches when the host changed,
+build FlashQLA's extension the way the service will load it, and restart a service that runs stale code.
+
+Each is decided by a fact read when it runs, so a second deploy changes nothing and a failed one heals.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Sequence
+
+from pyinfra import host, logger
+from pyinfra.api import FunctionCommand, operation
+
+from vllm_rig.facts.runtime import (
+    BuildState,
+    FlashQlaExtension,
+    HostFingerprint,
+    LogProgress,
+    LogTail,
+    RuntimeState,
+    ServiceFreshness,
+    restart_needed,
+)
+
+POLL_S = 3.0  # how often the deploy looks at a running build
+GRACE_S = 120  # waiting past the unit's own RuntimeMaxSec before giving up on it
+
+
+def start_command(unit: str, runtime: str, script: str, spec: str, log: str, timeout_s: int) -> str:
+    """systemd-run for the build: a transient unit that outlives the SSH session, logs to `log`, and is
+    stopped by systemd itself after timeout_s (RuntimeMaxSec)."""
+    u, lg = shlex.quote(unit), shlex.quote(log)
+    props = [
+        f"--property=RuntimeMaxSec={int(timeout_s)}",
+        f"--property=StandardOutput=append:{log}",
+        f"--property=StandardError=append:{log}",
+        "--property=Nice=5",  # the box stays responsive (and reachable) while every core compiles
+    ]
+    return (
+        f"mkdir -p $(dirname {lg}) && {{ systemctl reset-failed {u} 2>/dev/null || true; }} && "
+        f"systemd-run --quiet --unit={u} --description={shlex.quote('vllm-rig runtime build ' + runtime)} "
+        f"--working-directory={shlex.quote(runtime)} --setenv=HOME=/root "
+        + " ".join(shlex.quote(p) for p in props)
+        + f" /usr/bin/python3 {shlex.quote(script)} {shlex.quote(spec)}"
+    )
+
+
+@operation()
+def build_runtime(runtime: str, unit: str, script: str, spec: str, log: str, timeout_s: int):
+    """Build the runtime unless it is complete: start the build unit, or re-attach to the one running,
+    then follow it with progress until it ends or timeout_s passes."""
+    state = host.get_fact(BuildState, runtime=runtime, unit=unit)
+    if state["complete"]:
+        host.noop(f"{runtime} is built")
+        return
+    others = [u for u in state["others"] if u != unit]
+    if others:
+        yield FunctionCommand(_fail, (f"another runtime build is running ({', '.join(others)}); wait for it",), {})
+        return
+    if state["active"]:
+        logger.info(
+            f"[{host.name}] re-attaching to the running build {unit} (invocation {state['unit'].get('InvocationID')})"
+        )
+    else:
+        yield start_command(unit, runtime, script, spec, log, timeout_s)
+    yield FunctionCommand(_follow, (runtime, unit, log, timeout_s), {})
+
+
+def _fail(state, host, message: str) -> bool:  # noqa: ARG001 - pyinfra passes state and host by name
+    logger.error(f"[{host.name}] {message}")
+    return False
+
+
+def _follow(state, host, runtime: str, unit: str, log: str, timeout_s: int) -> bool:  # noqa: ARG001
+    """Print the build's progress lines as they come; True when the runtime is complete."""
+    deadline = time.monotonic() + timeout_s + GRACE_S
+    offset = host.get_fact(LogProgress, path=log, offset=0)["size"]
+    logger.info(f"[{host.name}] building {runtime} in {unit}; log: {log}")
+    last_shown = ""
+    while True:
+        progress = host.get_fact(LogProgress, path=log, offset=offset)
+        offset = max(offset, progress["size"])
+        for line in _worth_showing(progress["lines"], last_shown):
+            logger.info(f"[{host.name}] build: {line}")
+            last_shown = line
+        found = host.get_fact(BuildState, runtime=runtime, unit=unit)
+        if not found["active"]:
+            return _verdict(host, found, runtime, unit, log)
+        if time.monotonic() > deadline:
+            logger.error(
+                f"[{host.name}] the build is still running after {timeout_s}s (build_timeout_s); it goes on on "
+                f"the host: re-run the deploy to re-attach, or `systemctl stop {unit}`; log: {log}"
+            )
+            return False
+        time.sleep(POLL_S)
+
+
+def _worth_showing(lines: list[str], last: str) -> list[str]:
+    """In order: every step line, and of each run of [n/m] compile lines only its newest (the output stays
+    short however fast the build goes)."""
+    lines = [line.strip() for line in lines if line.strip()]
+    shown = []
+    for i, line in enumerate(lines):
+        is_count = line.startswith("[")
+        next_is_count = i + 1 < len(lines) and lines[i + 1].startswith("[")
+        if is_count and (next_is_count or line == last):
+            continue
+        shown.append(line)
+    return shown
+
+
+def _verdict(host, found: dict, runtime: str, unit: str, log: str) -> bool:
+    if found["complete"]:
+        logger.info(f"[{host.name}] built {runtime}")
+        return True
+    error = found["status"].get("error") or f"the build unit ended ({found['unit'].get('Result') or 'unknown'})"
+    tail = host.get_fact(LogTail, path=log, count=25)
+    logger.error(f"[{host.name}] runtime build failed: {error}\n  last lines of {log}:\n    " + "\n    ".join(tail))
+    logger.error(f"[{host.name}] `current` is unchanged; fix the cause and re-run the deploy (it resumes)")
+    return False
+
+
+@operation()
+def switch_runtime(root: str, target: str, flashinfer_cache: str, stamp: str):
+    """Point `current` at runtimes/<target> (atomic rename of a new symlink) and keep the old one as
+    `previous`; clear FlashInfer's JIT cache (its headers came with the runtime) and touch `stamp`."""
+    state = host.get_fact(RuntimeState, root=root)
+    if state["current"] == target:
+        host.noop(f"current is {target}")
+        return
+    r, new = shlex.quote(root), shlex.quote(f"{root}/runtimes/{target}")
+    commands = [f"ln -sfn {new} {r}/.current.new", f"mv -T {r}/.current.new {r}/current"]
+    if state["current"] and state["current"] in state["runtimes"]:
+        old = shlex.quote(f"{root}/runtimes/{state['current']}")
+        commands += [f"ln -sfn {old} {r}/.previous.new", f"mv -T {r}/.previous.new {r}/previous"]
+    commands += [
+        f"rm -rf {shlex.quote(flashinfer_cache)}",
+        f"mkdir -p $(dirname {stamp}) && touch {shlex.quote(stamp)}",
+    ]
+    logger.info(f"[{host.name}] switching current: {state['current'] or '(none)'} -> {target}")
+    yield " && ".join(commands)
+
+
+@operation()
+def prune_runtimes(root: str):
+    """Delete runtimes that are neither `current` nor `previous` (superseded or failed builds), unless
+    their build still runs. Their build logs stay."""
+    state = host.get_fact(RuntimeState, root=root)
+    keep = {state["current"], state["previous"]}
+    doomed = sorted(n for n, info in state["runtimes"].items() if n not in keep and not info["building"])
+    if not doomed:
+        host.noop("no old runtimes")
+        return
+    logger.info(f"[{host.name}] removing old runtimes: {', '.join(doomed)}")
+    yield "rm -rf " + " ".join(shlex.quote(f"{root}/runtimes/{n}") for n in doomed)
+
+
+@operation()
+def clear_host_caches(record: str, caches: Sequence[str]):
+    """When the kernel or the driver is not what the JIT caches were made with, delete those caches (no
+    recompile of the runtime), then record the new host fingerprint. `caches`: shell words, globs allowed."""
+    found = host.get_fact(HostFingerprint, record=record)
+    if found["recorded"] == found["now"]:
+        host.noop(f"host unchanged ({found['now']})")
+        return
+    logger.info(
+        f"[{host.name}] host changed ({found['recorded'] or 'first run'} -> {found['now']}): clearing JIT caches"
+    )
+    yield "rm -rf " + " ".join(caches)  # globs (vLLM's P2P cache files) are left to the shell
+    path = shlex.quote(record)
+    yield f"mkdir -p $(dirname {path}) && printf '%s\\n' {shlex.quote(found['now'])} > {path}"
+
+
+@operation()
+def warm_flashqla(root: str, stamp: str, library: str, command: str):
+    """Build FlashQLA's extension at deploy time, as the service user with the service's environment and
+    through `current` (the paths the service imports it by), so the first request does not compile it."""
+    found = host.get_fact(FlashQlaExtension, root=root, stamp=stamp, library=library)
+    if not found["current"]:
+        host.noop("no current runtime")
+        return
+    if found["built"] and found["stamp"] == found["current"]:
+        host.noop(f"FlashQLA extension built for {found['current']}")
+        return
+    yield f"{command} && printf '%s\\n' {shlex.quote(found['current'])} > {shlex.quote(stamp)}"
+
+
+@operation()
+def restart_if_stale(service: str, stamps: Sequence[str]):
+    """`systemctl try-restart` when the service started before the runtime was switched or its caches were
+    cleared (also after a deploy that was cut between the switch and the restart)."""
+    found = host.get_fact(ServiceFreshness, service=service, stamps=list(stamps))
+    if not restart_needed(found):
+        host.noop(f"{service} is {found['state']}; nothing newer to load")
+        return
+    yield f"systemctl try-restart {shlex.quote(service + '.service')}"
