@@ -13,10 +13,11 @@ sources, `pip install --no-build-isolation --no-deps -e`); then the checks: `imp
 neutral directory, the FlashInfer check script, FlashQLA's extension compiles. Only then is
 <runtime>/runtime.json written: the runtime is complete.
 
-A re-run resumes: each finished step leaves <runtime>/.build/<step>.done; the compile reuses the fork's
-build directory and ccache. Progress goes to stdout ("==> step" lines, the build's "[n/m]" lines);
-<runtime>/.build/status.json says where it is. Index URLs reach pip through its environment only, so a
-credential in one is never on a command line or in the log. Python 3.10+ standard library only.
+A re-run resumes: each finished step leaves <runtime>/.build/<step>.done, and ccache keeps what was
+compiled, so a retried compile redoes only what changed. Progress goes to stdout ("==> step" lines, the
+build's "[n/m]" lines); <runtime>/.build/status.json says where it is. Index URLs reach pip through its
+environment only, so a credential in one is never on a command line or in the log. Python 3.10+ standard
+library only.
 """
 
 from __future__ import annotations
@@ -71,12 +72,12 @@ def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def run(cmd: list[str], env: dict[str, str] | None = None, cwd: str | Path | None = None) -> None:
-    """Run with output going to the log; a failure is a BuildError naming the command."""
+def run(cmd: list[str], what: str, env: dict[str, str] | None = None, cwd: str | Path | None = None) -> None:
+    """Run with output going to the log; a failure is a BuildError saying `what` failed."""
     say("$ " + redact(" ".join(cmd)))
     proc = subprocess.run(cmd, env=env, cwd=cwd, stdin=subprocess.DEVNULL, check=False)
     if proc.returncode != 0:
-        raise BuildError(f"{Path(cmd[0]).name} {' '.join(cmd[1:3])} ... failed with exit code {proc.returncode}")
+        raise BuildError(f"{what} failed (exit code {proc.returncode}); the log above says why")
 
 
 def output(cmd: list[str], env: dict[str, str] | None = None, cwd: str | Path | None = None) -> str:
@@ -257,8 +258,8 @@ class Build:
             env["PIP_EXTRA_INDEX_URL"] = extra_index_url
         return env
 
-    def pip(self, args: list[str], env: dict[str, str]) -> None:
-        run([str(self.python), "-m", "pip", *args], env=env)
+    def pip(self, args: list[str], env: dict[str, str], what: str) -> None:
+        run([str(self.python), "-m", "pip", *args], what, env=env)
 
     def cuda_env(self) -> dict[str, str]:
         cuda = self.spec["cuda_home"]
@@ -291,7 +292,7 @@ class Build:
         interpreter = shutil.which(self.spec["python"])
         if interpreter is None:
             raise BuildError(f"{self.spec['python']} is not installed (apt install {self.spec['python']}-venv)")
-        run([interpreter, "-m", "venv", str(self.venv)])
+        run([interpreter, "-m", "venv", str(self.venv)], "making the venv")
         got = output([str(self.python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
         if got != self.spec["python_version"]:
             raise BuildError(f"the venv runs Python {got}, python_version is {self.spec['python_version']}")
@@ -299,7 +300,7 @@ class Build:
     def step_torch(self) -> None:
         pins = self.spec["pins"]
         wanted = [f"{name}=={pins[name]}" for name in self.spec["torch_packages"]]
-        self.pip(["install", *wanted], self.pip_env(self.spec["torch_index_url"]))
+        self.pip(["install", *wanted], self.pip_env(self.spec["torch_index_url"]), "pip install from the torch index")
         self.require_pins(self.spec["torch_packages"])
 
     def step_requirements(self) -> None:
@@ -314,10 +315,10 @@ class Build:
         constraints.write_text("".join(f"{n}=={v}\n" for n, v in self.spec["pins"].items()))
         say(f"requirements (the fork's, ours winning): {', '.join(merged)}")
         env = self.pip_env(self.spec["pip_index_url"], self.spec["torch_index_url"])
-        self.pip(["install", "-r", str(requirements), "-c", str(constraints)], env)
+        self.pip(["install", "-r", str(requirements), "-c", str(constraints)], env, "pip install of the requirements")
         for dist in self.spec["drop"]:
             if self.installed(dist):
-                self.pip(["uninstall", "-y", dist], env)
+                self.pip(["uninstall", "-y", dist], env, f"pip uninstall {dist}")
         self.require_pins(list(self.spec["pins"]))
 
     def require_pins(self, names: list[str]) -> None:
@@ -343,7 +344,11 @@ class Build:
         if state == "other":
             say(f"FlashInfer {version}'s headers are neither the known base nor the result; reinstalling the wheel")
             env = self.pip_env(self.spec["pip_index_url"], self.spec["torch_index_url"])
-            self.pip(["install", "--force-reinstall", "--no-deps", f"flashinfer-python=={version}"], env)
+            self.pip(
+                ["install", "--force-reinstall", "--no-deps", f"flashinfer-python=={version}"],
+                env,
+                "reinstalling FlashInfer",
+            )
             found = header_hashes(data, files)
             state = classify(found, files)
             if state == "other":
@@ -403,6 +408,7 @@ class Build:
         say(f"TORCH_CUDA_ARCH_LIST={env['TORCH_CUDA_ARCH_LIST']} MAX_JOBS={env['MAX_JOBS']} NVCC_THREADS=1")
         run(
             [str(self.python), "-m", "pip", "install", "-v", "--no-build-isolation", "--no-deps", "-e", str(fork)],
+            "compiling the fork",
             env={**env, "PIP_CACHE_DIR": str(self.cache / "pip"), "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
         )
 
@@ -415,7 +421,7 @@ class Build:
             raise BuildError(f"import vllm._C failed from a neutral directory (no kernels were built): {err}") from None
         finally:
             shutil.rmtree(neutral, ignore_errors=True)
-        run(["bash", self.spec["check_script"], str(self.python)])
+        run(["bash", self.spec["check_script"], str(self.python)], "the FlashInfer SM75 check")
         self.check_flashqla()
 
     def check_flashqla(self) -> None:
@@ -461,7 +467,10 @@ class Build:
             say(f"==> step {number}/{total}: {step}")
             self.status("running", step=step)
             started = time.monotonic()
-            getattr(self, f"step_{step}")()
+            try:
+                getattr(self, f"step_{step}")()
+            except BuildError as err:
+                raise BuildError(f"step {step}: {err}") from None
             self.times[step] = round(time.monotonic() - started, 1)
             self.mark(step)
         self.finish()

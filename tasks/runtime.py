@@ -130,7 +130,7 @@ def install_runtime() -> None:
 
     require(
         name="The runtime these settings build was not rolled back",
-        problem=lambda: _rolled_back(s, fp),
+        problem=lambda: _rolled_back(s, inputs, fp),
     )
     files.directory(name=f"Runtime {choice.name}", path=dirs.dir, mode="755")
     files.put(name="Runtime fingerprint", src=StringIO(fp + "\n"), dest=dirs.fingerprint_file, mode="644")
@@ -185,9 +185,17 @@ def install_runtime() -> None:
     )
 
 
-def _rolled_back(s: Settings, fp: str) -> str | None:
+def _rolled_back(s: Settings, inputs: dict, fp: str) -> str | None:
+    """Read when the check runs: the settings' runtime is one that was rolled back from."""
     choice = runtime.choose(fp, host.get_fact(RuntimeState, root=s.install_root), s.force_rebuild)
-    return runtime.rolled_back_problem(choice.name, s.install_root) if choice.action == "rolled-back" else None
+    if choice.action != "rolled-back":
+        return None
+    record = host.get_fact(FileText, path=f"{s.install_root}/current/runtime.json")
+    try:
+        running = json.loads(record or "{}").get("inputs", {})
+    except ValueError:
+        running = {}
+    return runtime.rolled_back_problem(choice.name, s.install_root, runtime.input_differences(inputs, running))
 
 
 install_runtime()

@@ -192,11 +192,26 @@ def choose(fp: str, state: dict[str, Any], force: bool) -> Choice:
     return Choice(free, "build")
 
 
-def rolled_back_problem(name: str, root: str) -> str:
+def input_differences(wanted: dict[str, Any], running: dict[str, Any]) -> list[str]:
+    """Build inputs that differ between the settings and a built runtime, as "key: settings / runtime"."""
+
+    def show(value: Any) -> str:
+        return json.dumps(value, sort_keys=True) if isinstance(value, dict) else str(value)
+
+    return [
+        f"{key}: {show(wanted.get(key))} / {show(running.get(key))}"
+        for key in sorted(set(wanted) | set(running))
+        if wanted.get(key) != running.get(key)
+    ]
+
+
+def rolled_back_problem(name: str, root: str, differences: list[str]) -> str:
+    """Why the deploy stops instead of switching back to a runtime someone rolled back from."""
+    runs_now = f" (settings / what runs now: {'; '.join(differences)})" if differences else ""
     return (
         f"the runtime these settings build ({root}/runtimes/{name}) was rolled back away from "
-        f"({root}/runtimes/{name}/rolled-back); change the settings to what runs now, set force_rebuild=true "
-        f"to build it anew, or delete that marker to switch to it again"
+        f"({root}/runtimes/{name}/rolled-back){runs_now}; change the settings to what runs now, set "
+        f"force_rebuild=true to build it anew, or delete that marker to switch to it again"
     )
 
 

@@ -129,20 +129,22 @@ def parse_build_state(output: list[str]) -> dict[str, Any]:
 
 
 class LogProgress(FactBase):
-    """The build log past byte `offset`: {"size", "lines": progress lines (step and [n/m] lines), "tail"}."""
+    """The build log after line `seen`: {"count": complete lines now, "lines": the progress lines among the
+    new ones (step lines, the build's [n/m] lines, start and success)}. Counting whole lines means a line
+    being written is never shown half, nor twice."""
 
-    def command(self, path: str, offset: int) -> str:
+    def command(self, path: str, seen: int) -> str:
         p = shlex.quote(path)
         return _sh(
-            f"echo @@size; stat -c %s {p} 2>/dev/null || echo 0; "
-            f"echo @@lines; tail -c +{int(offset) + 1} {p} 2>/dev/null | "
-            "grep -E '^\\s*(==> |\\[[0-9]+/[0-9]+\\] |BUILD )' | tail -n 20 || true"
+            f"n=$(wc -l < {p} 2>/dev/null || echo 0); echo @@count; echo $n; echo @@lines; "
+            f"awk -v a={int(seen)} -v b=\"$n\" 'NR > a && NR <= b' {p} 2>/dev/null | "
+            "grep -E '^\\s*(==> |\\[[0-9]+/[0-9]+\\] |BUILD (START|OK))' | tail -n 20 || true"
         )
 
     def process(self, output: list[str]) -> dict[str, Any]:
         raw = split_sections(output)
-        size = _first(raw.get("size")) or "0"
-        return {"size": int(size) if size.isdigit() else 0, "lines": [x.rstrip() for x in raw.get("lines", [])]}
+        count = _first(raw.get("count")) or "0"
+        return {"count": int(count) if count.isdigit() else 0, "lines": [x.rstrip() for x in raw.get("lines", [])]}
 
 
 class LogTail(FactBase):

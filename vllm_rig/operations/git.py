@@ -46,13 +46,13 @@ def cache_ref(ref: str) -> str:
 
 def checkout_script(url: str, ref: str, dest: str, cache: str) -> str:
     """Shell that replaces `dest` with a fresh checkout of `ref` from the cache (made beside it, then moved).
-    Fetching the cache's ref (not cloning) works from a shallow cache too."""
+    Fetching the cache's ref (not cloning) works from a shallow cache too (--update-shallow)."""
     d, tmp, c = shlex.quote(dest), shlex.quote(dest + ".partial"), shlex.quote(cache)
     name = cache_ref(ref)
     refspec = shlex.quote(f"+{name}:{name}") if name.startswith("refs/tags/") else shlex.quote(name)
     return (
-        f"rm -rf {tmp} && mkdir -p {tmp} && git init -q {tmp} && git -C {tmp} fetch -q {c} {refspec} && "
-        f"git -C {tmp} checkout -q --detach FETCH_HEAD && git -C {tmp} remote add origin {shlex.quote(url)} && "
+        f"rm -rf {tmp} && mkdir -p {tmp} && git init -q {tmp} && "
+        f"git -C {tmp} fetch -q --update-shallow {c} {refspec} && git -C {tmp} checkout -q --detach FETCH_HEAD && git -C {tmp} remote add origin {shlex.quote(url)} && "
         f"rm -rf {d} && mv {tmp} {d}"
     )
 

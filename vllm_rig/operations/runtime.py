@@ -74,15 +74,14 @@ def _fail(state, host, message: str) -> bool:  # noqa: ARG001 - pyinfra passes s
     return False
 
 
-def _follow(state, host, runtime: str, unit: str, log: str, timeout_s: int) -> bool:  # noqa: ARG001
+def _follow(state, host, runtime: str, unit: str, log: str, timeout_s: int, seen: int) -> bool:  # noqa: ARG001
     """Print the build's progress lines as they come; True when the runtime is complete."""
     deadline = time.monotonic() + timeout_s + GRACE_S
-    offset = host.get_fact(LogProgress, path=log, offset=0)["size"]
     logger.info(f"[{host.name}] building {runtime} in {unit}; log: {log}")
     last_shown = ""
     while True:
-        progress = host.get_fact(LogProgress, path=log, offset=offset)
-        offset = max(offset, progress["size"])
+        progress = host.get_fact(LogProgress, path=log, seen=seen)
+        seen = max(seen, progress["count"])
         for line in _worth_showing(progress["lines"], last_shown):
             logger.info(f"[{host.name}] build: {line}")
             last_shown = line

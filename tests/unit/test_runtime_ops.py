@@ -1,0 +1,193 @@
+"""Runtime-stage operations planned on pyinfra's @fake host (facts answered from canned outputs), and the
+git checkout scripts run for real against a local repository."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vllm_rig.facts.runtime import GitCheckout, checkout_matches
+from vllm_rig.operations.git import checkout_script, fetch_script, git_checkout
+from vllm_rig.operations.runtime import (
+    build_runtime,
+    clear_host_caches,
+    prune_runtimes,
+    restart_if_stale,
+    switch_runtime,
+    warm_flashqla,
+)
+
+ROOT = "/opt/vllm-rig"
+FP = "ab" * 32
+
+
+def _plan(responses: dict[str, Any], op: Any, **kwargs: Any) -> tuple[bool, list[str]]:
+    """(will it change, the commands it would run) for `op` on a @fake host whose facts print `responses`."""
+    from pyinfra.api import Config, Inventory, State
+    from pyinfra.api.connect import connect_all
+    from pyinfra.api.operation import add_op
+    from pyinfra.context import ctx_host, ctx_state
+
+    inventory = Inventory((["@fake/box"], {"fake_responses": responses, "fake_delay": 0, "fake_delay_jitter": 0}))
+    state = State(inventory, Config())
+    connect_all(state)
+    box = inventory.get_host("@fake/box")
+    meta = add_op(state, op, **kwargs)[box]
+    with ctx_state.use(state), ctx_host.use(box):
+        commands = [str(c) for c in state.ops[box][meta._hash].command_generator()]
+    return bool(meta.will_change), commands
+
+
+def _runtimes(current: str | None, previous: str | None = None, **runtimes: str) -> dict[str, list[str]]:
+    lines = ["@@current", *([f"{ROOT}/runtimes/{current}"] if current else []), "@@previous"]
+    lines += [f"{ROOT}/runtimes/{previous}"] if previous else []
+    lines += ["@@runtimes", *(f"{n}\t{FP}\t{flags}" for n, flags in runtimes.items())]
+    return {"echo @@runtimes": lines}
+
+
+def test_a_complete_runtime_is_not_built_again() -> None:
+    responses = {"echo @@complete": ["@@complete", "yes", "@@unit", "@@status", "@@others"]}
+    changed, _ = _plan(
+        responses, build_runtime, runtime="/r/x", unit="u.service", script="/b", spec="/s", log="/l", timeout_s=9
+    )
+    assert changed is False
+
+
+def test_a_new_build_starts_a_transient_unit_and_follows_it() -> None:
+    responses = {"echo @@complete": ["@@complete", "@@unit", "ActiveState=inactive", "@@status", "@@others"]}
+    changed, commands = _plan(
+        responses, build_runtime, runtime="/r/x", unit="u.service", script="/b", spec="/s", log="/l", timeout_s=9
+    )
+    assert changed is True
+    assert "systemd-run" in commands[0] and commands[1].startswith("FunctionCommand(_follow")
+
+
+def test_a_running_build_is_re_attached_not_restarted() -> None:
+    responses = {
+        "echo @@complete": ["@@complete", "@@unit", "ActiveState=active", "InvocationID=abc", "@@status", "@@others"]
+    }
+    _, commands = _plan(
+        responses, build_runtime, runtime="/r/x", unit="u.service", script="/b", spec="/s", log="/l", timeout_s=9
+    )
+    assert len(commands) == 1 and commands[0].startswith("FunctionCommand(_follow")
+
+
+def test_another_running_build_stops_this_one() -> None:
+    responses = {
+        "echo @@complete": ["@@complete", "@@unit", "ActiveState=inactive", "@@status", "@@others", "other.service"]
+    }
+    _, commands = _plan(
+        responses, build_runtime, runtime="/r/x", unit="u.service", script="/b", spec="/s", log="/l", timeout_s=9
+    )
+    assert len(commands) == 1 and commands[0].startswith("FunctionCommand(_fail")
+
+
+def test_switch_keeps_the_old_runtime_as_previous_and_clears_flashinfer_jit() -> None:
+    kwargs = {"root": ROOT, "target": "new", "flashinfer_cache": "/var/lib/vllm/.cache/flashinfer", "stamp": "/s"}
+    changed, commands = _plan(_runtimes("old", None, old="complete\t\t", new="complete\t\t"), switch_runtime, **kwargs)
+    assert changed is True
+    command = commands[0]
+    assert f"ln -sfn {ROOT}/runtimes/new {ROOT}/.current.new && mv -T {ROOT}/.current.new {ROOT}/current" in command
+    assert f"ln -sfn {ROOT}/runtimes/old {ROOT}/.previous.new" in command
+    assert "rm -rf /var/lib/vllm/.cache/flashinfer" in command and command.endswith("touch /s")
+    assert _plan(_runtimes("new", "old", old="complete", new="complete"), switch_runtime, **kwargs)[0] is False
+
+
+def test_prune_keeps_current_previous_and_a_running_build() -> None:
+    responses = _runtimes("b", "a", a="complete\t\t", b="complete\t\t", c="\t\t", d="\t\tactive", e="complete\t\t")
+    _, commands = _plan(responses, prune_runtimes, root=ROOT)
+    assert commands == [f"rm -rf {ROOT}/runtimes/c {ROOT}/runtimes/e"]
+
+
+def test_caches_are_cleared_only_when_kernel_or_driver_changed() -> None:
+    same = {"echo @@kernel": ["@@kernel", "k1", "@@driver", "580.1", "@@recorded", "kernel=k1 driver=580.1"]}
+    assert _plan(same, clear_host_caches, record="/r", caches=["/c1", "/c2/*"])[0] is False
+    moved = {"echo @@kernel": ["@@kernel", "k1", "@@driver", "580.2", "@@recorded", "kernel=k1 driver=580.1"]}
+    changed, commands = _plan(moved, clear_host_caches, record="/r", caches=["/c1", "/c2/*"])
+    assert changed and commands[0] == "rm -rf /c1 /c2/*" and "kernel=k1 driver=580.2" in commands[1]
+
+
+def test_flashqla_extension_is_built_once_per_runtime() -> None:
+    kwargs = {"root": ROOT, "stamp": "/st", "library": "/ext.so", "command": "warm"}
+    built = {"echo @@built": ["@@current", f"{ROOT}/runtimes/a", "@@stamp", f"{ROOT}/runtimes/a", "@@built", "yes"]}
+    assert _plan(built, warm_flashqla, **kwargs)[0] is False
+    switched = {"echo @@built": ["@@current", f"{ROOT}/runtimes/b", "@@stamp", f"{ROOT}/runtimes/a", "@@built", "yes"]}
+    changed, commands = _plan(switched, warm_flashqla, **kwargs)
+    assert changed and commands[0].startswith("warm && printf")
+    cleared = {"echo @@built": ["@@current", f"{ROOT}/runtimes/a", "@@stamp", f"{ROOT}/runtimes/a", "@@built"]}
+    assert _plan(cleared, warm_flashqla, **kwargs)[0] is True  # caches cleared: build it again
+
+
+def test_a_stale_service_is_restarted_with_try_restart() -> None:
+    stale = {"echo @@started": ["@@state", "active", "@@started", "100", "@@changed", "200"]}
+    changed, commands = _plan(stale, restart_if_stale, service="vllm", stamps=["/a", "/b"])
+    assert changed and commands == ["systemctl try-restart vllm.service"]
+    fresh = {"echo @@started": ["@@state", "active", "@@started", "300", "@@changed", "200"]}
+    assert _plan(fresh, restart_if_stale, service="vllm", stamps=["/a"])[0] is False
+
+
+def test_git_checkout_is_decided_by_head() -> None:
+    sha = "c" * 40
+    at = {"echo @@head": ["@@head", sha, "@@tag"]}
+    assert _plan(at, git_checkout, url="u", ref=sha, dest="/d", cache="/c")[0] is False
+    elsewhere = {"echo @@head": ["@@head", "d" * 40, "@@tag"]}
+    changed, commands = _plan(elsewhere, git_checkout, url="u", ref=sha, dest="/d", cache="/c")
+    assert changed and len(commands) == 2
+
+
+# ---- the git scripts, for real --------------------------------------------------------------------------
+
+
+def _git(*args: str, cwd: Path) -> str:
+    env = {"GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(cwd), "PATH": "/usr/bin:/bin"}
+    identity = ["-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    proc = subprocess.run(["git", *identity, *args], cwd=cwd, env=env, capture_output=True, text=True, check=True)
+    return proc.stdout.strip()
+
+
+@pytest.fixture
+def remote(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    work = tmp_path / "work"
+    work.mkdir()
+    _git("init", "-q", "-b", "main", cwd=work)
+    (work / "a.txt").write_text("one\n")
+    _git("add", "-A", cwd=work)
+    _git("commit", "-q", "-m", "one", cwd=work)
+    _git("tag", "v1.0", cwd=work)
+    first = _git("rev-parse", "HEAD", cwd=work)
+    (work / "a.txt").write_text("two\n")
+    _git("commit", "-q", "-am", "two", cwd=work)
+    return work, {"v1.0": first, "main": _git("rev-parse", "HEAD", cwd=work)}
+
+
+def _checkout(url: str, ref: str, dest: Path, cache: Path) -> dict[str, str | None]:
+    for script in (fetch_script(url, ref, str(cache)), checkout_script(url, ref, str(dest), str(cache))):
+        subprocess.run(["sh", "-c", script], check=True, capture_output=True)
+    out = subprocess.run(["sh", "-c", GitCheckout().command(str(dest), ref)], capture_output=True, text=True)
+    return GitCheckout().process(out.stdout.splitlines())
+
+
+def test_checkouts_pin_commits_and_tags_through_the_cache(remote: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+    work, shas = remote
+    cache = tmp_path / "cache.git"
+    found = _checkout(str(work), shas["main"], tmp_path / "a", cache)
+    assert found["head"] == shas["main"] and checkout_matches(found, shas["main"])
+    assert (tmp_path / "a" / "a.txt").read_text() == "two\n"
+    found = _checkout(str(work), "v1.0", tmp_path / "b", cache)
+    assert found["head"] == shas["v1.0"] and checkout_matches(found, "v1.0")
+    # A second runtime at a commit the cache has needs no remote at all.
+    found = _checkout(str(tmp_path / "gone"), shas["main"], tmp_path / "c", cache)
+    assert found["head"] == shas["main"]
+    assert not (tmp_path / "c.partial").exists()
+
+
+def test_a_commit_the_remote_does_not_have_fails_and_leaves_no_checkout(
+    remote: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    work, _ = remote
+    script = fetch_script(str(work), "0" * 40, str(tmp_path / "cache.git"))
+    assert subprocess.run(["sh", "-c", script], capture_output=True).returncode != 0
+    assert not (tmp_path / "d").exists()
