@@ -52,8 +52,8 @@ def checkout_script(url: str, ref: str, dest: str, cache: str) -> str:
     refspec = shlex.quote(f"+{name}:{name}") if name.startswith("refs/tags/") else shlex.quote(name)
     return (
         f"rm -rf {tmp} && mkdir -p {tmp} && git init -q {tmp} && "
-        f"git -C {tmp} fetch -q --update-shallow {c} {refspec} && git -C {tmp} checkout -q --detach FETCH_HEAD && git -C {tmp} remote add origin {shlex.quote(url)} && "
-        f"rm -rf {d} && mv {tmp} {d}"
+        f"git -C {tmp} fetch -q --update-shallow {c} {refspec} && git -C {tmp} checkout -q --detach FETCH_HEAD && "
+        f"git -C {tmp} remote add origin {shlex.quote(url)} && rm -rf {d} && mv {tmp} {d}"
     )
 
 
