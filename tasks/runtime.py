@@ -126,6 +126,8 @@ def install_runtime() -> None:
         flashinfer_cache=shlex.quote(f"{layout.service_home}/.cache/flashinfer"),
         state_dir=STATE_DIR,
         switched_stamp=runtime.SWITCHED_STAMP,
+        flashqla_warm=flashqla_warm_command(s, layout),
+        flashqla_stamp=runtime.FLASHQLA_STAMP,
     )
 
     require(

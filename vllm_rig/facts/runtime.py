@@ -111,6 +111,10 @@ class BuildState(FactBase):
     def process(self, output: list[str]) -> dict[str, Any]:
         return parse_build_state(output)
 
+    @staticmethod
+    def default() -> dict[str, Any]:
+        return parse_build_state([])
+
 
 def parse_build_state(output: list[str]) -> dict[str, Any]:
     raw = split_sections(output)
@@ -145,6 +149,10 @@ class LogProgress(FactBase):
         raw = split_sections(output)
         count = _first(raw.get("count")) or "0"
         return {"count": int(count) if count.isdigit() else 0, "lines": [x.rstrip() for x in raw.get("lines", [])]}
+
+    @staticmethod
+    def default() -> dict[str, Any]:
+        return {"count": 0, "lines": []}
 
 
 class LogTail(FactBase):

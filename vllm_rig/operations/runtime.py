@@ -60,13 +60,13 @@ def build_runtime(runtime: str, unit: str, script: str, spec: str, log: str, tim
     if others:
         yield FunctionCommand(_fail, (f"another runtime build is running ({', '.join(others)}); wait for it",), {})
         return
+    seen = host.get_fact(LogProgress, path=log, seen=0)["count"]  # lines of earlier attempts are not news
     if state["active"]:
-        logger.info(
-            f"[{host.name}] re-attaching to the running build {unit} (invocation {state['unit'].get('InvocationID')})"
-        )
+        invocation = state["unit"].get("InvocationID")
+        logger.info(f"[{host.name}] re-attaching to the running build {unit} (invocation {invocation})")
     else:
         yield start_command(unit, runtime, script, spec, log, timeout_s)
-    yield FunctionCommand(_follow, (runtime, unit, log, timeout_s), {})
+    yield FunctionCommand(_follow, (runtime, unit, log, timeout_s, seen), {})
 
 
 def _fail(state, host, message: str) -> bool:  # noqa: ARG001 - pyinfra passes state and host by name
