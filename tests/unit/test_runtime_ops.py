@@ -191,3 +191,21 @@ def test_a_commit_the_remote_does_not_have_fails_and_leaves_no_checkout(
     script = fetch_script(str(work), "0" * 40, str(tmp_path / "cache.git"))
     assert subprocess.run(["sh", "-c", script], capture_output=True).returncode != 0
     assert not (tmp_path / "d").exists()
+
+
+class _Host:
+    name = "box"
+
+    def get_fact(self, *args: Any, **kwargs: Any) -> list[str]:
+        return ["last log line"]
+
+
+def test_a_build_stopped_by_its_timeout_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    from vllm_rig.operations.runtime import _verdict
+
+    found = {"complete": False, "unit": {"Result": "timeout"}, "status": {"state": "running"}}
+    assert _verdict(_Host(), found, "/r", "u.service", "/l.log") is False
+    assert "build_timeout_s" in caplog.text and "`current` is unchanged" in caplog.text
+    failed = {"complete": False, "unit": {"Result": "exit-code"}, "status": {"error": "step compile: boom"}}
+    assert _verdict(_Host(), failed, "/r", "u.service", "/l.log") is False
+    assert "runtime build failed: step compile: boom" in caplog.text and "last log line" in caplog.text

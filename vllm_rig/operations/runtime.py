@@ -115,7 +115,11 @@ def _verdict(host, found: dict, runtime: str, unit: str, log: str) -> bool:
     if found["complete"]:
         logger.info(f"[{host.name}] built {runtime}")
         return True
-    error = found["status"].get("error") or f"the build unit ended ({found['unit'].get('Result') or 'unknown'})"
+    result = found["unit"].get("Result") or "unknown"
+    if result == "timeout":
+        error = "the build ran longer than build_timeout_s and systemd stopped it (raise build_timeout_s)"
+    else:
+        error = found["status"].get("error") or f"the build unit ended without finishing ({result})"
     tail = host.get_fact(LogTail, path=log, count=25)
     logger.error(f"[{host.name}] runtime build failed: {error}\n  last lines of {log}:\n    " + "\n    ".join(tail))
     logger.error(f"[{host.name}] `current` is unchanged; fix the cause and re-run the deploy (it resumes)")
