@@ -443,9 +443,15 @@ def first_model(server: Server) -> str:
 def read_api_key(path: str | None) -> str | None:
     if path:
         try:
-            return Path(path).read_text().strip() or None
+            text = Path(path).read_text().strip()
         except OSError as exc:
             raise BenchError(f"cannot read the API key file: {exc}") from exc
+        # The bare key, or the service's env file (VLLM_API_KEY=...).
+        for line in text.splitlines():
+            name, sep, value = line.partition("=")
+            if sep and name.strip() == "VLLM_API_KEY":
+                return value.strip().strip('"') or None
+        return None if "=" in text else (text or None)
     return os.environ.get("VLLM_API_KEY") or None
 
 

@@ -868,6 +868,7 @@ def _detail(g: dict[str, Any]) -> str:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="GPU/NVLink/P2P/NCCL verdict for this host.")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.add_argument("--json-out", help="also write the JSON object to this file (the table still prints)")
     parser.add_argument("--expect-gpus", type=int, help="exact GPU count required (default: at least 1)")
     parser.add_argument("--driver-version", help="the pinned driver version, e.g. 580.159.03")
     parser.add_argument("--min-memory-mib", type=int, help="least memory per GPU in MiB")
@@ -893,6 +894,9 @@ def main(
     report = collect(options, run, load_probe, which)
     data = as_json(report, time.monotonic() - started)
     print(json.dumps(data) if options.json else render_table(data))
+    if options.json_out:
+        with open(options.json_out, "w") as out:
+            json.dump(data, out, indent=2)
     return data["exit_code"]
 
 

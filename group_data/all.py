@@ -147,3 +147,11 @@ vllm_env = {  # the server's environment (SM75 switches from the seed's unit)
     "VLLM_SM75_SPEC_SYNC_MODE": "safe",
 }
 vllm_extra_args = []  # extra server flags, e.g. ["--enforce-eager"]
+
+# ---- verify and bench: the GPU verdict after a change, the benchmark on demand (tasks/bench.py)
+verify_gate = "fail"  # a failed verdict gate stops the host (fail) or only warns (warn)
+verify_bandwidth = True  # measure P2P copy and NCCL all-reduce (needs both GPUs free for a minute)
+verify_min_p2p_gbps = 35.0  # least P2P copy GB/s each way (2 NVLink2 links: ~40 measured, 50 ceiling)
+verify_min_allreduce_gbps = 30.0  # least all-reduce bus GB/s (2 ranks: ceiling ~50; calibrate on your box)
+bench_sizes = "20000:3:256,60000:2:128"  # the seed's runs: TOKENS:RUNS:MAX_TOKENS
+bench_label = "run"  # label stored with bench results (e.g. FP8-KV, FP16-KV for an A/B)

@@ -3,12 +3,13 @@ it, CUDA_HOME and PATH for login shells, and a check that nvcc and the static li
 needs are there."""
 
 from pyinfra.api import deploy
-from pyinfra.operations import apt, files
+from pyinfra.operations import apt
 
 from vllm_rig.context import settings
 from vllm_rig.facts.cuda import CudaToolkit
 from vllm_rig.operations.alternatives import alternative
 from vllm_rig.operations.checks import require
+from vllm_rig.operations.files import config_files, rendered
 
 
 def toolkit_problem(cuda_home: str, release: str) -> str | None:
@@ -36,12 +37,9 @@ def install_cuda() -> None:
         extra_install_args="-o DPkg::Lock::Timeout=600",
     )
     alternative(name=f"/usr/local/cuda stays on {s.cuda_version}", link_name="cuda", path=s.cuda_home)
-    files.template(
+    config_files(
         name="CUDA_HOME and PATH for login shells",
-        src="templates/profile-cuda.sh.j2",
-        dest="/etc/profile.d/vllm-rig-cuda.sh",
-        mode="644",
-        cuda_home=s.cuda_home,
+        files=(rendered("/etc/profile.d/vllm-rig-cuda.sh", "templates/profile-cuda.sh.j2", cuda_home=s.cuda_home),),
     )
     require(
         name=f"nvcc {s.cuda_version} and the static libraries are there",

@@ -9,8 +9,7 @@ from pyinfra.api import deploy
 from pyinfra.operations import python
 
 from vllm_rig import preflight
-from vllm_rig.context import settings
-from vllm_rig.facts.host import HostState
+from vllm_rig.context import host_state, settings
 from vllm_rig.facts.nvidia_smi import NvidiaGpus, NvidiaTopology
 
 
@@ -23,7 +22,7 @@ def _stop(state, host, summary: str) -> bool:  # noqa: ARG001 - pyinfra passes s
 @deploy("Preflight")
 def check_host() -> None:
     s = settings()
-    state = host.get_fact(HostState, path=s.install_root)
+    state = host_state()
     gpus = host.get_fact(NvidiaGpus)
     topo = host.get_fact(NvidiaTopology) if gpus and gpus["rc"] == 0 and s.gpu_count > 1 else None
     checks = preflight.verdict(state, gpus, topo, s)

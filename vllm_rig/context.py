@@ -10,6 +10,7 @@ from vllm_rig.settings import Settings
 from vllm_rig.validation import SettingsError, load_settings
 
 _validated: dict[str, Settings] = {}
+_host_states: dict[str, dict | None] = {}
 
 
 def stop_on_bad_settings() -> None:
@@ -37,3 +38,13 @@ def settings() -> Settings:
     if host.name not in _validated:
         stop_on_bad_settings()
     return _validated[host.name]
+
+
+def host_state() -> dict | None:
+    """The batched HostState fact (OS, kernel, disk, GPUs on the bus...), read once per host per run:
+    stages that need the OS or kernel share one remote command instead of each asking again."""
+    from vllm_rig.facts.host import HostState
+
+    if host.name not in _host_states:
+        _host_states[host.name] = host.get_fact(HostState, path=settings().install_root)
+    return _host_states[host.name]

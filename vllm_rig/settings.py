@@ -167,6 +167,14 @@ class Settings(BaseModel):
     vllm_env: dict[str, str] = _allowed("a mapping of environment variable names to strings")
     vllm_extra_args: list[str] = _allowed('a list of extra flags, each starting with "--"')
 
+    # ---- verify and bench
+    verify_gate: Literal["fail", "warn"] = _allowed('"fail" (a failed gate stops the host) or "warn"')
+    verify_bandwidth: bool = _allowed("true or false")
+    verify_min_p2p_gbps: Annotated[float, Field(ge=0)] = _allowed("GB/s, at least 0")
+    verify_min_allreduce_gbps: Annotated[float, Field(ge=0)] = _allowed("GB/s, at least 0")
+    bench_sizes: str = _allowed('runs as TOKENS:RUNS:MAX_TOKENS, comma-separated, e.g. "20000:3:256,60000:2:128"')
+    bench_label: str = _allowed("a short label for the results, e.g. FP8-KV")
+
     # ---- field checks: formats a type alone cannot say
 
     @field_validator("gpu_compute_capability", "cuda_version", "python_version", mode="before")
@@ -351,6 +359,20 @@ class Settings(BaseModel):
                 raise ValueError(f"{name!r} is not an environment variable name")
             if name in ("VLLM_API_KEY", "HF_TOKEN"):
                 raise ValueError(f"{name} is a secret: use vllm_api_key / hf_token, which keep it off the unit")
+        return value
+
+    @field_validator("bench_sizes")
+    @classmethod
+    def _bench_sizes(cls, value: str) -> str:
+        if not re.fullmatch(r"\d+:\d+:\d+(,\d+:\d+:\d+)*", value):
+            raise ValueError('must be TOKENS:RUNS:MAX_TOKENS, comma-separated, e.g. "20000:3:256,60000:2:128"')
+        return value
+
+    @field_validator("bench_label")
+    @classmethod
+    def _bench_label(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9._-]{1,40}", value):
+            raise ValueError("must be 1-40 letters, digits, dots, dashes or underscores")
         return value
 
     @field_validator("vllm_extra_args")

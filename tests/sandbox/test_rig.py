@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.sandbox import machine, paths, rootfs, services
 from tests.conftest import Rig
+from tests.sandbox import machine, paths, rootfs, services
 from tests.sandbox.fixtures import fileserver
 
 # --- no rig needed --------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from vllm_rig.driver_packages import driver_set, repo_distro
 from vllm_rig.facts.cuda import CudaToolkit
-from vllm_rig.facts.host import parse_packages
+from vllm_rig.facts.host import parse_holds, parse_packages
 from vllm_rig.operations.apt_pin import held_candidates, installed_at
 from vllm_rig.operations.keyring import parse_deb_filename
 from vllm_rig.operations.reboot import reboot_reasons
@@ -31,6 +31,7 @@ def test_debian_sets_use_debian_names() -> None:
 def test_held_packages_still_count_as_installed() -> None:
     lines = ["nvidia-smi\t580.159.03-1\thi ", "nvidia-kernel-open-dkms\t\tun ", "libcuda1\t580.159.03-1\tii "]
     assert parse_packages(lines) == {"nvidia-smi": "580.159.03-1", "libcuda1": "580.159.03-1"}
+    assert parse_holds(lines) == ["nvidia-smi"]
 
 
 def test_installed_at_ignores_the_debian_revision() -> None:
@@ -96,6 +97,6 @@ def _plan_on_fake_host(driver_state_output: list[str], version: str) -> bool:
 
 
 def test_a_matching_driver_from_elsewhere_is_left_alone() -> None:
-    loaded_not_packaged = ["@@packages", "@@holds", "@@loaded", "580.159.04", "@@nouveau", "@@boot_id", "b"]
+    loaded_not_packaged = ["@@packages", "@@loaded", "580.159.04", "@@nouveau", "@@boot_id", "b"]
     assert _plan_on_fake_host(loaded_not_packaged, "580.159.04") is False
     assert _plan_on_fake_host(loaded_not_packaged, "580.159.03") is True  # a replace (preflight guards it)

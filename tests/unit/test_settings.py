@@ -118,6 +118,12 @@ RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
     ("vllm_env", {"BAD NAME": "1"}, {"VLLM_LOGGING_LEVEL": "DEBUG"}, {}),
     ("vllm_env", {"VLLM_API_KEY": "x"}, {}, {}),
     ("vllm_extra_args", ["enforce-eager"], ["--enforce-eager"], {}),
+    ("verify_gate", "ignore", "warn", {}),
+    ("verify_bandwidth", "sometimes", False, {}),
+    ("verify_min_p2p_gbps", -1.0, 40.0, {}),
+    ("verify_min_allreduce_gbps", -5.0, 0.0, {}),
+    ("bench_sizes", "20K x3", "2000:1:64", {}),
+    ("bench_label", "FP8 KV cache", "FP8-KV", {}),
     ("vllm_extra_args", ["--max-model-len=5000"], ["--seed=1"], {}),  # repeats a rendered flag
 ]
 

@@ -8,14 +8,13 @@ from typing import Any
 
 from pyinfra.api import FactBase
 
-from vllm_rig.facts.host import parse_packages, split_sections
+from vllm_rig.facts.host import parse_holds, parse_packages, split_sections
 
 SECTIONS = {
     "packages": (
         "dpkg-query -W -f='${binary:Package}\\t${Version}\\t${db:Status-Abbrev}\\n' "
         "'nvidia-*' 'libnvidia-*' 'libcuda1' 'cuda-*' 'dkms' 'linux-headers-*' 2>/dev/null || true"
     ),
-    "holds": "apt-mark showhold 2>/dev/null || true",
     "loaded": "cat /sys/module/nvidia/version 2>/dev/null || true",
     "nouveau": "test -d /sys/module/nouveau && echo loaded || true",
     "boot_id": "cat /proc/sys/kernel/random/boot_id",
@@ -31,7 +30,7 @@ class DriverState(FactBase):
         loaded = [line.strip() for line in raw.get("loaded", []) if line.strip()]
         return {
             "packages": parse_packages(raw.get("packages", [])),
-            "holds": sorted(line.strip() for line in raw.get("holds", []) if line.strip()),
+            "holds": parse_holds(raw.get("packages", [])),
             "loaded_version": loaded[0] if loaded else None,
             "nouveau_loaded": bool([x for x in raw.get("nouveau", []) if x.strip()]),
             "boot_id": next((x.strip() for x in raw.get("boot_id", []) if x.strip()), None),

@@ -33,7 +33,6 @@ SECTIONS: dict[str, str] = {
         "dpkg-query -W -f='${binary:Package}\\t${Version}\\t${db:Status-Abbrev}\\n' "
         "'nvidia-*' 'libnvidia-*' 'cuda-*' 'libcuda1' 'linux-headers-*' 2>/dev/null || true"
     ),
-    "holds": "apt-mark showhold 2>/dev/null || true",
     "dpkg_lock": "fuser /var/lib/dpkg/lock-frontend /var/lib/dpkg/lock 2>/dev/null || true",
     "nouveau_blacklist": "cat /etc/modprobe.d/*nouveau* 2>/dev/null | grep -E '^blacklist nouveau' || true",
     "boot_id": "cat /proc/sys/kernel/random/boot_id",
@@ -66,7 +65,7 @@ class HostState(FactBase):
             "driver_loaded": parse_driver_version(raw.get("driver_loaded", [])),
             "headers": _first(raw.get("headers")) == "present",
             "packages": parse_packages(raw.get("packages", [])),
-            "holds": sorted(line.strip() for line in raw.get("holds", []) if line.strip()),
+            "holds": parse_holds(raw.get("packages", [])),
             "dpkg_locked": bool(" ".join(raw.get("dpkg_lock", [])).strip()),
             "nouveau_blacklisted": bool(raw.get("nouveau_blacklist")),
             "boot_id": _first(raw.get("boot_id")),
@@ -140,6 +139,17 @@ def parse_driver_version(lines: list[str]) -> str | None:
     """The loaded kernel module's version from /proc/driver/nvidia/version ("NVRM version: ... 580.x")."""
     match = re.search(r"NVRM version:.*?\s(\d{3}\.\d+(?:\.\d+)?)\s", " ".join(lines) + " ")
     return match.group(1) if match else None
+
+
+def parse_holds(lines: list[str]) -> list[str]:
+    """Held packages, from the same dpkg-query status: its first letter is the selection ("h" = hold).
+    Equivalent to `apt-mark showhold` for these packages, without a second, slower program."""
+    held = []
+    for line in lines:
+        parts = line.rstrip("\n").split("\t")
+        if len(parts) == 3 and parts[2].strip()[:1] == "h":
+            held.append(parts[0])
+    return sorted(held)
 
 
 def parse_packages(lines: list[str]) -> dict[str, str]:

@@ -12,6 +12,8 @@ from typing import Any
 
 from pyinfra.api import FactBase
 
+from vllm_rig.facts.host import split_sections
+
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 RC_LINE = re.compile(r"^rc=(\d+)$")
 
@@ -166,7 +168,7 @@ class NvidiaGpus(FactBase):
         )
 
     def process(self, output: list[str]) -> dict[str, Any]:
-        sections = _sections(output) if output and output[0].startswith("@@") else {"query": output}
+        sections = split_sections(output) if output and output[0].startswith("@@") else {"query": output}
         result = split_rc(sections.get("query", []))
         gpus = parse_query_gpu(result.lines) if result.rc == 0 else []
         # BAR1 per GPU, in the same order as the query's rows (both follow nvidia-smi's index order).
@@ -187,7 +189,7 @@ class NvidiaTopology(FactBase):
         return "sh -c '" + "; ".join(f"echo @@{p.split()[-1]}; {p} 2>&1; echo rc=$?" for p in parts) + "'"
 
     def process(self, output: list[str]) -> dict[str, Any]:
-        sections = _sections(output)
+        sections = split_sections(output)
         results = {name: split_rc(lines) for name, lines in sections.items()}
         failed = next((r for r in results.values() if r.rc != 0), None)
         return {
@@ -197,14 +199,3 @@ class NvidiaTopology(FactBase):
             "p2p": parse_matrix(results["rw"].lines) if "rw" in results else {},
             "nvlink": parse_nvlink_status(results["-s"].lines) if "-s" in results else {},
         }
-
-
-def _sections(output: list[str]) -> dict[str, list[str]]:
-    sections: dict[str, list[str]] = {}
-    current: list[str] | None = None
-    for line in output:
-        if line.startswith("@@"):
-            current = sections.setdefault(line[2:].strip(), [])
-        elif current is not None:
-            current.append(line)
-    return sections

@@ -1,0 +1,71 @@
+"""Service: the system user, the API key, the seed's unit rendered from settings, started, and proven to
+generate (a real chat completion with the key, then warm-up) after every change.
+
+Restarts only on a change (the unit, the key); the runtime stage restarts it after switching runtimes.
+"""
+
+import hashlib
+
+from pyinfra.api import deploy
+from pyinfra.operations import server, systemd
+
+from vllm_rig.context import settings
+from vllm_rig.layout import STATE_DIR, Layout
+from vllm_rig.operations.files import config_files, from_repo, text
+from vllm_rig.operations.proof import proven
+from vllm_rig.operations.secrets import api_key_file
+from vllm_rig.operations.units import unit_enabled_and_started
+from vllm_rig.unit import render_unit
+
+GPU_GROUPS = ["video", "render"]  # /dev/nvidia* and /dev/dri on distributions that restrict them
+
+
+@deploy("Service")
+def install_service() -> None:
+    s = settings()
+    layout = Layout.of(s)
+    server.user(
+        name=f"System user {s.service_user} (home {layout.service_home} holds its caches)",
+        user=s.service_user,
+        system=True,
+        home=layout.service_home,
+        create_home=True,
+        shell="/usr/sbin/nologin",
+        groups=GPU_GROUPS,
+    )
+    key = api_key_file(
+        name="API key (made once on the host, root:service 0640)" if s.vllm_api_key == "auto" else "No API key",
+        path=layout.env_file,
+        group=s.service_user,
+        enabled=s.vllm_api_key == "auto",
+    )
+    unit_text = render_unit(s, layout)
+    probe_script = f"{layout.bin_dir}/service_probe.py"
+    unit = config_files(
+        name=f"Unit {s.service_name}.service from settings",
+        files=(text(layout.unit_path, unit_text), from_repo(probe_script, "files/service_probe.py", mode="755")),
+    )
+    systemd.daemon_reload(name="Reload systemd units", _if=unit.did_change)
+    # Restart first (it acts only on a running service), then start: a first start is never
+    # interrupted by a restart while it compiles.
+    systemd.service(
+        name=f"Restart {s.service_name} after its unit or key changed",
+        service=s.service_name,
+        restarted=True,
+        _if=lambda: unit.did_change() or key.did_change(),
+    )
+    unit_enabled_and_started(name=f"{s.service_name} enabled and started", unit=f"{s.service_name}.service")
+    probe = (
+        f"python3 {probe_script} --base-url http://127.0.0.1:{s.vllm_port} --model {s.served_model_name} "
+        f"--env-file {layout.env_file} --timeout {s.service_start_timeout_s}"
+    )
+    proven(
+        name="A real chat completion with the key, then warm-up",
+        probe=probe,
+        stamp=f"{STATE_DIR}/service-proven",
+        link=layout.current,
+        unit_sha256=hashlib.sha256(unit_text.encode()).hexdigest(),
+    )
+
+
+install_service()
