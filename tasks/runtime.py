@@ -13,24 +13,24 @@ from __future__ import annotations
 
 import json
 import shlex
-from io import StringIO
 
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.operations import apt, files, server
+from pyinfra.operations import apt, server
 
 from vllm_rig import runtime
-from vllm_rig.context import settings
+from vllm_rig.context import host_state, settings
 from vllm_rig.facts.driver import FileText
-from vllm_rig.facts.host import HostState
 from vllm_rig.facts.runtime import RuntimeState
 from vllm_rig.layout import STATE_DIR, Layout
 from vllm_rig.operations.checks import require
-from vllm_rig.operations.git import git_checkout
+from vllm_rig.operations.files import config_files, from_repo, rendered, text
+from vllm_rig.operations.git import GitSource, git_checkouts
 from vllm_rig.operations.runtime import (
+    Directory,
     build_runtime,
     clear_host_caches,
-    prune_runtimes,
+    directories,
     restart_if_stale,
     switch_runtime,
     warm_flashqla,
@@ -73,7 +73,7 @@ def flashqla_warm_command(s: Settings, layout: Layout) -> str:
 def install_runtime() -> None:
     s = settings()
     layout = Layout.of(s)
-    box = host.get_fact(HostState, path=s.install_root)  # CPUs and RAM: the run does not change them
+    box = host_state()  # CPUs and RAM: the run does not change them
     if not box:
         return  # the host's state could not be read: preflight has already failed it
     inputs = runtime.build_inputs(s)
@@ -89,85 +89,73 @@ def install_runtime() -> None:
         no_recommends=True,
         extra_install_args="-o DPkg::Lock::Timeout=600",
     )
-    server.group(name=f"Service group {user}", group=user, system=True)
-    server.user(
-        name=f"Service user {user}",
+    server.user(  # as the service stage makes it (which also adds the GPU groups)
+        name=f"System user {user} (home {layout.service_home} holds its caches)",
         user=user,
-        group=user,
         system=True,
         home=layout.service_home,
-        shell="/usr/sbin/nologin",
         create_home=True,
+        shell="/usr/sbin/nologin",
     )
-    for path in (dirs.runtimes, layout.bin_dir, dirs.cache, runtime.LOG_DIR):
-        files.directory(name=f"Directory {path}", path=path, mode="755")
-    files.directory(
-        name="Torch extensions directory (stable, the service user's)",
-        path=layout.torch_extensions_dir,
-        user=user,
-        group=user,
-        mode="755",
+    directories(
+        name="Runtime, cache and log directories; the service user's torch extensions",
+        dirs=(
+            Directory(dirs.runtimes),
+            Directory(dirs.cache),
+            Directory(runtime.LOG_DIR),
+            Directory(layout.torch_extensions_dir, user=user, group=user),  # stable and writable
+        ),
     )
-    files.put(
-        name="FlashInfer SM75 check (the service's ExecStartPre)",
-        src="files/check-flashinfer-pr3621-sm75.sh",
-        dest=layout.flashinfer_check,
-        mode="755",
+    config_files(
+        name="FlashInfer SM75 check (the service's ExecStartPre), build and rollback scripts",
+        files=(
+            from_repo(layout.flashinfer_check, "files/check-flashinfer-pr3621-sm75.sh", mode="755"),
+            from_repo(dirs.build_script, "files/runtime_build.py"),
+            rendered(
+                dirs.rollback_script,
+                "templates/vllm-rig-rollback.sh.j2",
+                mode="755",
+                script=dirs.rollback_script,
+                root=s.install_root,
+                service=s.service_name,
+                flashinfer_cache=shlex.quote(f"{layout.service_home}/.cache/flashinfer"),
+                state_dir=STATE_DIR,
+                switched_stamp=runtime.SWITCHED_STAMP,
+                flashqla_warm=flashqla_warm_command(s, layout),
+                flashqla_stamp=runtime.FLASHQLA_STAMP,
+            ),
+        ),
     )
-    files.put(name="Runtime build script", src="files/runtime_build.py", dest=dirs.build_script, mode="644")
-    files.template(
-        name="Rollback script",
-        src="templates/vllm-rig-rollback.sh.j2",
-        dest=dirs.rollback_script,
-        mode="755",
-        script=dirs.rollback_script,
-        root=s.install_root,
-        service=s.service_name,
-        flashinfer_cache=shlex.quote(f"{layout.service_home}/.cache/flashinfer"),
-        state_dir=STATE_DIR,
-        switched_stamp=runtime.SWITCHED_STAMP,
-        flashqla_warm=flashqla_warm_command(s, layout),
-        flashqla_stamp=runtime.FLASHQLA_STAMP,
-    )
-
     require(
         name="The runtime these settings build was not rolled back",
         problem=lambda: _rolled_back(s, inputs, fp),
     )
-    files.directory(name=f"Runtime {choice.name}", path=dirs.dir, mode="755")
-    files.put(name="Runtime fingerprint", src=StringIO(fp + "\n"), dest=dirs.fingerprint_file, mode="644")
-    for label, url, ref, dest in runtime.git_sources(s, dirs):
-        git_checkout(
-            name=f"{label} at {ref}",
-            url=url,
-            ref=ref,
-            dest=dest,
-            cache=f"{dirs.cache}/git/{runtime.cache_name(url)}.git",
-        )
-    files.put(
-        name="Build spec",
-        src=StringIO(json.dumps(runtime.build_spec(s, dirs, fp, inputs, jobs), indent=1, sort_keys=True) + "\n"),
-        dest=dirs.spec,
-        mode="600",  # index URLs may carry credentials
-        _if=lambda: host.get_fact(FileText, path=dirs.marker) is None,  # a built runtime keeps its record
+    config_files(name=f"Runtime {choice.name}", files=(text(dirs.fingerprint_file, fp + "\n"),))
+    git_checkouts(
+        name="Fork, FlashQLA, CUTLASS and Triton sources at their pins",
+        sources=tuple(
+            GitSource(label, url, ref, dest, f"{dirs.cache}/git/{runtime.cache_name(url)}.git")
+            for label, url, ref, dest in runtime.git_sources(s, dirs)
+        ),
     )
+    spec = runtime.build_spec(s, dirs, fp, inputs, jobs)
     build_runtime(
         name=f"Build runtime {choice.name} (MAX_JOBS={jobs}, TORCH_CUDA_ARCH_LIST={s.gpu_compute_capability})",
         runtime=dirs.dir,
         unit=dirs.unit,
         script=dirs.build_script,
         spec=dirs.spec,
+        spec_text=json.dumps(spec, indent=1, sort_keys=True) + "\n",
         log=dirs.log,
         timeout_s=s.build_timeout_s,
     )
     switch_runtime(
-        name=f"current -> {choice.name}",
+        name=f"current -> {choice.name}, the one before kept as previous, older ones removed",
         root=s.install_root,
         target=choice.name,
         flashinfer_cache=f"{layout.service_home}/.cache/flashinfer",
         stamp=runtime.SWITCHED_STAMP,
     )
-    prune_runtimes(name="Old runtimes removed (current and previous stay)", root=s.install_root)
     clear_host_caches(
         name="JIT caches cleared when the kernel or driver changed",
         record=runtime.HOST_FINGERPRINT,

@@ -38,7 +38,7 @@ OLD_DRIVER, NEW_DRIVER = "580.159.03", "580.159.04"
 PREFILL = "include/flashinfer/attention/prefill.cuh"
 SITE = f"venv/lib/python3.11/site-packages/flashinfer/data/{PREFILL}"
 HOME = "/var/lib/vllm"
-PRUNE = "Runtime | Old runtimes removed (current and previous stay)"
+SWITCH = "Runtime | current -> {}, the one before kept as previous, older ones removed"
 
 
 def _fork(ref: str) -> str:
@@ -281,5 +281,5 @@ def test_rollback_in_one_line(rig: Rig) -> None:
     assert not run.ok and "was rolled back away from" in run.log and "flashinfer: 0.6.8.post1 / 0.6.14" in run.log
     assert run.changed == [] and links(rig) == (r2, r3)
     # With the settings of what runs now, the deploy agrees (it only prunes the failed builds).
-    assert expect_ok(deploy(rig, STAGE, data=_r2())).changed == [PRUNE]
+    assert expect_ok(deploy(rig, STAGE, data=_r2())).changed == [SWITCH.format(r2)]
     assert deploy(rig, STAGE, data=_r2()).changed == []

@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 
-from vllm_rig.facts.runtime import GitCheckout, checkout_matches
-from vllm_rig.operations.git import checkout_script, fetch_script, git_checkout
+from vllm_rig.facts.runtime import GitCheckouts, checkout_matches
+from vllm_rig.operations.git import GitSource, checkout_script, fetch_script, git_checkouts
 from vllm_rig.operations.runtime import (
+    Directory,
     build_runtime,
     clear_host_caches,
-    prune_runtimes,
+    directories,
     restart_if_stale,
     switch_runtime,
     warm_flashqla,
@@ -51,7 +52,15 @@ def _runtimes(current: str | None, previous: str | None = None, **runtimes: str)
 def test_a_complete_runtime_is_not_built_again() -> None:
     responses = {"echo @@complete": ["@@complete", "yes", "@@unit", "@@status", "@@others"]}
     changed, _ = _plan(
-        responses, build_runtime, runtime="/r/x", unit="u.service", script="/b", spec="/s", log="/l", timeout_s=9
+        responses,
+        build_runtime,
+        runtime="/r/x",
+        unit="u.service",
+        script="/b",
+        spec="/s",
+        spec_text="{}",
+        log="/l",
+        timeout_s=9,
     )
     assert changed is False
 
@@ -59,10 +68,19 @@ def test_a_complete_runtime_is_not_built_again() -> None:
 def test_a_new_build_starts_a_transient_unit_and_follows_it() -> None:
     responses = {"echo @@complete": ["@@complete", "@@unit", "ActiveState=inactive", "@@status", "@@others"]}
     changed, commands = _plan(
-        responses, build_runtime, runtime="/r/x", unit="u.service", script="/b", spec="/s", log="/l", timeout_s=9
+        responses,
+        build_runtime,
+        runtime="/r/x",
+        unit="u.service",
+        script="/b",
+        spec="/s",
+        spec_text="{}",
+        log="/l",
+        timeout_s=9,
     )
     assert changed is True
-    assert "systemd-run" in commands[0] and commands[1].startswith("FunctionCommand(_follow")
+    assert "chmod 600 /s" in commands[1] and "systemd-run" in commands[2]
+    assert commands[3].startswith("FunctionCommand(_follow")
 
 
 def test_a_running_build_is_re_attached_not_restarted() -> None:
@@ -70,7 +88,15 @@ def test_a_running_build_is_re_attached_not_restarted() -> None:
         "echo @@complete": ["@@complete", "@@unit", "ActiveState=active", "InvocationID=abc", "@@status", "@@others"]
     }
     _, commands = _plan(
-        responses, build_runtime, runtime="/r/x", unit="u.service", script="/b", spec="/s", log="/l", timeout_s=9
+        responses,
+        build_runtime,
+        runtime="/r/x",
+        unit="u.service",
+        script="/b",
+        spec="/s",
+        spec_text="{}",
+        log="/l",
+        timeout_s=9,
     )
     assert len(commands) == 1 and commands[0].startswith("FunctionCommand(_follow")
 
@@ -80,26 +106,52 @@ def test_another_running_build_stops_this_one() -> None:
         "echo @@complete": ["@@complete", "@@unit", "ActiveState=inactive", "@@status", "@@others", "other.service"]
     }
     _, commands = _plan(
-        responses, build_runtime, runtime="/r/x", unit="u.service", script="/b", spec="/s", log="/l", timeout_s=9
+        responses,
+        build_runtime,
+        runtime="/r/x",
+        unit="u.service",
+        script="/b",
+        spec="/s",
+        spec_text="{}",
+        log="/l",
+        timeout_s=9,
     )
     assert len(commands) == 1 and commands[0].startswith("FunctionCommand(_fail")
 
 
+SWITCH = {"root": ROOT, "target": "new", "flashinfer_cache": "/var/lib/vllm/.cache/flashinfer", "stamp": "/s"}
+
+
 def test_switch_keeps_the_old_runtime_as_previous_and_clears_flashinfer_jit() -> None:
-    kwargs = {"root": ROOT, "target": "new", "flashinfer_cache": "/var/lib/vllm/.cache/flashinfer", "stamp": "/s"}
-    changed, commands = _plan(_runtimes("old", None, old="complete\t\t", new="complete\t\t"), switch_runtime, **kwargs)
+    changed, commands = _plan(_runtimes("old", None, old="complete\t\t", new="complete\t\t"), switch_runtime, **SWITCH)
     assert changed is True
-    command = commands[0]
-    assert f"ln -sfn {ROOT}/runtimes/new {ROOT}/.current.new && mv -T {ROOT}/.current.new {ROOT}/current" in command
-    assert f"ln -sfn {ROOT}/runtimes/old {ROOT}/.previous.new" in command
-    assert "rm -rf /var/lib/vllm/.cache/flashinfer" in command and command.endswith("touch /s")
-    assert _plan(_runtimes("new", "old", old="complete", new="complete"), switch_runtime, **kwargs)[0] is False
+    assert commands[0] == f"ln -sfn {ROOT}/runtimes/new {ROOT}/.current.new && mv -T {ROOT}/.current.new {ROOT}/current"
+    assert (
+        commands[1] == f"ln -sfn {ROOT}/runtimes/old {ROOT}/.previous.new && mv -T {ROOT}/.previous.new {ROOT}/previous"
+    )
+    assert commands[2].startswith("rm -rf /var/lib/vllm/.cache/flashinfer") and commands[2].endswith("touch /s")
+    assert len(commands) == 3
+    assert _plan(_runtimes("new", "old", old="complete", new="complete"), switch_runtime, **SWITCH)[0] is False
 
 
-def test_prune_keeps_current_previous_and_a_running_build() -> None:
-    responses = _runtimes("b", "a", a="complete\t\t", b="complete\t\t", c="\t\t", d="\t\tactive", e="complete\t\t")
-    _, commands = _plan(responses, prune_runtimes, root=ROOT)
-    assert commands == [f"rm -rf {ROOT}/runtimes/c {ROOT}/runtimes/e"]
+def test_switch_removes_runtimes_other_than_current_previous_and_a_running_build() -> None:
+    responses = _runtimes(
+        "old", "older", older="complete\t\t", old="complete\t\t", new="complete\t\t", c="\t\t", d="\t\tactive"
+    )
+    _, commands = _plan(responses, switch_runtime, **SWITCH)
+    assert commands[-1] == f"rm -rf {ROOT}/runtimes/c {ROOT}/runtimes/older"  # new is current, old is previous
+    _, commands = _plan(
+        _runtimes("new", "old", old="complete\t\t", new="complete\t\t", c="\t\t"), switch_runtime, **SWITCH
+    )
+    assert commands == [f"rm -rf {ROOT}/runtimes/c"]  # a failed build's runtime, after a re-run that kept current
+
+
+def test_directories_are_made_with_mode_and_owner_in_one_read() -> None:
+    dirs = (Directory("/a"), Directory("/b", user="vllm", group="vllm"))
+    done = {"dirs /a /b": ["/a\t755 root root", "/b\t755 vllm vllm"]}
+    assert _plan(done, directories, dirs=dirs)[0] is False
+    _, commands = _plan({"dirs /a /b": ["/a\t755 root root", "/b\t755 root root"]}, directories, dirs=dirs)
+    assert commands == ["mkdir -p /b && chown vllm:vllm /b && chmod 755 /b"]
 
 
 def test_caches_are_cleared_only_when_kernel_or_driver_changed() -> None:
@@ -129,13 +181,14 @@ def test_a_stale_service_is_restarted_with_try_restart() -> None:
     assert _plan(fresh, restart_if_stale, service="vllm", stamps=["/a"])[0] is False
 
 
-def test_git_checkout_is_decided_by_head() -> None:
+def test_git_checkouts_are_decided_by_head_in_one_read() -> None:
     sha = "c" * 40
-    at = {"echo @@head": ["@@head", sha, "@@tag"]}
-    assert _plan(at, git_checkout, url="u", ref=sha, dest="/d", cache="/c")[0] is False
-    elsewhere = {"echo @@head": ["@@head", "d" * 40, "@@tag"]}
-    changed, commands = _plan(elsewhere, git_checkout, url="u", ref=sha, dest="/d", cache="/c")
-    assert changed and len(commands) == 2
+    sources = (GitSource("a", "u", sha, "/d1", "/c1"), GitSource("b", "u2", "v1.0", "/d2", "/c2"))
+    at = {"checkouts /d1": [f"/d1\t{sha}\t", f"/d2\t{'e' * 40}\t{'e' * 40}"]}
+    assert _plan(at, git_checkouts, sources=sources)[0] is False
+    elsewhere = {"checkouts /d1": [f"/d1\t{'d' * 40}\t", f"/d2\t{'e' * 40}\t{'e' * 40}"]}
+    changed, commands = _plan(elsewhere, git_checkouts, sources=sources)
+    assert changed and len(commands) == 2 and "/c1" in commands[0] and "/d1.partial" in commands[1]
 
 
 # ---- the git scripts, for real --------------------------------------------------------------------------
@@ -166,8 +219,8 @@ def remote(tmp_path: Path) -> tuple[Path, dict[str, str]]:
 def _checkout(url: str, ref: str, dest: Path, cache: Path) -> dict[str, str | None]:
     for script in (fetch_script(url, ref, str(cache)), checkout_script(url, ref, str(dest), str(cache))):
         subprocess.run(["sh", "-c", script], check=True, capture_output=True)
-    out = subprocess.run(["sh", "-c", GitCheckout().command(str(dest), ref)], capture_output=True, text=True)
-    return GitCheckout().process(out.stdout.splitlines())
+    out = subprocess.run(["sh", "-c", GitCheckouts().command(((str(dest), ref),))], capture_output=True, text=True)
+    return GitCheckouts().process(out.stdout.splitlines())[str(dest)]
 
 
 def test_checkouts_pin_commits_and_tags_through_the_cache(remote: tuple[Path, dict[str, str]], tmp_path: Path) -> None:

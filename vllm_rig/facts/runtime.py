@@ -68,23 +68,52 @@ def _link_name(lines: list[str] | None) -> str | None:
     return target.rstrip("/").rsplit("/", 1)[-1] if target else None
 
 
-class GitCheckout(FactBase):
-    """{"head": sha|None, "tag": the commit `ref` names as a tag in the checkout, or None}."""
+class GitCheckouts(FactBase):
+    """{path: {"head": sha|None, "tag": the commit `ref` names as a tag there, or None}} for many checkouts,
+    in one command. `checkouts`: (path, ref) pairs."""
 
-    def command(self, path: str, ref: str) -> str:
-        p, tag = shlex.quote(path), shlex.quote(f"refs/tags/{ref}^{{commit}}")
-        return _sh(
-            f"echo @@head; git -C {p} rev-parse -q --verify HEAD 2>/dev/null || true; "
-            f"echo @@tag; git -C {p} rev-parse -q --verify {tag} 2>/dev/null || true"
+    def command(self, checkouts: tuple[tuple[str, str], ...]) -> str:
+        script = (
+            'while [ $# -gt 1 ]; do h=$(git -C "$1" rev-parse -q --verify HEAD 2>/dev/null); '
+            't=$(git -C "$1" rev-parse -q --verify "refs/tags/$2^{commit}" 2>/dev/null); '
+            'printf "%s\\t%s\\t%s\\n" "$1" "$h" "$t"; shift 2; done'
         )
+        args = " ".join(shlex.quote(x) for pair in checkouts for x in pair)
+        return f"sh -c {shlex.quote(script)} checkouts {args}"
+
+    def process(self, output: list[str]) -> dict[str, dict[str, str | None]]:
+        found = {}
+        for line in output:
+            path, head, tag = (line.rstrip("\n").split("\t") + ["", "", ""])[:3]
+            if path:
+                found[path] = {"head": head.strip() or None, "tag": tag.strip() or None}
+        return found
+
+    @staticmethod
+    def default() -> dict[str, dict[str, str | None]]:
+        return {}
+
+
+class DirsState(FactBase):
+    """{path: "mode user group" or None when it is not a directory}, for many paths in one command."""
+
+    def command(self, paths: tuple[str, ...]) -> str:
+        script = (
+            'for p in "$@"; do if [ -d "$p" ]; then printf "%s\\t%s\\n" "$p" "$(stat -c "%a %U %G" "$p")"; '
+            'else printf "%s\\t-\\n" "$p"; fi; done'
+        )
+        return f"sh -c {shlex.quote(script)} dirs " + " ".join(shlex.quote(p) for p in paths)
 
     def process(self, output: list[str]) -> dict[str, str | None]:
-        raw = split_sections(output)
-        return {"head": _first(raw.get("head")), "tag": _first(raw.get("tag"))}
+        found: dict[str, str | None] = {}
+        for line in output:
+            path, _, state = line.rstrip("\n").partition("\t")
+            found[path] = None if state.strip() in ("-", "") else state.strip()
+        return found
 
     @staticmethod
     def default() -> dict[str, str | None]:
-        return {"head": None, "tag": None}
+        return {}
 
 
 def checkout_matches(found: dict[str, str | None], ref: str) -> bool:

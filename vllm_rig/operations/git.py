@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import re
 import shlex
+from dataclasses import dataclass
 
 from pyinfra import host
 from pyinfra.api import operation
 
-from vllm_rig.facts.runtime import GitCheckout, checkout_matches
+from vllm_rig.facts.runtime import GitCheckouts, checkout_matches
 
 SHA40 = re.compile(r"^[0-9a-f]{40}$")
 
@@ -57,13 +58,26 @@ def checkout_script(url: str, ref: str, dest: str, cache: str) -> str:
     )
 
 
+@dataclass(frozen=True)
+class GitSource:
+    """One pinned checkout: `url` at `ref` (a 40-character commit or a tag) in `dest`, via the bare `cache`."""
+
+    label: str
+    url: str
+    ref: str
+    dest: str
+    cache: str
+
+
 @operation()
-def git_checkout(url: str, ref: str, dest: str, cache: str):
-    """`dest` is a checkout of `url` at `ref` (a 40-character commit or a tag). Decided by HEAD, not by
-    a marker: a half-made checkout is never at the commit, so the next run makes it again."""
-    found = host.get_fact(GitCheckout, path=dest, ref=ref)
-    if checkout_matches(found, ref):
-        host.noop(f"{dest} is at {ref}")
+def git_checkouts(sources: tuple[GitSource, ...]):
+    """Each `dest` is a checkout of its `url` at its `ref`. Decided by HEAD, not by a marker (a half-made
+    checkout is never at the commit, so the next run makes it again); all read with one command."""
+    found = host.get_fact(GitCheckouts, checkouts=tuple((s.dest, s.ref) for s in sources))
+    stale = [s for s in sources if not checkout_matches(found.get(s.dest, {}), s.ref)]
+    if not stale:
+        host.noop(", ".join(f"{s.label} at {s.ref[:12]}" for s in sources))
         return
-    yield fetch_script(url, ref, cache)
-    yield checkout_script(url, ref, dest, cache)
+    for source in stale:
+        yield fetch_script(source.url, source.ref, source.cache)
+        yield checkout_script(source.url, source.ref, source.dest, source.cache)

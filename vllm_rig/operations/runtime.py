@@ -10,12 +10,15 @@ from __future__ import annotations
 import shlex
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
+from io import BytesIO
 
 from pyinfra import host, logger
-from pyinfra.api import FunctionCommand, operation
+from pyinfra.api import FileUploadCommand, FunctionCommand, operation
 
 from vllm_rig.facts.runtime import (
     BuildState,
+    DirsState,
     FlashQlaExtension,
     HostFingerprint,
     LogProgress,
@@ -48,10 +51,36 @@ def start_command(unit: str, runtime: str, script: str, spec: str, log: str, tim
     )
 
 
+@dataclass(frozen=True)
+class Directory:
+    path: str
+    mode: str = "755"  # octal, as stat %a prints it
+    user: str = "root"
+    group: str = "root"
+
+    @property
+    def state(self) -> str:
+        return f"{self.mode} {self.user} {self.group}"
+
+
 @operation()
-def build_runtime(runtime: str, unit: str, script: str, spec: str, log: str, timeout_s: int):
-    """Build the runtime unless it is complete: start the build unit, or re-attach to the one running,
-    then follow it with progress until it ends or timeout_s passes."""
+def directories(dirs: tuple[Directory, ...]):
+    """Each directory exists with its mode and owner; all read with one command."""
+    found = host.get_fact(DirsState, paths=tuple(d.path for d in dirs))
+    stale = [d for d in dirs if found.get(d.path) != d.state]
+    if not stale:
+        host.noop(f"{len(dirs)} directories in place")
+        return
+    for d in stale:
+        path = shlex.quote(d.path)
+        yield f"mkdir -p {path} && chown {d.user}:{d.group} {path} && chmod {d.mode} {path}"
+
+
+@operation()
+def build_runtime(runtime: str, unit: str, script: str, spec: str, spec_text: str, log: str, timeout_s: int):
+    """Build the runtime unless it is complete: write its spec (0600: index URLs may carry credentials)
+    and start the build unit, or re-attach to the one running; then follow it with progress until it
+    ends or timeout_s passes. A complete runtime keeps the spec it was built from."""
     state = host.get_fact(BuildState, runtime=runtime, unit=unit)
     if state["complete"]:
         host.noop(f"{runtime} is built")
@@ -65,6 +94,8 @@ def build_runtime(runtime: str, unit: str, script: str, spec: str, log: str, tim
         invocation = state["unit"].get("InvocationID")
         logger.info(f"[{host.name}] re-attaching to the running build {unit} (invocation {invocation})")
     else:
+        yield FileUploadCommand(BytesIO(spec_text.encode()), spec, remote_temp_filename=host.get_temp_filename(spec))
+        yield f"chown root:root {shlex.quote(spec)} && chmod 600 {shlex.quote(spec)}"
         yield start_command(unit, runtime, script, spec, log, timeout_s)
     yield FunctionCommand(_follow, (runtime, unit, log, timeout_s, seen), {})
 
@@ -129,36 +160,28 @@ def _verdict(host, found: dict, runtime: str, unit: str, log: str) -> bool:
 @operation()
 def switch_runtime(root: str, target: str, flashinfer_cache: str, stamp: str):
     """Point `current` at runtimes/<target> (atomic rename of a new symlink) and keep the old one as
-    `previous`; clear FlashInfer's JIT cache (its headers came with the runtime) and touch `stamp`."""
+    `previous`; clear FlashInfer's JIT cache (its headers came with the runtime) and touch `stamp`. Then
+    delete the runtimes that are neither (superseded or failed builds) unless their build still runs;
+    their logs stay."""
     state = host.get_fact(RuntimeState, root=root)
-    if state["current"] == target:
-        host.noop(f"current is {target}")
-        return
-    r, new = shlex.quote(root), shlex.quote(f"{root}/runtimes/{target}")
-    commands = [f"ln -sfn {new} {r}/.current.new", f"mv -T {r}/.current.new {r}/current"]
-    if state["current"] and state["current"] in state["runtimes"]:
-        old = shlex.quote(f"{root}/runtimes/{state['current']}")
-        commands += [f"ln -sfn {old} {r}/.previous.new", f"mv -T {r}/.previous.new {r}/previous"]
-    commands += [
-        f"rm -rf {shlex.quote(flashinfer_cache)}",
-        f"mkdir -p $(dirname {stamp}) && touch {shlex.quote(stamp)}",
-    ]
-    logger.info(f"[{host.name}] switching current: {state['current'] or '(none)'} -> {target}")
-    yield " && ".join(commands)
-
-
-@operation()
-def prune_runtimes(root: str):
-    """Delete runtimes that are neither `current` nor `previous` (superseded or failed builds), unless
-    their build still runs. Their build logs stay."""
-    state = host.get_fact(RuntimeState, root=root)
-    keep = {state["current"], state["previous"]}
+    current, previous = state["current"], state["previous"]
+    r = shlex.quote(root)
+    if current != target:
+        logger.info(f"[{host.name}] switching current: {current or '(none)'} -> {target}")
+        new = shlex.quote(f"{root}/runtimes/{target}")
+        yield f"ln -sfn {new} {r}/.current.new && mv -T {r}/.current.new {r}/current"
+        if current and current in state["runtimes"]:
+            old = shlex.quote(f"{root}/runtimes/{current}")
+            yield f"ln -sfn {old} {r}/.previous.new && mv -T {r}/.previous.new {r}/previous"
+            previous = current
+        yield f"rm -rf {shlex.quote(flashinfer_cache)} && mkdir -p $(dirname {stamp}) && touch {shlex.quote(stamp)}"
+    keep = {target, previous}
     doomed = sorted(n for n, info in state["runtimes"].items() if n not in keep and not info["building"])
-    if not doomed:
-        host.noop("no old runtimes")
-        return
-    logger.info(f"[{host.name}] removing old runtimes: {', '.join(doomed)}")
-    yield "rm -rf " + " ".join(shlex.quote(f"{root}/runtimes/{n}") for n in doomed)
+    if doomed:
+        logger.info(f"[{host.name}] removing old runtimes: {', '.join(doomed)}")
+        yield "rm -rf " + " ".join(shlex.quote(f"{root}/runtimes/{n}") for n in doomed)
+    elif current == target:
+        host.noop(f"current is {target}; no old runtimes")
 
 
 @operation()
