@@ -8,8 +8,10 @@ The deploy runs it as a transient systemd unit, so a dropped SSH session does no
 Steps: the venv (the distribution's python<X.Y>); torch and triton from the torch index; the fork's
 requirements with our pins winning (transformers, numpy, FlashInfer; flashinfer-jit-cache and
 flashinfer-cubin left out); FlashInfer's SM75 fix, verified by the headers' sha256 before and after;
-the fork compiled (TORCH_CUDA_ARCH_LIST, MAX_JOBS, NVCC_THREADS=1, ccache, local CUTLASS and Triton
-sources, `pip install --no-build-isolation --no-deps -e`); then the checks: `import vllm._C` from a
+FlashQLA made importable on SM75 as the fork's build.sh does it (its SM90 TileLang imports optional,
+the fork's legacy-kernel patches copied in when the fork has them); the fork compiled
+(TORCH_CUDA_ARCH_LIST, MAX_JOBS, NVCC_THREADS=1, ccache, local CUTLASS and Triton sources,
+`pip install --no-build-isolation --no-deps -e`); then the checks: `import vllm._C` from a
 neutral directory, the FlashInfer check script, FlashQLA's extension compiles. Only then is
 <runtime>/runtime.json written: the runtime is complete.
 
@@ -22,6 +24,7 @@ library only.
 
 from __future__ import annotations
 
+import ast
 import datetime
 import hashlib
 import json
@@ -31,6 +34,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 import urllib.request
 from pathlib import Path
@@ -216,6 +220,67 @@ def install_patched(patched: dict[str, Path], data_dir: Path) -> None:
         os.replace(new, target)
 
 
+# ---- FlashQLA on SM75: the SM90 path optional, the fork's legacy-kernel patches ------------------------
+
+# The package __init__ files that import the SM90 TileLang path (it raises on SM70/SM75 and needs tilelang).
+FLASHQLA_INITS = ("flash_qla/__init__.py", "flash_qla/ops/__init__.py", "flash_qla/ops/gated_delta_rule/__init__.py")
+OPTIONAL_MARK = "# vllm-rig: the SM90 TileLang path is optional on SM70/SM75"
+SM90_ERRORS = "(ImportError, ValueError, RuntimeError, OSError)"
+# The fork's build.sh copies these over FlashQLA's legacy backend (fork tools/flashqla_sm75_patches/).
+FORK_FLASHQLA_PATCHES = {
+    "sm_legacy.py": "flash_qla/ops/gated_delta_rule/legacy/sm_legacy.py",
+    "gdn_forward.cu": "flash_qla/ops/gated_delta_rule/legacy/csrc/gdn_forward.cu",
+}
+
+
+def _imports_sm90(node: ast.stmt) -> bool:
+    """`from ...gated_delta_rule.chunk import ...` or `from .gated_delta_rule import ...` (the SM90 API)."""
+    if not isinstance(node, ast.ImportFrom):
+        return False
+    last = (node.module or "").rsplit(".", 1)[-1]
+    return last in ("chunk", "gated_delta_rule")
+
+
+def optional_sm90_imports(source: str) -> str | None:
+    """The module with each top-level import of the SM90 path wrapped so that, where it cannot load, its
+    names are None (what the fork's build.sh does to FlashQLA's __init__ files); None when nothing to do."""
+    if OPTIONAL_MARK in source:
+        return None
+    tree = ast.parse(source)
+    targets = [node for node in tree.body if _imports_sm90(node)]
+    if not targets:
+        return None
+    lines = source.splitlines(keepends=True)
+    for node in reversed(targets):
+        assert isinstance(node, ast.ImportFrom) and node.end_lineno is not None
+        names = [alias.asname or alias.name for alias in node.names]
+        original = "".join(lines[node.lineno - 1 : node.end_lineno])
+        wrapped = (
+            f"try:  {OPTIONAL_MARK}\n{textwrap.indent(original, '    ')}"
+            f"except {SM90_ERRORS}:\n    {' = '.join(names)} = None\n"
+        )
+        lines[node.lineno - 1 : node.end_lineno] = [wrapped]
+    return "".join(lines)
+
+
+def prepare_flashqla(flashqla: Path, fork: Path) -> list[str]:
+    """Make the FlashQLA checkout importable on SM75 the way the fork's build.sh does; returns what changed."""
+    changed = []
+    assets = fork / "tools" / "flashqla_sm75_patches"
+    for name, rel in FORK_FLASHQLA_PATCHES.items():
+        source, target = assets / name, flashqla / rel
+        if source.is_file() and target.is_file() and source.read_bytes() != target.read_bytes():
+            shutil.copyfile(source, target)
+            changed.append(f"{rel} from the fork's tools/flashqla_sm75_patches")
+    for rel in FLASHQLA_INITS:
+        path = flashqla / rel
+        rewritten = optional_sm90_imports(path.read_text()) if path.is_file() else None
+        if rewritten is not None:
+            path.write_text(rewritten)
+            changed.append(f"{rel}: SM90 imports made optional")
+    return changed
+
+
 # ---- the build --------------------------------------------------------------------------------------
 
 
@@ -378,6 +443,11 @@ class Build:
         shutil.rmtree(self.work / "flashinfer-scratch", ignore_errors=True)
         say(f"FlashInfer {version}: {fix['patch']} applied, headers verified by sha256")
 
+    def step_flashqla(self) -> None:
+        src = self.spec["sources"]
+        changed = prepare_flashqla(Path(src["flashqla"]), Path(src["fork"]))
+        say("FlashQLA: " + ("; ".join(changed) if changed else "nothing to adapt"))
+
     def compile_env(self) -> dict[str, str]:
         spec, src = self.spec, self.spec["sources"]
         jobs = str(spec["max_jobs"])
@@ -456,7 +526,7 @@ class Build:
 
     # -- driver
 
-    STEPS = ("venv", "torch", "requirements", "flashinfer", "compile", "check")
+    STEPS = ("venv", "torch", "requirements", "flashinfer", "flashqla", "compile", "check")
 
     def run(self) -> None:
         total = len(self.STEPS)

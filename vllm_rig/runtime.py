@@ -20,7 +20,7 @@ from vllm_rig.layout import STATE_DIR, Layout
 from vllm_rig.settings import Settings
 
 # Bump when the build script changes what a runtime contains, so every host builds anew.
-BUILD_FORMAT = 1
+BUILD_FORMAT = 2
 NAME_LENGTH = 16  # hex digits of the fingerprint in a runtime's directory name
 JOB_CAP = 8  # the fork's build.sh caps automatic MAX_JOBS at 8
 GB_PER_JOB = 3  # ... and allows about 3 GB of RAM per compile job

@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -167,3 +169,66 @@ def test_headers_of_another_build_classify_as_other(tmp_path: Path) -> None:
     files = _fix_files("3526")
     shutil.copyfile(standins.HEADERS / "prefill-0.6.16.cuh", half / PREFILL)  # one of two headers patched
     assert rb.classify(rb.header_hashes(half, files), files) == "other"
+
+
+# ---- FlashQLA made importable on SM75 ----------------------------------------------------------------------
+
+# A package shaped like FlashQLA-SM70-SM75 (our own text): the top level imports the SM90 path, which
+# raises on any other GPU; the legacy backend beside it is what SM75 uses.
+FAKE_FLASHQLA = {
+    "flash_qla/__init__.py": '__version__ = "0.1.0"\n\nfrom flash_qla.ops.gated_delta_rule.chunk import (\n'
+    "    sm90_fwd,\n    sm90_bwd as backward,\n)\n\n__all__ = ['sm90_fwd', 'backward']\n",
+    "flash_qla/ops/__init__.py": "from .gated_delta_rule import sm90_fwd\n",
+    "flash_qla/ops/gated_delta_rule/__init__.py": "from .chunk import sm90_fwd\n",
+    "flash_qla/ops/gated_delta_rule/chunk/__init__.py": "raise ValueError('FlashQLA supports sm90 only')\n",
+    "flash_qla/ops/gated_delta_rule/legacy/__init__.py": "",
+    "flash_qla/ops/gated_delta_rule/legacy/sm_legacy.py": "def _load_ext():\n    return 'upstream'\n",
+    "flash_qla/ops/gated_delta_rule/legacy/csrc/gdn_forward.cu": "// upstream\n",
+}
+
+
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    for rel, body in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(body)
+    return root
+
+
+def _legacy_import(root: Path) -> subprocess.CompletedProcess[str]:
+    code = (
+        "import flash_qla; from flash_qla.ops.gated_delta_rule.legacy import sm_legacy; "
+        "print(sm_legacy._load_ext(), flash_qla.sm90_fwd)"
+    )
+    return subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": str(root)}, capture_output=True, text=True)
+
+
+def test_flashqla_sm90_imports_become_optional(tmp_path: Path) -> None:
+    root = _tree(tmp_path / "qla", FAKE_FLASHQLA)
+    assert "sm90 only" in _legacy_import(root).stderr  # as the upstream tree fails on SM75
+    changed = rb.prepare_flashqla(root, tmp_path / "fork-without-assets")
+    assert len(changed) == 3 and all("SM90 imports made optional" in c for c in changed)
+    result = _legacy_import(root)
+    assert result.returncode == 0 and result.stdout.split() == ["upstream", "None"], result.stderr
+    assert rb.prepare_flashqla(root, tmp_path / "fork-without-assets") == []  # once is enough
+    top = (root / "flash_qla/__init__.py").read_text()
+    assert "sm90_fwd = backward = None" in top and top.startswith('__version__ = "0.1.0"')
+
+
+def test_the_forks_flashqla_patches_are_copied_in(tmp_path: Path) -> None:
+    root = _tree(tmp_path / "qla", FAKE_FLASHQLA)
+    fork = _tree(
+        tmp_path / "fork",
+        {
+            "tools/flashqla_sm75_patches/sm_legacy.py": "def _load_ext():\n    return 'fork'\n",
+            "tools/flashqla_sm75_patches/gdn_forward.cu": "// fork\n",
+        },
+    )
+    changed = rb.prepare_flashqla(root, fork)
+    assert "flash_qla/ops/gated_delta_rule/legacy/sm_legacy.py from the fork's tools/flashqla_sm75_patches" in changed
+    assert (root / "flash_qla/ops/gated_delta_rule/legacy/csrc/gdn_forward.cu").read_text() == "// fork\n"
+    assert _legacy_import(root).stdout.split()[0] == "fork"
+
+
+def test_a_flashqla_without_sm90_imports_is_left_alone(tmp_path: Path) -> None:
+    root = _tree(tmp_path / "qla", {"flash_qla/__init__.py": '"""stand-in"""\n'})
+    assert rb.prepare_flashqla(root, tmp_path / "fork") == []
