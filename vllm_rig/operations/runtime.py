@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from io import BytesIO
 
-from pyinfra import host, logger
+from pyinfra import host, logger, state
 from pyinfra.api import FileUploadCommand, FunctionCommand, operation
 
 from vllm_rig.facts.runtime import (
@@ -28,8 +28,15 @@ from vllm_rig.facts.runtime import (
     restart_needed,
 )
 
+
 POLL_S = 3.0  # how often the deploy looks at a running build
 GRACE_S = 120  # waiting past the unit's own RuntimeMaxSec before giving up on it
+
+
+def _say(message: str) -> None:
+    """Log when the operation runs, not while pyinfra plans it (an op body runs at both)."""
+    if state.is_executing:
+        logger.info(f"[{host.name}] {message}")
 
 
 def start_command(unit: str, runtime: str, script: str, spec: str, log: str, timeout_s: int) -> str:
@@ -92,7 +99,7 @@ def build_runtime(runtime: str, unit: str, script: str, spec: str, spec_text: st
     seen = host.get_fact(LogProgress, path=log, seen=0)["count"]  # lines of earlier attempts are not news
     if state["active"]:
         invocation = state["unit"].get("InvocationID")
-        logger.info(f"[{host.name}] re-attaching to the running build {unit} (invocation {invocation})")
+        _say(f"re-attaching to the running build {unit} (invocation {invocation})")
     else:
         yield FileUploadCommand(BytesIO(spec_text.encode()), spec, remote_temp_filename=host.get_temp_filename(spec))
         yield f"chown root:root {shlex.quote(spec)} && chmod 600 {shlex.quote(spec)}"
@@ -167,7 +174,7 @@ def switch_runtime(root: str, target: str, flashinfer_cache: str, stamp: str):
     current, previous = state["current"], state["previous"]
     r = shlex.quote(root)
     if current != target:
-        logger.info(f"[{host.name}] switching current: {current or '(none)'} -> {target}")
+        _say(f"switching current: {current or '(none)'} -> {target}")
         new = shlex.quote(f"{root}/runtimes/{target}")
         yield f"ln -sfn {new} {r}/.current.new && mv -T {r}/.current.new {r}/current"
         if current and current in state["runtimes"]:
@@ -178,7 +185,7 @@ def switch_runtime(root: str, target: str, flashinfer_cache: str, stamp: str):
     keep = {target, previous}
     doomed = sorted(n for n, info in state["runtimes"].items() if n not in keep and not info["building"])
     if doomed:
-        logger.info(f"[{host.name}] removing old runtimes: {', '.join(doomed)}")
+        _say(f"removing old runtimes: {', '.join(doomed)}")
         yield "rm -rf " + " ".join(shlex.quote(f"{root}/runtimes/{n}") for n in doomed)
     elif current == target:
         host.noop(f"current is {target}; no old runtimes")
@@ -192,9 +199,7 @@ def clear_host_caches(record: str, caches: Sequence[str]):
     if found["recorded"] == found["now"]:
         host.noop(f"host unchanged ({found['now']})")
         return
-    logger.info(
-        f"[{host.name}] host changed ({found['recorded'] or 'first run'} -> {found['now']}): clearing JIT caches"
-    )
+    _say(f"host changed ({found['recorded'] or 'first run'} -> {found['now']}): clearing JIT caches")
     yield "rm -rf " + " ".join(caches)  # globs (vLLM's P2P cache files) are left to the shell
     path = shlex.quote(record)
     yield f"mkdir -p $(dirname {path}) && printf '%s\\n' {shlex.quote(found['now'])} > {path}"
