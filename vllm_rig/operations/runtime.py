@@ -28,7 +28,6 @@ from vllm_rig.facts.runtime import (
     restart_needed,
 )
 
-
 POLL_S = 3.0  # how often the deploy looks at a running build
 GRACE_S = 120  # waiting past the unit's own RuntimeMaxSec before giving up on it
 
