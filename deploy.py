@@ -17,6 +17,8 @@ local.include("tasks/preflight.py")  # read-only checks; a failing host stops he
 local.include("tasks/driver.py")  # pinned, held driver; one reboot when needed; boot-time GPU guard
 local.include("tasks/cuda.py")  # CUDA toolkit, pinned
 local.include("tasks/model_start.py")  # the model download starts in the background, early
-# runtime goes here: it builds while the model downloads
+local.include("tasks/runtime.py")  # venv, the fork built with FlashInfer's SM75 fix and FlashQLA; safe switch
 local.include("tasks/model_finish.py")  # wait for the download (progress, timeout), verified by sha256
-# Next, as their issues land: service, verify.
+local.include("tasks/verify.py")  # GPU/NVLink/P2P/NCCL verdict after a change, GPUs free
+local.include("tasks/service.py")  # the seed's unit from settings, API key, proven by a real completion
+# On demand: tasks/bench.py (the seed's benchmark).

@@ -53,6 +53,25 @@ def _selected() -> list[_machine.Machine]:
     return running or _machine.machines(1)
 
 
+def _flashinfer_patches() -> dict:
+    """The stand-in FlashInfer fixes: diff URLs on the file server, header hashes from the index's manifest."""
+    try:
+        fixes = _pkg_index.manifest()["flashinfer"]["fixes"]
+    except (OSError, ValueError, KeyError):
+        return {}  # not built yet: validation then names flashinfer_sm75_patches
+    return {
+        fix["applies_to"]: {
+            "patch": f"pr{pr}",
+            "url": _pkg_index.diff_url(pr),
+            "files": {
+                path: {"before": sums["sha256_before"], "after": sums["sha256_after"]}
+                for path, sums in fix["files"].items()
+            },
+        }
+        for pr, fix in fixes.items()
+    }
+
+
 def _settings() -> dict:
     """The sandbox's sources. SHAs come from the git remotes' manifest, written by `up`."""
     try:
@@ -66,6 +85,10 @@ def _settings() -> dict:
         "fork_ref": refs.get(fork, {}).get("v0.1.17", "(run: python -m tests.sandbox up)"),
         "flashqla_repo": _forge.remote_url(flashqla),
         "flashqla_ref": refs.get(flashqla, {}).get("main", "(run: python -m tests.sandbox up)"),
+        "cutlass_repo": _forge.remote_url(_forge.CUTLASS),
+        "cutlass_ref": refs.get(_forge.CUTLASS, {}).get(_forge.CUTLASS_TAG, "(run: python -m tests.sandbox up)"),
+        "triton_src_repo": _forge.remote_url(_forge.TRITON),
+        "flashinfer_sm75_patches": _flashinfer_patches(),
         "pip_index_url": _pkg_index.index_url(),
         "torch_index_url": _pkg_index.torch_index_url(),
         "hf_endpoint": f"http://127.0.0.1:{_paths.HF_MIRROR_PORT}",

@@ -26,6 +26,9 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 UNIT_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 HF_TOKEN = re.compile(r"^[A-Za-z0-9_.-]{8,512}$")
 FLAG = re.compile(r"^--[a-z0-9][a-z0-9-]*(=.*)?$")
+RELEASE_TAG = re.compile(r"^v?\d+(\.\d+)+([.-]?[A-Za-z0-9]+)*$")
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+FLASHINFER_PATCHES = ("pr3621", "pr3526")
 
 # Settings that hold secrets: their values never appear in an error line or in output.
 SECRET_KEYS = frozenset({"hf_token"})
@@ -95,6 +98,14 @@ class Settings(BaseModel):
     fork_ref: str = _allowed("a full 40-character commit SHA")
     flashqla_repo: str = _allowed("a git URL (https://...)")
     flashqla_ref: str = _allowed("a full 40-character commit SHA")
+    cutlass_repo: str = _allowed("a git URL (https://...)")
+    cutlass_ref: str = _allowed("a 40-character commit SHA or a release tag such as v4.4.2")
+    triton_src_repo: str = _allowed("a git URL (https://...)")
+    triton_src_ref: str = _allowed("a 40-character commit SHA or a release tag such as v3.6.0")
+    flashinfer_sm75_patches: dict[str, dict[str, Any]] = _allowed(
+        'a mapping FlashInfer version -> {"patch": "pr3621" or "pr3526", "url": an http(s) URL, '
+        '"files": {path: {"before": sha256, "after": sha256}}}'
+    )
     git_mirror_prefix: str = _allowed('"" or a URL ending in "/" put in front of every git URL')
     pip_index_url: str | None = _allowed("null (pip's default index) or an http(s) URL")
     torch_index_url: str = _allowed("an http(s) URL of a torch wheel index (e.g. the cu128 lane)")
@@ -208,6 +219,22 @@ class Settings(BaseModel):
             raise ValueError("must be a full 40-character lower-case commit SHA (a branch or tag can move)")
         return value
 
+    @field_validator("cutlass_ref", "triton_src_ref")
+    @classmethod
+    def _commit_or_tag(cls, value: str) -> str:
+        if not (SHA40.match(value) or RELEASE_TAG.match(value)):
+            raise ValueError("must be a 40-character commit SHA or a release tag such as v4.4.2 (not a branch)")
+        return value
+
+    @field_validator("flashinfer_sm75_patches")
+    @classmethod
+    def _patches(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for version, entry in value.items():
+            problem = _patch_entry_problem(version, entry)
+            if problem:
+                raise ValueError(f"entry {version!r}: {problem}")
+        return value
+
     @field_validator("model_revision")
     @classmethod
     def _git_ref(cls, value: str) -> str:
@@ -230,7 +257,15 @@ class Settings(BaseModel):
             raise ValueError("must be a repo id owner/name, e.g. Qwen/Qwen3.8-27B-FP8")
         return value
 
-    @field_validator("fork_repo", "flashqla_repo", "hf_endpoint", "torch_index_url", "nvidia_repo_url")
+    @field_validator(
+        "fork_repo",
+        "flashqla_repo",
+        "cutlass_repo",
+        "triton_src_repo",
+        "hf_endpoint",
+        "torch_index_url",
+        "nvidia_repo_url",
+    )
     @classmethod
     def _url(cls, value: str) -> str:
         return _check_url(value)
@@ -380,6 +415,12 @@ class Settings(BaseModel):
         """The FlashInfer SM75 patch this configuration applies ("pr3621", "pr3526" or None)."""
         return flashinfer_fix.resolve(self.flashinfer_version, self.flashinfer_sm75_fix)
 
+    def flashinfer_patch_data(self) -> dict[str, Any] | None:
+        """The flashinfer_sm75_patches entry for flashinfer_version (None when no patch applies)."""
+        if self.flashinfer_patch() is None:
+            return None
+        return _patch_entry(self.flashinfer_sm75_patches, self.flashinfer_version)
+
 
 class CrossRuleErrors(ValueError):
     """Several (key, message) problems found by the cross-field rules."""
@@ -393,6 +434,37 @@ def _check_url(value: str) -> str:
     if not re.match(r"^https?://[^\s/]+(/\S*)?$", value):
         raise ValueError("must be an http:// or https:// URL")
     return value
+
+
+def _patch_entry(patches: dict[str, dict[str, Any]], version: str) -> dict[str, Any] | None:
+    """The entry for `version`, matched as a PEP 440 version ("0.6.14" and "0.6.14.0" are one release)."""
+    wanted = Version(version)
+    return next((entry for key, entry in patches.items() if Version(key) == wanted), None)
+
+
+def _patch_entry_problem(version: str, entry: Any) -> str | None:
+    """What is wrong with one flashinfer_sm75_patches entry, or None."""
+    try:
+        Version(version)
+    except InvalidVersion:
+        return "the key must be a FlashInfer version such as 0.6.14"
+    if not isinstance(entry, dict) or set(entry) != {"patch", "url", "files"}:
+        return 'must be {"patch": ..., "url": ..., "files": {...}}'
+    if entry["patch"] not in FLASHINFER_PATCHES:
+        return 'patch must be "pr3621" or "pr3526"'
+    if not isinstance(entry["url"], str) or not re.match(r"^https?://\S+$", entry["url"]):
+        return "url must be an http(s) URL"
+    files = entry["files"]
+    if not isinstance(files, dict) or not files:
+        return "files must map at least one header path to its sha256 before and after"
+    for path, sums in files.items():
+        if path.startswith("/") or ".." in path.split("/"):
+            return f"{path!r} must be a path inside FlashInfer's source tree (include/...)"
+        if not isinstance(sums, dict) or set(sums) != {"before", "after"}:
+            return f'{path!r} must be {{"before": sha256, "after": sha256}}'
+        if not all(isinstance(v, str) and SHA256.match(v) for v in sums.values()):
+            return f"{path!r}: before and after must be 64 lower-case hex digits (sha256)"
+    return None
 
 
 def _check_absolute(value: str) -> str:
@@ -440,12 +512,35 @@ def _cross_rule_problems(s: Settings):
             s.flashinfer_version
         )
         yield ("flashinfer_version" if unfixable else "flashinfer_sm75_fix"), str(err)
+    yield from _patch_data_problems(s)
     min_driver = MIN_DRIVER_FOR_CUDA.get(s.cuda_version)
     if min_driver and Version(s.nvidia_driver_version) < min_driver:
         yield "nvidia_driver_version", f"must be >= {min_driver} for CUDA {s.cuda_version}"
     clash = rendered_flag_names(s) & {arg.split("=", 1)[0] for arg in s.vllm_extra_args}
     if clash:
         yield "vllm_extra_args", f"repeats flags the settings already set: {', '.join(sorted(clash))}"
+
+
+def _patch_data_problems(s: Settings):
+    """The patch the settings pick must have its diff URL and header hashes in flashinfer_sm75_patches."""
+    try:
+        patch = flashinfer_fix.resolve(s.flashinfer_version, s.flashinfer_sm75_fix)
+    except ValueError:
+        return  # reported above
+    if patch is None:
+        return
+    entry = _patch_entry(s.flashinfer_sm75_patches, s.flashinfer_version)
+    if entry is None:
+        yield (
+            "flashinfer_sm75_patches",
+            f"has no entry for FlashInfer {s.flashinfer_version}, which takes {patch}: add the diff's URL and the "
+            "sha256 of each header before and after",
+        )
+    elif entry["patch"] != patch:
+        yield (
+            "flashinfer_sm75_patches",
+            f"entry for {s.flashinfer_version} names {entry['patch']}, but that release takes {patch}",
+        )
 
 
 def rendered_flag_names(s: Settings) -> set[str]:

@@ -10,6 +10,15 @@ from tests.unit.groupdata import profile_data
 from vllm_rig.settings import Settings
 from vllm_rig.validation import SettingsError, load_settings
 
+_SUMS = {"before": "a" * 64, "after": "b" * 64}
+_PR3621 = {
+    "patch": "pr3621",
+    "url": "https://mirror.example/pull/3621.diff",
+    "files": {"include/flashinfer/attention/prefill.cuh": _SUMS},
+}
+_PR3526 = {**_PR3621, "patch": "pr3526"}
+_NO_FIX = {"flashinfer_version": "0.6.16"}
+
 # (key, refused value, accepted value, other settings needed to isolate the rule)
 RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
     ("ssh_tcp_nodelay", "off", False, {}),
@@ -45,6 +54,14 @@ RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
     ("fork_repo", "github.com/weicj/x", "https://github.com/weicj/vLLM-2080Ti-Definitive.git", {}),
     ("fork_ref", "v0.1.17", "0123456789abcdef0123456789abcdef01234567", {}),
     ("flashqla_ref", "main", "3ab27d77d8ca01d7a4718903b726add1a8886c0e", {}),
+    ("cutlass_repo", "git@github.com:NVIDIA/cutlass", "https://github.com/NVIDIA/cutlass.git", {}),
+    ("cutlass_ref", "main", "v4.4.2", {}),  # a branch moves; a tag or a commit does not
+    ("triton_src_repo", "triton-lang/triton", "https://github.com/triton-lang/triton.git", {}),
+    ("triton_src_ref", "release/3.6.x", "0123456789abcdef0123456789abcdef01234567", {}),
+    ("flashinfer_sm75_patches", {"0.6.14": {"patch": "pr3621"}}, {"0.6.14": _PR3621}, {}),  # no url, no files
+    ("flashinfer_sm75_patches", {"0.6.14": {**_PR3621, "patch": "pr3526"}}, {"0.6.14": _PR3621}, {}),  # wrong fix
+    ("flashinfer_sm75_patches", {"0.6.15": _PR3526}, {"0.6.14": _PR3621}, {}),  # nothing for the chosen 0.6.14
+    ("flashinfer_sm75_patches", {"0.6.14": {**_PR3621, "files": {"/etc/x": _SUMS}}}, {}, _NO_FIX),
     ("git_mirror_prefix", "https://ghproxy.example", "https://ghproxy.example/", {}),
     ("pip_index_url", "not a url", None, {}),
     ("torch_index_url", "download.pytorch.org/whl/cu128", "https://download.pytorch.org/whl/cu128", {}),

@@ -1,0 +1,573 @@
+#!/usr/bin/env python3
+"""Build one vllm-rig runtime on this host, from the spec the deploy wrote (<runtime>/build-spec.json).
+
+The deploy runs it as a transient systemd unit, so a dropped SSH session does not stop it:
+
+    systemd-run --unit vllm-rig-build-<name> python3 vllm-rig-runtime-build.py <runtime>/build-spec.json
+
+Steps: the venv (the distribution's python<X.Y>); torch and triton from the torch index; the fork's
+requirements with our pins winning (transformers, numpy, FlashInfer; flashinfer-jit-cache and
+flashinfer-cubin left out); FlashInfer's SM75 fix, verified by the headers' sha256 before and after;
+FlashQLA made importable on SM75 as the fork's build.sh does it (its SM90 TileLang imports optional,
+the fork's legacy-kernel patches copied in when the fork has them); the fork compiled
+(TORCH_CUDA_ARCH_LIST, MAX_JOBS, NVCC_THREADS=1, ccache, local CUTLASS and Triton sources,
+`pip install --no-build-isolation --no-deps -e`); then the checks: `import vllm._C` from a
+neutral directory, the FlashInfer check script, FlashQLA's extension compiles. Only then is
+<runtime>/runtime.json written: the runtime is complete.
+
+A re-run resumes: each finished step leaves <runtime>/.build/<step>.done, and ccache keeps what was
+compiled, so a retried compile redoes only what changed. Progress goes to stdout ("==> step" lines, the
+build's "[n/m]" lines); <runtime>/.build/status.json says where it is. Index URLs reach pip through its
+environment only, so a credential in one is never on a command line or in the log. Python 3.10+ standard
+library only.
+"""
+
+from __future__ import annotations
+
+import ast
+import datetime
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+# Where the installed flashinfer-python keeps the headers its JIT compiles (relative to the package).
+FLASHINFER_DATA = "data"
+DOWNLOAD_TRIES = 3
+
+
+class BuildError(Exception):
+    """A step failed; the message says what and what to do."""
+
+
+# ---- small helpers ----------------------------------------------------------------------------------
+
+
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
+def redact(text: str) -> str:
+    """Hide user:password@ in URLs before they reach the log."""
+    return re.sub(r"(https?://)[^/\s@]+@", r"\1***@", text)
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def normalize(name: str) -> str:
+    """PEP 503 name normalization: Flashinfer_Python -> flashinfer-python."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def run(cmd: list[str], what: str, env: dict[str, str] | None = None, cwd: str | Path | None = None) -> None:
+    """Run with output going to the log; a failure is a BuildError saying `what` failed."""
+    say("$ " + redact(" ".join(cmd)))
+    proc = subprocess.run(cmd, env=env, cwd=cwd, stdin=subprocess.DEVNULL, check=False)
+    if proc.returncode != 0:
+        raise BuildError(f"{what} failed (exit code {proc.returncode}); the log above says why")
+
+
+def output(cmd: list[str], env: dict[str, str] | None = None, cwd: str | Path | None = None) -> str:
+    proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise BuildError(f"{redact(' '.join(cmd))} failed: {(proc.stderr or proc.stdout).strip()[-800:]}")
+    return proc.stdout.strip()
+
+
+# ---- requirements: the fork's, with our pins winning ------------------------------------------------
+
+NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+
+
+def requirement_lines(path: Path, seen: set[Path] | None = None) -> list[str]:
+    """The requirement lines of a pip requirements file, following -r includes; options dropped (the
+    indexes are ours) and comments stripped."""
+    seen = set() if seen is None else seen
+    path = path.resolve()
+    if path in seen:
+        return []
+    seen.add(path)
+    lines: list[str] = []
+    for raw in path.read_text().splitlines():
+        line = raw.split(" #", 1)[0].strip()
+        if not line or line.startswith("#"):
+            continue
+        include = re.match(r"^(-r|--requirement)[\s=]+(\S+)$", line)
+        if include:
+            lines += requirement_lines(path.parent / include.group(2), seen)
+        elif not line.startswith("-"):
+            lines.append(line)
+    return lines
+
+
+def requirement_name(line: str) -> str | None:
+    match = NAME.match(line)
+    return normalize(match.group(1)) if match and "://" not in line.split("@", 1)[0] else None
+
+
+def merge_requirements(fork_lines: list[str], pins: dict[str, str], drop: list[str]) -> list[str]:
+    """The fork's requirements without the packages we pin or drop, then our pins (`name==version`)."""
+    ours = {normalize(n) for n in pins} | {normalize(n) for n in drop}
+    kept, seen = [], set()
+    for line in fork_lines:
+        name = requirement_name(line)
+        if name in ours or line in seen:
+            continue
+        seen.add(line)
+        kept.append(line)
+    return kept + [f"{name}=={version}" for name, version in pins.items()]
+
+
+def fork_requirement_files(fork: Path) -> list[Path]:
+    """Build then runtime requirements, as the fork's build.sh installs them (older trees: build.txt)."""
+    build = next(
+        (p for p in (fork / "requirements/build/cuda.txt", fork / "requirements/build.txt") if p.is_file()), None
+    )
+    runtime = fork / "requirements/cuda.txt"
+    if not runtime.is_file():
+        raise BuildError(f"{runtime} is missing: is {fork} the vLLM SM75 fork at a v0.1.x commit?")
+    return [p for p in (build, runtime) if p is not None]
+
+
+# ---- FlashInfer's SM75 fix, verified by outcome -----------------------------------------------------
+
+
+def classify(found: dict[str, str], files: dict[str, dict[str, str]]) -> str:
+    """'after' when every header is the known result, 'before' when every one is the known base, else
+    'other' (another build, a half-applied patch, or patch data that does not fit this release)."""
+    if all(found[p] == sums["after"] for p, sums in files.items()):
+        return "after"
+    if all(found[p] == sums["before"] for p, sums in files.items()):
+        return "before"
+    return "other"
+
+
+def header_hashes(data_dir: Path, files: dict[str, dict[str, str]]) -> dict[str, str]:
+    return {p: (sha256_of(data_dir / p) if (data_dir / p).is_file() else "missing") for p in files}
+
+
+def download(url: str, dest: Path) -> None:
+    last: Exception | None = None
+    for attempt in range(1, DOWNLOAD_TRIES + 1):
+        try:
+            with urllib.request.urlopen(url, timeout=60) as response:  # noqa: S310 - a configured http(s) URL
+                dest.write_bytes(response.read())
+            return
+        except OSError as err:
+            last = err
+            say(f"download attempt {attempt} of {redact(url)} failed: {err}")
+            time.sleep(2 * attempt)
+    raise BuildError(f"could not download {redact(url)}: {last}; check git_mirror_prefix / the URL")
+
+
+def apply_in_scratch(diff: Path, data_dir: Path, files: dict[str, dict[str, str]], scratch: Path) -> dict[str, Path]:
+    """Apply the diff to copies of the headers; return the patched copies, each checked against its
+    known result. The installed headers are not touched here."""
+    shutil.rmtree(scratch, ignore_errors=True)
+    for rel in files:
+        (scratch / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(data_dir / rel, scratch / rel)
+    includes = [f"--include={rel}" for rel in files]  # the public diff may touch files a wheel lacks
+    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(scratch.parent)}  # never a repo above scratch
+    proc = subprocess.run(
+        ["git", "apply", "--whitespace=nowarn", *includes, str(diff)],
+        cwd=scratch,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise BuildError(f"the diff does not apply to these headers: {proc.stderr.strip()[-600:]}")
+    patched = {rel: scratch / rel for rel in files}
+    for rel, path in patched.items():
+        got, want = sha256_of(path), files[rel]["after"]
+        if got != want:
+            raise BuildError(
+                f"the diff did not produce the known result for {rel} (sha256 {got}, expected {want}): "
+                "a wrong or altered diff, or wrong patch data"
+            )
+    return patched
+
+
+def install_patched(patched: dict[str, Path], data_dir: Path) -> None:
+    """Move every verified header into place (each replace is atomic; all were verified first)."""
+    staged = []
+    for rel, path in patched.items():
+        target = data_dir / rel
+        new = target.with_name(target.name + ".vllm-rig-new")
+        shutil.copy2(path, new)
+        shutil.copymode(target, new)
+        staged.append((new, target))
+    for new, target in staged:
+        os.replace(new, target)
+
+
+# ---- FlashQLA on SM75: the SM90 path optional, the fork's legacy-kernel patches ------------------------
+
+# The package __init__ files that import the SM90 TileLang path (it raises on SM70/SM75 and needs tilelang).
+FLASHQLA_INITS = ("flash_qla/__init__.py", "flash_qla/ops/__init__.py", "flash_qla/ops/gated_delta_rule/__init__.py")
+OPTIONAL_MARK = "# vllm-rig: the SM90 TileLang path is optional on SM70/SM75"
+SM90_ERRORS = "(ImportError, ValueError, RuntimeError, OSError)"
+# The fork's build.sh copies these over FlashQLA's legacy backend (fork tools/flashqla_sm75_patches/).
+FORK_FLASHQLA_PATCHES = {
+    "sm_legacy.py": "flash_qla/ops/gated_delta_rule/legacy/sm_legacy.py",
+    "gdn_forward.cu": "flash_qla/ops/gated_delta_rule/legacy/csrc/gdn_forward.cu",
+}
+
+
+def _imports_sm90(node: ast.stmt) -> bool:
+    """`from ...gated_delta_rule.chunk import ...` or `from .gated_delta_rule import ...` (the SM90 API)."""
+    if not isinstance(node, ast.ImportFrom):
+        return False
+    last = (node.module or "").rsplit(".", 1)[-1]
+    return last in ("chunk", "gated_delta_rule")
+
+
+def optional_sm90_imports(source: str) -> str | None:
+    """The module with each top-level import of the SM90 path wrapped so that, where it cannot load, its
+    names are None (what the fork's build.sh does to FlashQLA's __init__ files); None when nothing to do."""
+    if OPTIONAL_MARK in source:
+        return None
+    tree = ast.parse(source)
+    targets = [node for node in tree.body if _imports_sm90(node)]
+    if not targets:
+        return None
+    lines = source.splitlines(keepends=True)
+    for node in reversed(targets):
+        assert isinstance(node, ast.ImportFrom) and node.end_lineno is not None
+        names = [alias.asname or alias.name for alias in node.names]
+        original = "".join(lines[node.lineno - 1 : node.end_lineno])
+        wrapped = (
+            f"try:  {OPTIONAL_MARK}\n{textwrap.indent(original, '    ')}"
+            f"except {SM90_ERRORS}:\n    {' = '.join(names)} = None\n"
+        )
+        lines[node.lineno - 1 : node.end_lineno] = [wrapped]
+    return "".join(lines)
+
+
+def prepare_flashqla(flashqla: Path, fork: Path) -> list[str]:
+    """Make the FlashQLA checkout importable on SM75 the way the fork's build.sh does; returns what changed."""
+    changed = []
+    assets = fork / "tools" / "flashqla_sm75_patches"
+    for name, rel in FORK_FLASHQLA_PATCHES.items():
+        source, target = assets / name, flashqla / rel
+        if source.is_file() and target.is_file() and source.read_bytes() != target.read_bytes():
+            shutil.copyfile(source, target)
+            changed.append(f"{rel} from the fork's tools/flashqla_sm75_patches")
+    for rel in FLASHQLA_INITS:
+        path = flashqla / rel
+        rewritten = optional_sm90_imports(path.read_text()) if path.is_file() else None
+        if rewritten is not None:
+            path.write_text(rewritten)
+            changed.append(f"{rel}: SM90 imports made optional")
+    return changed
+
+
+# ---- the build --------------------------------------------------------------------------------------
+
+
+class Build:
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.spec = spec
+        self.dir = Path(spec["runtime"])
+        self.work = self.dir / ".build"
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.venv = self.dir / "venv"
+        self.python = self.venv / "bin" / "python"
+        self.cache = Path(spec["cache"])
+        self.times: dict[str, float] = {}
+
+    # -- bookkeeping
+
+    def status(self, state: str, **extra: Any) -> None:
+        record = {"state": state, "pid": os.getpid(), "invocation_id": os.environ.get("INVOCATION_ID"), **extra}
+        write_atomic(self.work / "status.json", json.dumps(record, indent=1) + "\n")
+
+    def done(self, step: str) -> bool:
+        return (self.work / f"{step}.done").is_file()
+
+    def mark(self, step: str) -> None:
+        (self.work / f"{step}.done").write_text(self.spec["fingerprint"] + "\n")
+
+    # -- environments
+
+    def pip_env(self, index_url: str | None, extra_index_url: str | None = None) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+        env.update(
+            PIP_CACHE_DIR=str(self.cache / "pip"),
+            PIP_DISABLE_PIP_VERSION_CHECK="1",
+            PIP_NO_INPUT="1",
+            PIP_PROGRESS_BAR="off",
+        )
+        if index_url:
+            env["PIP_INDEX_URL"] = index_url
+        if extra_index_url:
+            env["PIP_EXTRA_INDEX_URL"] = extra_index_url
+        return env
+
+    def pip(self, args: list[str], env: dict[str, str], what: str) -> None:
+        run([str(self.python), "-m", "pip", *args], what, env=env)
+
+    def cuda_env(self) -> dict[str, str]:
+        cuda = self.spec["cuda_home"]
+        env = dict(os.environ)
+        env.update(
+            CUDA_HOME=cuda,
+            CUDA_PATH=cuda,
+            CUDACXX=f"{cuda}/bin/nvcc",
+            PATH=f"{cuda}/bin:{self.venv}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        )
+        env.pop("PYTHONPATH", None)
+        return env
+
+    def installed(self, dist: str) -> str | None:
+        code = (
+            "import importlib.metadata as m, sys\n"
+            "try:\n    print(m.version(sys.argv[1]))\nexcept m.PackageNotFoundError:\n    pass\n"
+        )
+        return output([str(self.python), "-c", code, dist]) or None
+
+    # -- steps
+
+    def step_venv(self) -> None:
+        if self.python.exists():
+            probe = subprocess.run([str(self.python), "-c", "import pip, sys; print(sys.version)"], check=False)
+            if probe.returncode == 0:
+                return
+            say(f"{self.venv} is broken; making it again")
+            shutil.rmtree(self.venv)
+        interpreter = shutil.which(self.spec["python"])
+        if interpreter is None:
+            raise BuildError(f"{self.spec['python']} is not installed (apt install {self.spec['python']}-venv)")
+        run([interpreter, "-m", "venv", str(self.venv)], "making the venv")
+        got = output([str(self.python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
+        if got != self.spec["python_version"]:
+            raise BuildError(f"the venv runs Python {got}, python_version is {self.spec['python_version']}")
+
+    def step_torch(self) -> None:
+        pins = self.spec["pins"]
+        wanted = [f"{name}=={pins[name]}" for name in self.spec["torch_packages"]]
+        self.pip(["install", *wanted], self.pip_env(self.spec["torch_index_url"]), "pip install from the torch index")
+        self.require_pins(self.spec["torch_packages"])
+
+    def step_requirements(self) -> None:
+        fork = Path(self.spec["sources"]["fork"])
+        lines: list[str] = []
+        for path in fork_requirement_files(fork):
+            lines += requirement_lines(path)
+        merged = merge_requirements(lines, self.spec["pins"], self.spec["drop"])
+        requirements = self.work / "requirements.txt"
+        constraints = self.work / "constraints.txt"
+        requirements.write_text("\n".join(merged) + "\n")
+        constraints.write_text("".join(f"{n}=={v}\n" for n, v in self.spec["pins"].items()))
+        say(f"requirements (the fork's, ours winning): {', '.join(merged)}")
+        env = self.pip_env(self.spec["pip_index_url"], self.spec["torch_index_url"])
+        self.pip(["install", "-r", str(requirements), "-c", str(constraints)], env, "pip install of the requirements")
+        for dist in self.spec["drop"]:
+            if self.installed(dist):
+                self.pip(["uninstall", "-y", dist], env, f"pip uninstall {dist}")
+        self.require_pins(list(self.spec["pins"]))
+
+    def require_pins(self, names: list[str]) -> None:
+        for name in names:
+            want = self.spec["pins"][name]
+            got = self.installed(name)
+            if got is None or got.split("+", 1)[0] != want:
+                raise BuildError(f"{name} is {got or 'not installed'} in the venv, the pin is {want}")
+
+    def flashinfer_data(self) -> Path:
+        code = "import importlib.util, os; print(os.path.dirname(importlib.util.find_spec('flashinfer').origin))"
+        return Path(output([str(self.python), "-c", code])) / FLASHINFER_DATA
+
+    def step_flashinfer(self) -> None:
+        fix = self.spec["flashinfer_fix"]
+        version = self.spec["pins"]["flashinfer-python"]
+        if fix is None:
+            say(f"FlashInfer {version} needs no SM75 fix")
+            return
+        files = fix["files"]
+        data = self.flashinfer_data()
+        state = classify(header_hashes(data, files), files)
+        if state == "other":
+            say(f"FlashInfer {version}'s headers are neither the known base nor the result; reinstalling the wheel")
+            env = self.pip_env(self.spec["pip_index_url"], self.spec["torch_index_url"])
+            self.pip(
+                ["install", "--force-reinstall", "--no-deps", f"flashinfer-python=={version}"],
+                env,
+                "reinstalling FlashInfer",
+            )
+            found = header_hashes(data, files)
+            state = classify(found, files)
+            if state == "other":
+                detail = "; ".join(
+                    f"{p} is {found[p]}, known base {s['before']}, known result {s['after']}" for p, s in files.items()
+                )
+                raise BuildError(
+                    f"flashinfer-python {version} is not the release the {fix['patch']} data describes: {detail}"
+                )
+        if state == "after":
+            say(f"FlashInfer {version} already carries {fix['patch']} (headers verified)")
+            return
+        diff = self.work / f"flashinfer-{fix['patch']}.diff"
+        say(f"downloading the {fix['patch']} diff from {redact(fix['url'])}")
+        download(fix["url"], diff)
+        say(f"diff sha256 {sha256_of(diff)}")
+        try:
+            patched = apply_in_scratch(diff, data, files, self.work / "flashinfer-scratch")
+        except BuildError as err:
+            raise BuildError(
+                f"FlashInfer {version}: {fix['patch']} from {redact(fix['url'])}: {err}; the installed headers were "
+                "not changed"
+            ) from None
+        install_patched(patched, data)
+        if classify(header_hashes(data, files), files) != "after":
+            raise BuildError(f"FlashInfer {version}: the patched headers did not land; re-run the deploy")
+        shutil.rmtree(self.work / "flashinfer-scratch", ignore_errors=True)
+        say(f"FlashInfer {version}: {fix['patch']} applied, headers verified by sha256")
+
+    def step_flashqla(self) -> None:
+        src = self.spec["sources"]
+        changed = prepare_flashqla(Path(src["flashqla"]), Path(src["fork"]))
+        say("FlashQLA: " + ("; ".join(changed) if changed else "nothing to adapt"))
+
+    def compile_env(self) -> dict[str, str]:
+        spec, src = self.spec, self.spec["sources"]
+        jobs = str(spec["max_jobs"])
+        env = self.cuda_env()
+        env.update(
+            TORCH_CUDA_ARCH_LIST=spec["arch_list"],
+            MAX_JOBS=jobs,
+            CMAKE_BUILD_PARALLEL_LEVEL=jobs,
+            NVCC_THREADS="1",
+            CMAKE_BUILD_TYPE="Release",
+            VLLM_TARGET_DEVICE="cuda",
+            VLLM_CUTLASS_SRC_DIR=src["cutlass"],
+            TRITON_KERNELS_SRC_DIR=f"{src['triton']}/python/triton_kernels/triton_kernels",
+            CCACHE_DIR=str(self.cache / "ccache"),
+            CCACHE_NOHASHDIR="true",  # editable builds in per-runtime paths still hit the cache
+        )
+        version_file = Path(src["fork"]) / "VERSION"
+        if version_file.is_file():
+            env["VLLM_VERSION_OVERRIDE"] = version_file.read_text().strip()
+        return {k: v for k, v in env.items() if not k.startswith("PIP_INDEX") and not k.startswith("PIP_EXTRA")}
+
+    def step_compile(self) -> None:
+        fork = Path(self.spec["sources"]["fork"])
+        head = output(["git", "-C", str(fork), "rev-parse", "HEAD"])
+        if head != self.spec["fork_ref"]:
+            raise BuildError(f"{fork} is at {head}, not the pinned {self.spec['fork_ref']}; re-run the deploy")
+        env = self.compile_env()
+        say(f"TORCH_CUDA_ARCH_LIST={env['TORCH_CUDA_ARCH_LIST']} MAX_JOBS={env['MAX_JOBS']} NVCC_THREADS=1")
+        run(
+            [str(self.python), "-m", "pip", "install", "-v", "--no-build-isolation", "--no-deps", "-e", str(fork)],
+            "compiling the fork",
+            env={**env, "PIP_CACHE_DIR": str(self.cache / "pip"), "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+        )
+
+    def step_check(self) -> None:
+        neutral = tempfile.mkdtemp(prefix="vllm-rig-check-")
+        try:
+            code = "import vllm._C, vllm; print('vllm', vllm.__version__, 'kernels', vllm._C.__file__)"
+            say(output([str(self.python), "-c", code], env=self.cuda_env(), cwd=neutral))
+        except BuildError as err:
+            raise BuildError(f"import vllm._C failed from a neutral directory (no kernels were built): {err}") from None
+        finally:
+            shutil.rmtree(neutral, ignore_errors=True)
+        run(["bash", self.spec["check_script"], str(self.python)], "the FlashInfer SM75 check")
+        self.check_flashqla()
+
+    def check_flashqla(self) -> None:
+        """FlashQLA's extension compiles with this torch and toolkit (into a scratch directory: the service's
+        own build happens through `current` after the switch, so its paths match the service's)."""
+        scratch = self.work / "torch_extensions"
+        env = self.cuda_env()
+        env.update(PYTHONPATH=self.spec["sources"]["flashqla"], TORCH_EXTENSIONS_DIR=str(scratch))
+        code = "from flash_qla.ops.gated_delta_rule.legacy import sm_legacy; print('FlashQLA', sm_legacy._load_ext())"
+        try:
+            say(output([str(self.python), "-c", code], env=env, cwd=self.dir))
+        except BuildError as err:
+            raise BuildError(f"FlashQLA's SM70/SM75 extension does not build: {err}") from None
+        shutil.rmtree(scratch, ignore_errors=True)
+
+    def finish(self) -> None:
+        versions = {name: self.installed(name) for name in [*self.spec["pins"], "vllm"]}
+        nvcc = subprocess.run([f"{self.spec['cuda_home']}/bin/nvcc", "--version"], capture_output=True, text=True)
+        release = [line for line in nvcc.stdout.splitlines() if "release" in line]
+        record = {
+            "name": self.spec["name"],
+            "fingerprint": self.spec["fingerprint"],
+            "inputs": self.spec["inputs"],
+            "built_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "invocation_id": os.environ.get("INVOCATION_ID"),
+            "max_jobs": self.spec["max_jobs"],
+            "nvcc": release[-1].strip() if release else None,
+            "versions": versions,
+            "seconds": self.times,
+        }
+        write_atomic(self.dir / "runtime.json", json.dumps(record, indent=1, sort_keys=True) + "\n")
+
+    # -- driver
+
+    STEPS = ("venv", "torch", "requirements", "flashinfer", "flashqla", "compile", "check")
+
+    def run(self) -> None:
+        total = len(self.STEPS)
+        for number, step in enumerate(self.STEPS, start=1):
+            if self.done(step):
+                say(f"==> step {number}/{total}: {step} (done before)")
+                continue
+            say(f"==> step {number}/{total}: {step}")
+            self.status("running", step=step)
+            started = time.monotonic()
+            try:
+                getattr(self, f"step_{step}")()
+            except BuildError as err:
+                raise BuildError(f"step {step}: {err}") from None
+            self.times[step] = round(time.monotonic() - started, 1)
+            self.mark(step)
+        self.finish()
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print(f"usage: {argv[0]} <runtime>/build-spec.json", file=sys.stderr)
+        return 2
+    spec = json.loads(Path(argv[1]).read_text())
+    build = Build(spec)
+    invocation = os.environ.get("INVOCATION_ID")
+    say(f"BUILD START {spec['name']} (fingerprint {spec['fingerprint'][:16]}, invocation {invocation})")
+    try:
+        build.run()
+    except BuildError as err:
+        build.status("failed", error=str(err))
+        say(f"BUILD FAILED: {err}")
+        return 1
+    except Exception as err:  # an unexpected failure still leaves a status the deploy can show
+        build.status("failed", error=f"{type(err).__name__}: {err}")
+        say(f"BUILD FAILED: {type(err).__name__}: {err}")
+        raise
+    build.status("done")
+    say(f"BUILD OK {spec['name']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,125 @@
+"""files/check-flashinfer-pr3621-sm75.sh, the service's ExecStartPre: it passes only when the headers
+FlashInfer's JIT compiles cannot overflow SM75's shared memory, and no flashinfer-jit-cache is installed.
+
+Against the sandbox's stand-in headers always; against the real wheels when they are at hand (not in CI):
+
+    pip download --no-deps -d /tmp/fi flashinfer-python==0.6.12 flashinfer-python==0.6.14
+    VLLM_RIG_REAL_FLASHINFER_WHEELS=/tmp/fi [VLLM_RIG_REAL_PR3621_DIFF=/path/pr3621.diff] pytest this file
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.sandbox.fixtures.pkg_index import standins
+
+REPO = Path(__file__).resolve().parents[2]
+CHECK = REPO / "files" / "check-flashinfer-pr3621-sm75.sh"
+PREFILL = "flashinfer/data/include/flashinfer/attention/prefill.cuh"
+PR3621_BEFORE = "9bb66eeae98340e72a7cef68691d7198a8538d58f2fc64f08f77a314a9f4d98c"  # 0.6.14 prefill.cuh
+PR3621_AFTER = "3cda6a4f0fed5b3f89686933ecb0b3653ece8db08a7980d991d2192d4d30f784"
+
+
+def _site(root: Path, version: str, header: Path, jit_cache: str | None = None) -> Path:
+    """A site-packages dir holding flashinfer-python `version` with `header` as its prefill.cuh."""
+    (root / PREFILL).parent.mkdir(parents=True, exist_ok=True)
+    (root / "flashinfer" / "__init__.py").write_text("raise ImportError('the check must not import flashinfer')\n")
+    shutil.copyfile(header, root / PREFILL)
+    _dist_info(root, "flashinfer_python", version)
+    if jit_cache:
+        _dist_info(root, "flashinfer_jit_cache", jit_cache)
+    return root
+
+
+def _dist_info(root: Path, dist: str, version: str) -> None:
+    info = root / f"{dist}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist.replace('_', '-')}\nVersion: {version}\n")
+
+
+def _check(site: Path) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(site)}
+    return subprocess.run(["bash", str(CHECK), sys.executable], env=env, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("version", "header", "passes", "says"),
+    [
+        ("0.6.8.post1", "prefill-0.6.8.post1.cuh", True, "no fix needed"),
+        ("0.6.12", "prefill-0.6.12.cuh", False, "overflows SM75"),
+        ("0.6.14", "prefill-0.6.14.cuh", False, "overflows SM75"),
+        ("0.6.14", "prefill-0.6.14+pr3621.cuh", True, "carries PR 3621"),
+        ("0.6.15", "prefill-0.6.15.cuh", False, "overflows SM75"),
+        ("0.6.16", "prefill-0.6.16.cuh", True, "carries PR 3526"),
+    ],
+)
+def test_stand_in_headers(tmp_path: Path, version: str, header: str, passes: bool, says: str) -> None:
+    result = _check(_site(tmp_path, version, standins.HEADERS / header))
+    assert (result.returncode == 0) is passes, result.stdout + result.stderr
+    assert says in result.stdout + result.stderr
+    assert len((result.stdout + result.stderr).strip().splitlines()) == 1  # one line, for the journal
+
+
+def test_jit_cache_fails_even_with_the_fix(tmp_path: Path) -> None:
+    site = _site(tmp_path, "0.6.14", standins.HEADERS / "prefill-0.6.14+pr3621.cuh", jit_cache="0.6.14")
+    result = _check(site)
+    assert result.returncode == 1 and "flashinfer-jit-cache 0.6.14 is installed" in result.stderr
+
+
+def test_no_flashinfer_fails(tmp_path: Path) -> None:
+    result = _check(tmp_path)
+    assert result.returncode == 1 and "flashinfer is not installed" in result.stderr
+
+
+def test_default_python_is_the_current_runtime(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    shutil.copy(CHECK, bin_dir / CHECK.name)
+    result = subprocess.run(["bash", str(bin_dir / CHECK.name)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1 and f"no runtime python at {bin_dir}/../current/venv/bin/python" in result.stderr
+
+
+# ---- the real wheels (when provided) ---------------------------------------------------------------------
+
+REAL = os.environ.get("VLLM_RIG_REAL_FLASHINFER_WHEELS")
+real = pytest.mark.skipif(not REAL, reason="set VLLM_RIG_REAL_FLASHINFER_WHEELS to a dir of flashinfer-python wheels")
+
+
+def _real_site(tmp_path: Path, version: str) -> Path:
+    wheel = next(Path(REAL or ".").glob(f"flashinfer_python-{version}-*.whl"), None)
+    if wheel is None:
+        pytest.skip(f"no flashinfer-python {version} wheel in {REAL}")
+    site = tmp_path / version
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(site)
+    return site
+
+
+@real
+def test_real_0612_is_refused(tmp_path: Path) -> None:
+    result = _check(_real_site(tmp_path, "0.6.12"))
+    assert result.returncode == 1 and "overflows SM75" in result.stderr
+
+
+@real
+def test_real_0614_is_refused_before_pr3621_and_passes_after(tmp_path: Path) -> None:
+    site = _real_site(tmp_path, "0.6.14")
+    header = site / PREFILL
+    assert hashlib.sha256(header.read_bytes()).hexdigest() == PR3621_BEFORE
+    result = _check(site)
+    assert result.returncode == 1 and "overflows SM75" in result.stderr
+    diff = os.environ.get("VLLM_RIG_REAL_PR3621_DIFF")
+    if not diff:
+        pytest.skip("set VLLM_RIG_REAL_PR3621_DIFF to PR 3621's diff to check the patched header too")
+    subprocess.run(["git", "apply", "--include=include/*", diff], cwd=site / "flashinfer" / "data", check=True)
+    assert hashlib.sha256(header.read_bytes()).hexdigest() == PR3621_AFTER
+    result = _check(site)
+    assert result.returncode == 0 and "carries PR 3621" in result.stdout

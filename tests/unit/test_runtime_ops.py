@@ -1,0 +1,264 @@
+"""Runtime-stage operations planned on pyinfra's @fake host (facts answered from canned outputs), and the
+git checkout scripts run for real against a local repository."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vllm_rig.facts.runtime import GitCheckouts, checkout_matches
+from vllm_rig.operations.git import GitSource, checkout_script, fetch_script, git_checkouts
+from vllm_rig.operations.runtime import (
+    Directory,
+    build_runtime,
+    clear_host_caches,
+    directories,
+    restart_if_stale,
+    switch_runtime,
+    warm_flashqla,
+)
+
+ROOT = "/opt/vllm-rig"
+FP = "ab" * 32
+
+
+def _plan(responses: dict[str, Any], op: Any, **kwargs: Any) -> tuple[bool, list[str]]:
+    """(will it change, the commands it would run) for `op` on a @fake host whose facts print `responses`."""
+    from pyinfra.api import Config, Inventory, State
+    from pyinfra.api.connect import connect_all
+    from pyinfra.api.operation import add_op
+    from pyinfra.context import ctx_host, ctx_state
+
+    inventory = Inventory((["@fake/box"], {"fake_responses": responses, "fake_delay": 0, "fake_delay_jitter": 0}))
+    state = State(inventory, Config())
+    connect_all(state)
+    box = inventory.get_host("@fake/box")
+    meta = add_op(state, op, **kwargs)[box]
+    with ctx_state.use(state), ctx_host.use(box):
+        commands = [str(c) for c in state.ops[box][meta._hash].command_generator()]
+    return bool(meta.will_change), commands
+
+
+def _runtimes(current: str | None, previous: str | None = None, **runtimes: str) -> dict[str, list[str]]:
+    lines = ["@@current", *([f"{ROOT}/runtimes/{current}"] if current else []), "@@previous"]
+    lines += [f"{ROOT}/runtimes/{previous}"] if previous else []
+    lines += ["@@runtimes", *(f"{n}\t{FP}\t{flags}" for n, flags in runtimes.items())]
+    return {"echo @@runtimes": lines}
+
+
+def test_a_complete_runtime_is_not_built_again() -> None:
+    responses = {"echo @@complete": ["@@complete", "yes", "@@unit", "@@status", "@@others"]}
+    changed, _ = _plan(
+        responses,
+        build_runtime,
+        runtime="/r/x",
+        unit="u.service",
+        script="/b",
+        spec="/s",
+        spec_text="{}",
+        log="/l",
+        timeout_s=9,
+    )
+    assert changed is False
+
+
+def test_a_new_build_starts_a_transient_unit_and_follows_it() -> None:
+    responses = {"echo @@complete": ["@@complete", "@@unit", "ActiveState=inactive", "@@status", "@@others"]}
+    changed, commands = _plan(
+        responses,
+        build_runtime,
+        runtime="/r/x",
+        unit="u.service",
+        script="/b",
+        spec="/s",
+        spec_text="{}",
+        log="/l",
+        timeout_s=9,
+    )
+    assert changed is True
+    assert "chmod 600 /s" in commands[1] and "systemd-run" in commands[2]
+    assert commands[3].startswith("FunctionCommand(_follow")
+
+
+def test_a_running_build_is_re_attached_not_restarted() -> None:
+    responses = {
+        "echo @@complete": ["@@complete", "@@unit", "ActiveState=active", "InvocationID=abc", "@@status", "@@others"]
+    }
+    _, commands = _plan(
+        responses,
+        build_runtime,
+        runtime="/r/x",
+        unit="u.service",
+        script="/b",
+        spec="/s",
+        spec_text="{}",
+        log="/l",
+        timeout_s=9,
+    )
+    assert len(commands) == 1 and commands[0].startswith("FunctionCommand(_follow")
+
+
+def test_another_running_build_stops_this_one() -> None:
+    responses = {
+        "echo @@complete": ["@@complete", "@@unit", "ActiveState=inactive", "@@status", "@@others", "other.service"]
+    }
+    _, commands = _plan(
+        responses,
+        build_runtime,
+        runtime="/r/x",
+        unit="u.service",
+        script="/b",
+        spec="/s",
+        spec_text="{}",
+        log="/l",
+        timeout_s=9,
+    )
+    assert len(commands) == 1 and commands[0].startswith("FunctionCommand(_fail")
+
+
+SWITCH = {"root": ROOT, "target": "new", "flashinfer_cache": "/var/lib/vllm/.cache/flashinfer", "stamp": "/s"}
+
+
+def test_switch_keeps_the_old_runtime_as_previous_and_clears_flashinfer_jit() -> None:
+    changed, commands = _plan(_runtimes("old", None, old="complete\t\t", new="complete\t\t"), switch_runtime, **SWITCH)
+    assert changed is True
+    assert commands[0] == f"ln -sfn {ROOT}/runtimes/new {ROOT}/.current.new && mv -T {ROOT}/.current.new {ROOT}/current"
+    assert (
+        commands[1] == f"ln -sfn {ROOT}/runtimes/old {ROOT}/.previous.new && mv -T {ROOT}/.previous.new {ROOT}/previous"
+    )
+    assert commands[2].startswith("rm -rf /var/lib/vllm/.cache/flashinfer") and commands[2].endswith("touch /s")
+    assert len(commands) == 3
+    assert _plan(_runtimes("new", "old", old="complete", new="complete"), switch_runtime, **SWITCH)[0] is False
+
+
+def test_switch_removes_runtimes_other_than_current_previous_and_a_running_build() -> None:
+    responses = _runtimes(
+        "old", "older", older="complete\t\t", old="complete\t\t", new="complete\t\t", c="\t\t", d="\t\tactive"
+    )
+    _, commands = _plan(responses, switch_runtime, **SWITCH)
+    assert commands[-1] == f"rm -rf {ROOT}/runtimes/c {ROOT}/runtimes/older"  # new is current, old is previous
+    _, commands = _plan(
+        _runtimes("new", "old", old="complete\t\t", new="complete\t\t", c="\t\t"), switch_runtime, **SWITCH
+    )
+    assert commands == [f"rm -rf {ROOT}/runtimes/c"]  # a failed build's runtime, after a re-run that kept current
+
+
+def test_directories_are_made_with_mode_and_owner_in_one_read() -> None:
+    dirs = (Directory("/a"), Directory("/b", user="vllm", group="vllm"))
+    done = {"dirs /a /b": ["/a\t755 root root", "/b\t755 vllm vllm"]}
+    assert _plan(done, directories, dirs=dirs)[0] is False
+    _, commands = _plan({"dirs /a /b": ["/a\t755 root root", "/b\t755 root root"]}, directories, dirs=dirs)
+    assert commands == ["mkdir -p /b && chown vllm:vllm /b && chmod 755 /b"]
+
+
+def test_caches_are_cleared_only_when_kernel_or_driver_changed() -> None:
+    same = {"echo @@kernel": ["@@kernel", "k1", "@@driver", "580.1", "@@recorded", "kernel=k1 driver=580.1"]}
+    assert _plan(same, clear_host_caches, record="/r", caches=["/c1", "/c2/*"])[0] is False
+    moved = {"echo @@kernel": ["@@kernel", "k1", "@@driver", "580.2", "@@recorded", "kernel=k1 driver=580.1"]}
+    changed, commands = _plan(moved, clear_host_caches, record="/r", caches=["/c1", "/c2/*"])
+    assert changed and commands[0] == "rm -rf /c1 /c2/*" and "kernel=k1 driver=580.2" in commands[1]
+
+
+def test_flashqla_extension_is_built_once_per_runtime() -> None:
+    kwargs = {"root": ROOT, "stamp": "/st", "library": "/ext.so", "command": "warm"}
+    built = {"echo @@built": ["@@current", f"{ROOT}/runtimes/a", "@@stamp", f"{ROOT}/runtimes/a", "@@built", "yes"]}
+    assert _plan(built, warm_flashqla, **kwargs)[0] is False
+    switched = {"echo @@built": ["@@current", f"{ROOT}/runtimes/b", "@@stamp", f"{ROOT}/runtimes/a", "@@built", "yes"]}
+    changed, commands = _plan(switched, warm_flashqla, **kwargs)
+    assert changed and commands[0].startswith("warm && printf")
+    cleared = {"echo @@built": ["@@current", f"{ROOT}/runtimes/a", "@@stamp", f"{ROOT}/runtimes/a", "@@built"]}
+    assert _plan(cleared, warm_flashqla, **kwargs)[0] is True  # caches cleared: build it again
+
+
+def test_a_stale_service_is_restarted_with_try_restart() -> None:
+    stale = {"echo @@started": ["@@state", "active", "@@started", "100", "@@changed", "200"]}
+    changed, commands = _plan(stale, restart_if_stale, service="vllm", stamps=["/a", "/b"])
+    assert changed and commands == ["systemctl try-restart vllm.service"]
+    fresh = {"echo @@started": ["@@state", "active", "@@started", "300", "@@changed", "200"]}
+    assert _plan(fresh, restart_if_stale, service="vllm", stamps=["/a"])[0] is False
+
+
+def test_git_checkouts_are_decided_by_head_in_one_read() -> None:
+    sha = "c" * 40
+    sources = (GitSource("a", "u", sha, "/d1", "/c1"), GitSource("b", "u2", "v1.0", "/d2", "/c2"))
+    at = {"checkouts /d1": [f"/d1\t{sha}\t", f"/d2\t{'e' * 40}\t{'e' * 40}"]}
+    assert _plan(at, git_checkouts, sources=sources)[0] is False
+    elsewhere = {"checkouts /d1": [f"/d1\t{'d' * 40}\t", f"/d2\t{'e' * 40}\t{'e' * 40}"]}
+    changed, commands = _plan(elsewhere, git_checkouts, sources=sources)
+    assert changed and len(commands) == 2 and "/c1" in commands[0] and "/d1.partial" in commands[1]
+
+
+# ---- the git scripts, for real --------------------------------------------------------------------------
+
+
+def _git(*args: str, cwd: Path) -> str:
+    env = {"GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(cwd), "PATH": "/usr/bin:/bin"}
+    identity = ["-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    proc = subprocess.run(["git", *identity, *args], cwd=cwd, env=env, capture_output=True, text=True, check=True)
+    return proc.stdout.strip()
+
+
+@pytest.fixture
+def remote(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    work = tmp_path / "work"
+    work.mkdir()
+    _git("init", "-q", "-b", "main", cwd=work)
+    (work / "a.txt").write_text("one\n")
+    _git("add", "-A", cwd=work)
+    _git("commit", "-q", "-m", "one", cwd=work)
+    _git("tag", "v1.0", cwd=work)
+    first = _git("rev-parse", "HEAD", cwd=work)
+    (work / "a.txt").write_text("two\n")
+    _git("commit", "-q", "-am", "two", cwd=work)
+    return work, {"v1.0": first, "main": _git("rev-parse", "HEAD", cwd=work)}
+
+
+def _checkout(url: str, ref: str, dest: Path, cache: Path) -> dict[str, str | None]:
+    for script in (fetch_script(url, ref, str(cache)), checkout_script(url, ref, str(dest), str(cache))):
+        subprocess.run(["sh", "-c", script], check=True, capture_output=True)
+    out = subprocess.run(["sh", "-c", GitCheckouts().command(((str(dest), ref),))], capture_output=True, text=True)
+    return GitCheckouts().process(out.stdout.splitlines())[str(dest)]
+
+
+def test_checkouts_pin_commits_and_tags_through_the_cache(remote: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+    work, shas = remote
+    cache = tmp_path / "cache.git"
+    found = _checkout(str(work), shas["main"], tmp_path / "a", cache)
+    assert found["head"] == shas["main"] and checkout_matches(found, shas["main"])
+    assert (tmp_path / "a" / "a.txt").read_text() == "two\n"
+    found = _checkout(str(work), "v1.0", tmp_path / "b", cache)
+    assert found["head"] == shas["v1.0"] and checkout_matches(found, "v1.0")
+    # A second runtime at a commit the cache has needs no remote at all.
+    found = _checkout(str(tmp_path / "gone"), shas["main"], tmp_path / "c", cache)
+    assert found["head"] == shas["main"]
+    assert not (tmp_path / "c.partial").exists()
+
+
+def test_a_commit_the_remote_does_not_have_fails_and_leaves_no_checkout(
+    remote: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    work, _ = remote
+    script = fetch_script(str(work), "0" * 40, str(tmp_path / "cache.git"))
+    assert subprocess.run(["sh", "-c", script], capture_output=True).returncode != 0
+    assert not (tmp_path / "d").exists()
+
+
+class _Host:
+    name = "box"
+
+    def get_fact(self, *args: Any, **kwargs: Any) -> list[str]:
+        return ["last log line"]
+
+
+def test_a_build_stopped_by_its_timeout_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    from vllm_rig.operations.runtime import _verdict
+
+    found = {"complete": False, "unit": {"Result": "timeout"}, "status": {"state": "running"}}
+    assert _verdict(_Host(), found, "/r", "u.service", "/l.log") is False
+    assert "build_timeout_s" in caplog.text and "`current` is unchanged" in caplog.text
+    failed = {"complete": False, "unit": {"Result": "exit-code"}, "status": {"error": "step compile: boom"}}
+    assert _verdict(_Host(), failed, "/r", "u.service", "/l.log") is False
+    assert "runtime build failed: step compile: boom" in caplog.text and "last log line" in caplog.text

@@ -1,0 +1,268 @@
+"""The runtime stage's decisions as pure functions: what a build is made of (its fingerprint), where it
+goes, how many compile jobs it may run, which runtime directory a deploy uses, and the build spec the
+host-side build script (files/runtime_build.py) reads.
+
+A runtime is named by its build fingerprint: the hash of everything that changes what gets built (the
+CUDA toolkit, Python, the arch list, the pins, the fork/FlashQLA/CUTLASS/Triton commits, FlashInfer and
+its fix). Where things come from (index and mirror URLs) is not part of it: the same pins from a mirror
+are the same build. A changed fingerprint builds a new runtime beside the old one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from vllm_rig.layout import STATE_DIR, Layout
+from vllm_rig.settings import Settings
+
+# Bump when the build script changes what a runtime contains, so every host builds anew.
+BUILD_FORMAT = 2
+NAME_LENGTH = 16  # hex digits of the fingerprint in a runtime's directory name
+JOB_CAP = 8  # the fork's build.sh caps automatic MAX_JOBS at 8
+GB_PER_JOB = 3  # ... and allows about 3 GB of RAM per compile job
+GB_RESERVED = 3  # ... after keeping 3 GB for the system
+
+# Packages the fork's requirements may name that never go into a runtime: flashinfer-jit-cache's AOT
+# kernels bypass the patched headers, and flashinfer-cubin holds no SM75 kernels (and is not published
+# for every FlashInfer release).
+DROPPED_PACKAGES = ("flashinfer-cubin", "flashinfer-jit-cache")
+
+# Files on the host (state and markers).
+HOST_FINGERPRINT = f"{STATE_DIR}/host-fingerprint"  # kernel and driver the caches were made with
+SWITCHED_STAMP = f"{STATE_DIR}/runtime-switched"  # touched when `current` moves
+FLASHQLA_STAMP = f"{STATE_DIR}/flashqla-extension"  # the runtime whose FlashQLA extension is built
+LOG_DIR = f"{STATE_DIR}/logs"
+
+
+@dataclass(frozen=True)
+class RuntimeDirs:
+    """Paths of one runtime (<install_root>/runtimes/<name>) and the shared places around it."""
+
+    root: str
+    name: str
+
+    @property
+    def runtimes(self) -> str:
+        return f"{self.root}/runtimes"
+
+    @property
+    def dir(self) -> str:
+        return f"{self.runtimes}/{self.name}"
+
+    @property
+    def venv_python(self) -> str:
+        return f"{self.dir}/venv/bin/python"
+
+    @property
+    def fork(self) -> str:
+        return f"{self.dir}/src/vllm"
+
+    @property
+    def flashqla(self) -> str:
+        return f"{self.dir}/src/flashqla"
+
+    @property
+    def cutlass(self) -> str:
+        return f"{self.dir}/src/deps/cutlass"
+
+    @property
+    def triton(self) -> str:
+        return f"{self.dir}/src/deps/triton"
+
+    @property
+    def fingerprint_file(self) -> str:
+        return f"{self.dir}/fingerprint"
+
+    @property
+    def spec(self) -> str:
+        return f"{self.dir}/build-spec.json"
+
+    @property
+    def marker(self) -> str:
+        """Written last by the build, after every check passed: the runtime is complete."""
+        return f"{self.dir}/runtime.json"
+
+    @property
+    def unit(self) -> str:
+        return f"vllm-rig-build-{self.name}.service"
+
+    @property
+    def log(self) -> str:
+        return f"{LOG_DIR}/build-{self.name}.log"
+
+    @property
+    def cache(self) -> str:
+        return f"{self.root}/cache"
+
+    @property
+    def previous(self) -> str:
+        return f"{self.root}/previous"
+
+    @property
+    def build_script(self) -> str:
+        return f"{self.root}/bin/vllm-rig-runtime-build.py"
+
+    @property
+    def rollback_script(self) -> str:
+        return f"{self.root}/bin/vllm-rig-rollback"
+
+
+def torch_lane(index_url: str) -> str:
+    """The CUDA lane of a torch index URL (".../whl/cu128/" -> "cu128"); the URL itself when it names none."""
+    match = re.search(r"/(cu\d+|cpu|rocm[\d.]+|xpu)/?$", index_url)
+    return match.group(1) if match else index_url
+
+
+def build_inputs(s: Settings) -> dict[str, Any]:
+    """Everything that changes what gets built. Its hash names the runtime."""
+    patch = s.flashinfer_patch_data()
+    return {
+        "format": BUILD_FORMAT,
+        "cuda": s.cuda_version,
+        "python": s.python_version,
+        "arch_list": s.gpu_compute_capability,
+        "torch": s.torch_version,
+        "torch_lane": torch_lane(s.torch_index_url),
+        "triton": s.triton_version,
+        "transformers": s.transformers_version,
+        "numpy": s.numpy_version,
+        "fork": s.fork_ref,
+        "flashqla": s.flashqla_ref,
+        "cutlass": s.cutlass_ref,
+        "triton_src": s.triton_src_ref,
+        "flashinfer": s.flashinfer_version,
+        "flashinfer_fix": None if patch is None else {"patch": patch["patch"], "files": patch["files"]},
+    }
+
+
+def fingerprint(inputs: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def max_jobs(setting: int | str, threads: int, ram_gb: float) -> int:
+    """MAX_JOBS: the setting when it is a number, else min(8, threads, (RAM GB - 3) / 3), at least 1."""
+    if setting != "auto":
+        return int(setting)
+    return max(1, min(JOB_CAP, threads, int((ram_gb - GB_RESERVED) // GB_PER_JOB)))
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Which runtime directory this deploy uses, and what it has to do there."""
+
+    name: str
+    action: str  # "keep" (current, complete), "switch" (complete), "build" (new or resumed), "rolled-back"
+
+
+def runtime_names(fp: str) -> list[str]:
+    """Names a fingerprint's runtimes may take: <fp16>, then <fp16>-2, -3 ... for forced rebuilds."""
+    base = fp[:NAME_LENGTH]
+    return [base] + [f"{base}-{i}" for i in range(2, 100)]
+
+
+def choose(fp: str, state: dict[str, Any], force: bool) -> Choice:
+    """Pick the runtime directory for fingerprint `fp`, given the host's runtimes (facts.runtime.RuntimeState).
+
+    Without force: the current runtime when it is this build; else a complete one to switch to; else an
+    unfinished one to resume (a re-run re-attaches to its build); else a new directory. A complete runtime
+    that was rolled back away from is not switched to again (the deploy stops and says why). With force:
+    resume an unfinished one, else a new directory beside the others.
+    """
+    runtimes: dict[str, dict[str, Any]] = state.get("runtimes", {})
+    names = runtime_names(fp)
+    mine = [n for n in names if n in runtimes and runtimes[n].get("fingerprint") == fp]
+    complete = [n for n in mine if runtimes[n].get("complete")]
+    usable = [n for n in complete if not runtimes[n].get("rolled_back")]
+    unfinished = [n for n in mine if not runtimes[n].get("complete")]
+    current = state.get("current")
+    if not force:
+        if current in usable:
+            return Choice(current, "keep")
+        if usable:
+            return Choice(usable[-1], "switch")
+        if complete:
+            return Choice(complete[-1], "rolled-back")
+    if unfinished:
+        return Choice(unfinished[-1], "build")
+    free = next(n for n in names if n not in runtimes)
+    return Choice(free, "build")
+
+
+def input_differences(wanted: dict[str, Any], running: dict[str, Any]) -> list[str]:
+    """Build inputs that differ between the settings and a built runtime, as "key: settings / runtime"."""
+
+    def show(value: Any) -> str:
+        return json.dumps(value, sort_keys=True) if isinstance(value, dict) else str(value)
+
+    return [
+        f"{key}: {show(wanted.get(key))} / {show(running.get(key))}"
+        for key in sorted(set(wanted) | set(running))
+        if wanted.get(key) != running.get(key)
+    ]
+
+
+def rolled_back_problem(name: str, root: str, differences: list[str]) -> str:
+    """Why the deploy stops instead of switching back to a runtime someone rolled back from."""
+    runs_now = f" (settings / what runs now: {'; '.join(differences)})" if differences else ""
+    return (
+        f"the runtime these settings build ({root}/runtimes/{name}) was rolled back away from "
+        f"({root}/runtimes/{name}/rolled-back){runs_now}; change the settings to what runs now, set "
+        f"force_rebuild=true to build it anew, or delete that marker to switch to it again"
+    )
+
+
+def git_sources(s: Settings, dirs: RuntimeDirs) -> list[tuple[str, str, str, str]]:
+    """(label, url, ref, checkout dir) of each source the build needs, mirror prefix applied."""
+    prefix = s.git_mirror_prefix
+    return [
+        ("vLLM fork", prefix + s.fork_repo, s.fork_ref, dirs.fork),
+        ("FlashQLA", prefix + s.flashqla_repo, s.flashqla_ref, dirs.flashqla),
+        ("CUTLASS", prefix + s.cutlass_repo, s.cutlass_ref, dirs.cutlass),
+        ("Triton (triton_kernels)", prefix + s.triton_src_repo, s.triton_src_ref, dirs.triton),
+    ]
+
+
+def cache_name(url: str) -> str:
+    """A git cache directory name from a remote URL: .../weicj/vLLM-2080Ti-Definitive.git -> weicj+vLLM-...."""
+    parts = [p for p in url.rstrip("/").removesuffix(".git").split("/") if p]
+    return "+".join(parts[-2:])
+
+
+def build_spec(s: Settings, dirs: RuntimeDirs, fp: str, inputs: dict[str, Any], jobs: int) -> dict[str, Any]:
+    """What files/runtime_build.py needs on the host: paths, pins, sources, indexes and the FlashInfer fix.
+    Written 0600: index URLs may carry credentials."""
+    layout = Layout.of(s)
+    patch = s.flashinfer_patch_data()
+    return {
+        "name": dirs.name,
+        "fingerprint": fp,
+        "inputs": inputs,
+        "runtime": dirs.dir,
+        "python": f"python{s.python_version}",
+        "python_version": s.python_version,
+        "cuda_home": s.cuda_home,
+        "arch_list": s.gpu_compute_capability,
+        "max_jobs": jobs,
+        "pins": {
+            "torch": s.torch_version,
+            "triton": s.triton_version,
+            "transformers": s.transformers_version,
+            "numpy": s.numpy_version,
+            "flashinfer-python": s.flashinfer_version,
+        },
+        "torch_packages": ["torch", "triton"],
+        "drop": list(DROPPED_PACKAGES),
+        "pip_index_url": s.pip_index_url,
+        "torch_index_url": s.torch_index_url,
+        "flashinfer_fix": None
+        if patch is None
+        else {"patch": patch["patch"], "url": s.git_mirror_prefix + patch["url"], "files": patch["files"]},
+        "sources": {"fork": dirs.fork, "flashqla": dirs.flashqla, "cutlass": dirs.cutlass, "triton": dirs.triton},
+        "fork_ref": s.fork_ref,
+        "cache": dirs.cache,
+        "check_script": layout.flashinfer_check,
+    }
