@@ -16,7 +16,7 @@ import shlex
 
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.operations import apt, server
+from pyinfra.operations import apt
 
 from vllm_rig import runtime
 from vllm_rig.context import host_state, settings
@@ -35,6 +35,7 @@ from vllm_rig.operations.runtime import (
     switch_runtime,
     warm_flashqla,
 )
+from vllm_rig.operations.users import service_user
 from vllm_rig.settings import Settings
 from vllm_rig.unit import environment
 
@@ -89,14 +90,7 @@ def install_runtime() -> None:
         no_recommends=True,
         extra_install_args="-o DPkg::Lock::Timeout=600",
     )
-    server.user(  # as the service stage makes it (which also adds the GPU groups)
-        name=f"System user {user} (home {layout.service_home} holds its caches)",
-        user=user,
-        system=True,
-        home=layout.service_home,
-        create_home=True,
-        shell="/usr/sbin/nologin",
-    )
+    service_user(layout, box["gpu_groups"])  # the build warms FlashQLA's extension as this user
     directories(
         name="Runtime, cache and log directories; the service user's torch extensions",
         dirs=(

@@ -7,32 +7,26 @@ Restarts only on a change (the unit, the key); the runtime stage restarts it aft
 import hashlib
 
 from pyinfra.api import deploy
-from pyinfra.operations import server, systemd
+from pyinfra.operations import systemd
 
-from vllm_rig.context import settings
+from vllm_rig.context import host_state, settings
 from vllm_rig.layout import STATE_DIR, Layout
 from vllm_rig.operations.files import config_files, from_repo, text
 from vllm_rig.operations.proof import proven
 from vllm_rig.operations.secrets import api_key_file
 from vllm_rig.operations.units import unit_enabled_and_started
+from vllm_rig.operations.users import service_user
 from vllm_rig.unit import render_unit
-
-GPU_GROUPS = ["video", "render"]  # /dev/nvidia* and /dev/dri on distributions that restrict them
 
 
 @deploy("Service")
 def install_service() -> None:
     s = settings()
     layout = Layout.of(s)
-    server.user(
-        name=f"System user {s.service_user} (home {layout.service_home} holds its caches)",
-        user=s.service_user,
-        system=True,
-        home=layout.service_home,
-        create_home=True,
-        shell="/usr/sbin/nologin",
-        groups=GPU_GROUPS,
-    )
+    box = host_state()
+    if not box:
+        return  # the host's state could not be read: preflight has already failed it
+    service_user(layout, box["gpu_groups"])
     key = api_key_file(
         name="API key (made once on the host, root:service 0640)" if s.vllm_api_key == "auto" else "No API key",
         path=layout.env_file,

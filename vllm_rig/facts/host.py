@@ -37,6 +37,7 @@ SECTIONS: dict[str, str] = {
     "nouveau_blacklist": "cat /etc/modprobe.d/*nouveau* 2>/dev/null | grep -E '^blacklist nouveau' || true",
     "boot_id": "cat /proc/sys/kernel/random/boot_id",
     "rig_driver": "cat /var/lib/vllm-rig/driver-version 2>/dev/null || true",
+    "gpu_groups": "getent group video render | cut -d: -f1",
 }
 
 
@@ -70,6 +71,7 @@ class HostState(FactBase):
             "nouveau_blacklisted": bool(raw.get("nouveau_blacklist")),
             "boot_id": _first(raw.get("boot_id")),
             "rig_driver": _first(raw.get("rig_driver")),
+            "gpu_groups": sorted(line.strip() for line in raw.get("gpu_groups", []) if line.strip()),
         }
 
 
