@@ -8,6 +8,8 @@ For an A/B (e.g. FP8 against FP16 KV cache): bench, deploy with the other settin
 label, then `python files/bench.py compare bench-results/<host>-A.json bench-results/<host>-B.json`.
 """
 
+from pathlib import Path
+
 from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import files
@@ -33,6 +35,7 @@ def bench() -> None:
             f"--json-out {result}"
         ),
     )
+    Path("bench-results").mkdir(exist_ok=True)  # here, on the control side
     files.get(name="Results to bench-results/", src=result, dest=f"bench-results/{host.name}-{s.bench_label}.json")
 
 

@@ -1,0 +1,97 @@
+"""Service stage on the sandbox: the whole deploy to a serving box, the API key, restarts on change only,
+the seed's benchmark against the stand-in server, and the service coming back after a SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from tests.conftest import Rig
+from tests.e2e.deploys import deploy, fresh
+from tests.sandbox import paths
+from tests.sandbox.fixtures import forge
+
+pytestmark = pytest.mark.sandbox
+PORT = paths.VLLM_PORT_BASE + 1  # rig1 serves on 8001 (shared network namespace)
+MODEL = "qwen-local"
+
+
+def _chat(key: str | None) -> tuple[int, dict]:
+    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 8})
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    req = urllib.request.Request(f"http://127.0.0.1:{PORT}/v1/chat/completions", body.encode(), headers)
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return err.code, {}
+
+
+def _key(rig: Rig) -> str:
+    line = rig.ssh("rig1", "sudo grep ^VLLM_API_KEY= /etc/vllm-rig/vllm.env").strip()
+    return line.split("=", 1)[1]
+
+
+def test_whole_deploy_serves_and_demands_the_key(rig: Rig) -> None:
+    fresh(rig)
+    run = deploy(rig, "deploy.py")
+    assert run.ok, run.log[-3000:]
+    assert "service_probe: generated" in run.log  # the deploy proved generation, not just /health
+    assert rig.ssh("rig1", "systemctl is-active vllm").strip() == "active"
+    status, answer = _chat(_key(rig))
+    assert status == 200 and answer["choices"][0]["message"]
+    assert _chat(None)[0] == 401 and _chat("wrong")[0] == 401
+    assert rig.ssh("rig1", "stat -c '%a %U %G' /etc/vllm-rig/vllm.env").split() == ["640", "root", "vllm"]
+    key = _key(rig)
+    shown = rig.ssh("rig1", "systemctl show vllm -p ExecStart -p Environment; ps -eo args")
+    assert key not in shown and key not in run.log
+
+
+def test_second_run_changes_nothing(rig: Rig) -> None:
+    run = deploy(rig, "deploy.py")
+    assert run.ok and run.changed == [], run.changed
+
+
+def test_a_changed_flag_restarts_and_proves_again(rig: Rig) -> None:
+    pid = rig.ssh("rig1", "systemctl show vllm -p MainPID --value").strip()
+    run = deploy(rig, "deploy.py", data={"max_num_batched_tokens": 2048})
+    assert run.ok, run.log[-3000:]
+    assert any("Restart vllm" in name for name in run.changed) and "service_probe: generated" in run.log
+    assert rig.ssh("rig1", "systemctl show vllm -p MainPID --value").strip() != pid
+    assert "--max-num-batched-tokens 2048" in rig.ssh("rig1", "systemctl show vllm -p ExecStart")
+
+
+def test_bench_reports_the_standin_rates(rig: Rig) -> None:
+    forge.write_knobs(prefill_tps=5000, decode_tps=400, mtp_acceptance=0.75)
+    try:
+        run = deploy(
+            rig,
+            "tasks/bench.py",
+            data={"max_num_batched_tokens": 2048, "bench_sizes": "4000:2:96", "bench_label": "e2e"},
+        )
+        assert run.ok, run.log[-3000:]
+        result = json.loads((paths.REPO / "bench-results" / "rig1-e2e.json").read_text())
+    finally:
+        forge.write_knobs(prefill_tps=1300, decode_tps=85, mtp_acceptance=0.75)
+    assert len(result["runs"]) == 2
+    for r in result["runs"]:
+        assert abs(r["prefill_tps"] / 5000 - 1) < 0.03, r
+        assert abs(r["decode_tps"] / 400 - 1) < 0.03, r
+        assert abs(r["acceptance"] - 0.75) < 0.03, r
+
+
+def test_service_killed_comes_back_by_itself(rig: Rig) -> None:
+    rig.ssh("rig1", "sudo systemctl kill -s KILL vllm")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        time.sleep(2)
+        try:
+            if _chat(_key(rig))[0] == 200:
+                return
+        except OSError:
+            continue
+    pytest.fail("the service did not come back within 60 s after SIGKILL (Restart=always, RestartSec=10)")
