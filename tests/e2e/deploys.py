@@ -23,9 +23,11 @@ class DeployRun:
         return self.rc == 0 and not self.failed_hosts
 
 
-def deploy(rig: Rig, *files: str, data: dict[str, object] | None = None, timeout: float = 900) -> DeployRun:
-    """`pyinfra -y inventory/sandbox.py FILES --json --data K=V ...`, parsed."""
-    args = [*files, "--json"]
+def deploy(
+    rig: Rig, *files: str, data: dict[str, object] | None = None, limit: str | None = None, timeout: float = 900
+) -> DeployRun:
+    """`pyinfra -y inventory/sandbox.py FILES --json [--limit HOST] --data K=V ...`, parsed."""
+    args = [*files, "--json", *(["--limit", limit] if limit else [])]
     for key, value in (data or {}).items():
         args += ["--data", f"{key}={json.dumps(value) if not isinstance(value, str) else value}"]
     run: subprocess.CompletedProcess[str] = rig.pyinfra(*args, timeout=timeout)
