@@ -58,7 +58,8 @@ def install_service() -> None:
         probe=probe,
         stamp=f"{STATE_DIR}/service-proven",
         link=layout.current,
-        unit_sha256=hashlib.sha256(unit_text.encode()).hexdigest(),
+        # After a driver change the service restarts on a new kernel module: prove it again.
+        fingerprint=hashlib.sha256(f"{unit_text}|driver {s.nvidia_driver_version}".encode()).hexdigest(),
     )
 
 

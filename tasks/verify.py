@@ -56,7 +56,7 @@ def verify_gpus() -> None:
         stamp=f"{STATE_DIR}/gpu-verdict-proven",
         link=layout.current,
         # The driver record too: a driver upgrade must be verified again even on the same runtime.
-        unit_sha256=hashlib.sha256(f"{command}|{DRIVER_RECORD}:{s.nvidia_driver_version}".encode()).hexdigest(),
+        fingerprint=hashlib.sha256(f"{command}|{DRIVER_RECORD}:{s.nvidia_driver_version}".encode()).hexdigest(),
     )
 
 

@@ -1,6 +1,7 @@
 """Prove a service answers after it changed, once per change.
 
-A stamp records what was proven (the unit's sha256 and the runtime `current` points at). A no-op
+A stamp records what was proven (a fingerprint of what must hold, e.g. the unit and the driver, and the
+runtime `current` points at). A no-op
 re-run reads the stamp and the link in one command and does nothing; a changed unit, a switched
 runtime or a failed earlier proof runs the probe again, with its output streamed live.
 """
@@ -29,10 +30,10 @@ class Proof(FactBase):
 
 
 @operation(is_idempotent=True)
-def proven(probe: str, stamp: str, link: str, unit_sha256: str):
-    """Run `probe` (streamed) unless the stamp says this unit on this runtime was already proven."""
+def proven(probe: str, stamp: str, link: str, fingerprint: str):
+    """Run `probe` (streamed) unless the stamp says this fingerprint on this runtime was already proven."""
     found = host.get_fact(Proof, stamp=stamp, link=link)
-    key = f"{unit_sha256}:{found['current']}"
+    key = f"{fingerprint}:{found['current']}"
     if found["stamp"] == key:
         host.noop("already proven for this unit and runtime")
         return
