@@ -6,18 +6,12 @@ table in the output, or one JSON line with `--data preflight_report=json`.
 
 from pyinfra import host, logger
 from pyinfra.api import deploy
-from pyinfra.operations import python
 
 from vllm_rig import preflight
 from vllm_rig.context import host_state, settings
 from vllm_rig.facts.model import ModelPreflight, preflight_stdin
 from vllm_rig.facts.nvidia_smi import NvidiaGpus, NvidiaTopology
-
-
-def _stop(state, host, summary: str) -> bool:  # noqa: ARG001 - pyinfra passes state and host by name
-    """Fail this host with one readable line (returning False fails the operation without a traceback)."""
-    logger.error(f"[{host.name}] {summary}")
-    return False
+from vllm_rig.operations.checks import require
 
 
 @deploy("Preflight")
@@ -39,7 +33,7 @@ def check_host() -> None:
     logger.info(report(host.name, checks))
     if preflight.has_failures(checks):
         failed = "; ".join(f"{c.name}: {c.detail} -> {c.way_out}" for c in checks if c.status == "fail")
-        python.call(name="Preflight verdict: FAIL", function=_stop, summary=f"preflight failed: {failed}")
+        require(name="Preflight verdict: FAIL", problem=lambda: f"preflight failed: {failed}")
 
 
 check_host()

@@ -116,7 +116,7 @@ def test_another_running_build_stops_this_one() -> None:
         log="/l",
         timeout_s=9,
     )
-    assert len(commands) == 1 and commands[0].startswith("FunctionCommand(_fail")
+    assert len(commands) == 1 and commands[0].startswith("FunctionCommand(fail_host")
 
 
 SWITCH = {"root": ROOT, "target": "new", "flashinfer_cache": "/var/lib/vllm/.cache/flashinfer", "stamp": "/s"}

@@ -15,9 +15,10 @@ def require(problem: Callable[[], str | None]):
     if not found:
         host.noop("check passed")
         return
-    yield FunctionCommand(_fail, (found,), {})
+    yield FunctionCommand(fail_host, (found,), {})
 
 
-def _fail(state, host, message: str) -> bool:  # noqa: ARG001 - pyinfra passes state and host by name
+def fail_host(state, host, message: str) -> bool:  # noqa: ARG001 - pyinfra passes state and host by name
+    """A FunctionCommand body that fails this host with one readable line (no traceback)."""
     logger.error(f"[{host.name}] {message}")
     return False

@@ -13,6 +13,7 @@ from pyinfra.api import FunctionCommand, StringCommand, operation
 from pyinfra.connectors.local import LocalConnector
 
 from vllm_rig.facts.driver import BootId, DriverState
+from vllm_rig.operations.checks import fail_host
 
 
 def reboot_reasons(state: dict, version: str) -> list[str]:
@@ -36,21 +37,17 @@ def reboot_if_needed(version: str, timeout: int = 600):
         return
     why = "; ".join(reasons)
     if isinstance(host.connector, LocalConnector):
-        yield FunctionCommand(_refuse_local, (why,), {})
+        refusal = (
+            f"a reboot is needed ({why}); this is the machine running pyinfra, so reboot it yourself and run "
+            "the deploy again"
+        )
+        yield FunctionCommand(fail_host, (refusal,), {})
         return
     before: list[str] = []
     yield FunctionCommand(lambda state, host: before.append(host.get_fact(BootId)), (), {})
     logger.info(f"[{host.name}] rebooting: {why}")
     yield StringCommand("( sleep 1 && systemctl reboot ) </dev/null >/dev/null 2>&1 &")
     yield FunctionCommand(_wait_for_new_boot, (before, timeout), {})
-
-
-def _refuse_local(state, host, why: str) -> bool:  # noqa: ARG001 - pyinfra passes state and host by name
-    logger.error(
-        f"[{host.name}] a reboot is needed ({why}); this is the machine running pyinfra, so reboot it "
-        "yourself and run the deploy again"
-    )
-    return False
 
 
 def _wait_for_new_boot(state, host, before: list[str], timeout: int) -> bool:  # noqa: ARG001

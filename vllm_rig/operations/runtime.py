@@ -27,6 +27,7 @@ from vllm_rig.facts.runtime import (
     ServiceFreshness,
     restart_needed,
 )
+from vllm_rig.operations.checks import fail_host
 
 POLL_S = 3.0  # how often the deploy looks at a running build
 GRACE_S = 120  # waiting past the unit's own RuntimeMaxSec before giving up on it
@@ -93,7 +94,7 @@ def build_runtime(runtime: str, unit: str, script: str, spec: str, spec_text: st
         return
     others = [u for u in state["others"] if u != unit]
     if others:
-        yield FunctionCommand(_fail, (f"another runtime build is running ({', '.join(others)}); wait for it",), {})
+        yield FunctionCommand(fail_host, (f"another runtime build is running ({', '.join(others)}); wait for it",), {})
         return
     seen = host.get_fact(LogProgress, path=log, seen=0)["count"]  # lines of earlier attempts are not news
     if state["active"]:
@@ -104,11 +105,6 @@ def build_runtime(runtime: str, unit: str, script: str, spec: str, spec_text: st
         yield f"chown root:root {shlex.quote(spec)} && chmod 600 {shlex.quote(spec)}"
         yield start_command(unit, runtime, script, spec, log, timeout_s)
     yield FunctionCommand(_follow, (runtime, unit, log, timeout_s, seen), {})
-
-
-def _fail(state, host, message: str) -> bool:  # noqa: ARG001 - pyinfra passes state and host by name
-    logger.error(f"[{host.name}] {message}")
-    return False
 
 
 def _follow(state, host, runtime: str, unit: str, log: str, timeout_s: int, seen: int) -> bool:  # noqa: ARG001
