@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.unit.fake_host import plan as _plan
 from vllm_rig.facts.runtime import GitCheckouts, checkout_matches
 from vllm_rig.operations.git import GitSource, checkout_script, fetch_script, git_checkouts
 from vllm_rig.operations.runtime import (
@@ -23,23 +24,6 @@ from vllm_rig.operations.runtime import (
 
 ROOT = "/opt/vllm-rig"
 FP = "ab" * 32
-
-
-def _plan(responses: dict[str, Any], op: Any, **kwargs: Any) -> tuple[bool, list[str]]:
-    """(will it change, the commands it would run) for `op` on a @fake host whose facts print `responses`."""
-    from pyinfra.api import Config, Inventory, State
-    from pyinfra.api.connect import connect_all
-    from pyinfra.api.operation import add_op
-    from pyinfra.context import ctx_host, ctx_state
-
-    inventory = Inventory((["@fake/box"], {"fake_responses": responses, "fake_delay": 0, "fake_delay_jitter": 0}))
-    state = State(inventory, Config())
-    connect_all(state)
-    box = inventory.get_host("@fake/box")
-    meta = add_op(state, op, **kwargs)[box]
-    with ctx_state.use(state), ctx_host.use(box):
-        commands = [str(c) for c in state.ops[box][meta._hash].command_generator()]
-    return bool(meta.will_change), commands
 
 
 def _runtimes(current: str | None, previous: str | None = None, **runtimes: str) -> dict[str, list[str]]:

@@ -1,0 +1,56 @@
+"""The service user read with one command and changed only where it differs."""
+
+from __future__ import annotations
+
+import subprocess
+
+from tests.unit.fake_host import plan
+from vllm_rig.facts.users import SystemUser
+from vllm_rig.operations.users import system_user
+
+USER = dict(user="vllm", home="/var/lib/vllm", shell="/usr/sbin/nologin", groups=["video", "render"])
+PASSWD = "vllm:x:998:998::/var/lib/vllm:/usr/sbin/nologin"
+
+
+def _read(name: str):
+    fact = SystemUser()
+    out = subprocess.run(fact.command(user=name), shell=True, capture_output=True, text=True, check=True)
+    return fact.process(out.stdout.splitlines())
+
+
+def _found(*lines: str) -> dict[str, list[str]]:
+    return {"getent passwd": list(lines)}
+
+
+def test_the_fact_reads_a_real_account_and_none_for_a_missing_one() -> None:
+    root = _read("root")
+    assert root is not None and root["home"] == "/root" and root["home_owner"] == "root:root"
+    assert "root" not in root["groups"]  # the primary group is not a secondary one
+    assert _read("no-such-user-vllm-rig") is None
+
+
+def test_a_missing_user_is_made_with_home_shell_and_groups() -> None:
+    changes, commands = plan(_found(), system_user, **USER)
+    assert changes and len(commands) == 1
+    assert "useradd -r -m -d /var/lib/vllm -s /usr/sbin/nologin -G video,render" in commands[0]
+    assert "-g vllm vllm" in commands[0]  # a leftover group of the same name is reused, not an error
+
+
+def test_an_account_as_wanted_is_left_alone() -> None:
+    found = _found(PASSWD, "groups=vllm render video", "primary=vllm", "home_owner=vllm:vllm")
+    assert plan(found, system_user, **USER) == (False, [])
+
+
+def test_only_what_differs_is_changed() -> None:
+    found = _found(PASSWD.replace("nologin", "false"), "groups=vllm video", "primary=vllm", "home_owner=root:root")
+    changes, commands = plan(found, system_user, **USER)
+    assert changes
+    assert commands == [
+        "usermod -s /usr/sbin/nologin -G video,render vllm",
+        "mkdir -p /var/lib/vllm && chown vllm:vllm /var/lib/vllm",
+    ]
+
+
+def test_no_gpu_groups_leaves_the_groups_alone() -> None:
+    found = _found(PASSWD, "groups=vllm docker", "primary=vllm", "home_owner=vllm:vllm")
+    assert plan(found, system_user, **{**USER, "groups": []}) == (False, [])
