@@ -4,8 +4,12 @@ preflight row for the model."""
 from __future__ import annotations
 
 import json
+import platform
 import shlex
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -136,6 +140,19 @@ def test_secret_file_fact_gives_mode_owner_digest_or_none() -> None:
         "sha256": "ab" * 32,
     }
     assert SecretFile().process([]) is None
+
+
+def test_tools_venv_fact_reads_a_real_venv(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = subprocess.run([venv / "bin" / "python", "-m", "pip", "--version"], capture_output=True, text=True)
+    fact = ToolsVenv()
+    run = subprocess.run(fact.command(path=str(venv), package="pip"), shell=True, capture_output=True, text=True)
+    found = fact.process(run.stdout.splitlines())
+    assert found["python"] == platform.python_version()
+    assert found["version"] == pip.stdout.split()[1]
+    missing = subprocess.run(fact.command(path=str(tmp_path / "no"), package="pip"), shell=True, capture_output=True)
+    assert fact.process(missing.stdout.decode().splitlines())["python"] is None
 
 
 def test_tools_venv_fact() -> None:

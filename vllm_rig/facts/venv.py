@@ -3,6 +3,7 @@ version of one package it holds."""
 
 from __future__ import annotations
 
+import re
 import shlex
 from typing import Any
 
@@ -13,13 +14,15 @@ from vllm_rig.facts.host import split_sections
 
 class ToolsVenv(FactBase):
     def command(self, path: str, package: str) -> str:
-        python = shlex.quote(f"{path}/bin/python")
-        probe = f"import importlib.metadata as m; print(m.version({package!r}))"
+        # Read from files instead of starting the venv's python twice (~25 ms each, on every re-run): pyvenv.cfg
+        # names the python version, the package's dist-info its version.
+        venv = shlex.quote(path)
+        dist = re.sub(r"[-_.]+", "_", package).lower()  # the dist-info directory's spelling of the name
         script = (
             "echo @@venv_pkg; dpkg-query -W -f='${Status}\\n' python3-venv 2>/dev/null || true; "
-            f"echo @@python; [ -x {python} ] && {python} -c 'import sys; print(sys.version.split()[0])' 2>/dev/null "
-            "|| true; "
-            f"echo @@version; [ -x {python} ] && {python} -c {shlex.quote(probe)} 2>/dev/null || true"
+            f"echo @@python; [ -x {venv}/bin/python ] && sed -n 's/^version *= *//p' {venv}/pyvenv.cfg 2>/dev/null; "
+            f"echo @@version; for d in {venv}/lib/python*/site-packages/{dist}-*.dist-info; do "
+            "sed -n 's/^Version: //p' \"$d/METADATA\" 2>/dev/null; done; true"
         )
         return "sh -c " + shlex.quote(script)
 
