@@ -122,7 +122,7 @@ def install_runtime() -> None:
     )
     require(
         name="The runtime these settings build was not rolled back",
-        problem=lambda: _rolled_back(s, inputs, fp),
+        problem=lambda: _rolled_back(s, inputs, choice),
     )
     config_files(name=f"Runtime {choice.name}", files=(text(dirs.fingerprint_file, fp + "\n"),))
     git_checkouts(
@@ -169,9 +169,9 @@ def install_runtime() -> None:
     )
 
 
-def _rolled_back(s: Settings, inputs: dict, fp: str) -> str | None:
-    """Read when the check runs: the settings' runtime is one that was rolled back from."""
-    choice = runtime.choose(fp, host.get_fact(RuntimeState, root=s.install_root), s.force_rebuild)
+def _rolled_back(s: Settings, inputs: dict, choice: runtime.Choice) -> str | None:
+    """The settings' runtime is one that was rolled back from (only a person's rollback makes it so, never an
+    earlier operation of this run: the choice read when the stage was planned holds)."""
     if choice.action != "rolled-back":
         return None
     record = host.get_fact(FileText, path=f"{s.install_root}/current/runtime.json")
