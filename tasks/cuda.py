@@ -3,13 +3,13 @@ it, CUDA_HOME and PATH for login shells, and a check that nvcc and the static li
 needs are there."""
 
 from pyinfra.api import deploy
-from pyinfra.operations import apt
 
 from vllm_rig.context import settings
 from vllm_rig.facts.cuda import CudaToolkit
 from vllm_rig.operations.alternatives import alternative
 from vllm_rig.operations.checks import require
 from vllm_rig.operations.files import config_files, rendered
+from vllm_rig.operations.packages import distro_packages
 
 
 def toolkit_problem(cuda_home: str, release: str) -> str | None:
@@ -30,12 +30,7 @@ def toolkit_problem(cuda_home: str, release: str) -> str | None:
 def install_cuda() -> None:
     s = settings()
     package = f"cuda-toolkit-{s.cuda_version.replace('.', '-')}"
-    apt.packages(
-        name=f"CUDA toolkit {s.cuda_version}",
-        packages=[package],
-        no_recommends=True,
-        extra_install_args="-o DPkg::Lock::Timeout=600",
-    )
+    distro_packages(name=f"CUDA toolkit {s.cuda_version}", packages=[package])
     alternative(name=f"/usr/local/cuda stays on {s.cuda_version}", link_name="cuda", path=s.cuda_home)
     config_files(
         name="CUDA_HOME and PATH for login shells",

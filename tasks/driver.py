@@ -16,6 +16,7 @@ from vllm_rig.layout import DRIVER_RECORD, ETC_DIR, GUARD_UNIT, STATE_DIR, Layou
 from vllm_rig.operations.apt_pin import hold_driver, pinned_driver
 from vllm_rig.operations.files import config_files, from_repo, rendered, text
 from vllm_rig.operations.keyring import keyring_deb
+from vllm_rig.operations.packages import distro_packages
 from vllm_rig.operations.reboot import reboot_if_needed
 from vllm_rig.operations.stamp import once_per_key
 from vllm_rig.operations.units import unit_enabled_and_started
@@ -47,12 +48,7 @@ def install_driver() -> None:
         url=s.nvidia_repo_url.format(distro=distro) + KEYRING,
     )
     apt.update(name="Refresh package lists for NVIDIA's repository", _if=keyring.did_change)
-    apt.packages(
-        name="Kernel headers (this kernel and future ones) and DKMS",
-        packages=[*driver.headers, "dkms"],
-        no_recommends=True,
-        extra_install_args="-o DPkg::Lock::Timeout=600",
-    )
+    distro_packages(name="Kernel headers (this kernel and future ones) and DKMS", packages=[*driver.headers, "dkms"])
     pinned_driver(
         name=f"NVIDIA driver {s.nvidia_driver_version} ({s.nvidia_driver_flavor})",
         driver=driver,

@@ -16,7 +16,6 @@ import shlex
 
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.operations import apt
 
 from vllm_rig import runtime
 from vllm_rig.context import host_state, settings
@@ -26,6 +25,7 @@ from vllm_rig.layout import STATE_DIR, Layout
 from vllm_rig.operations.checks import require
 from vllm_rig.operations.files import config_files, from_repo, rendered, text
 from vllm_rig.operations.git import GitSource, git_checkouts
+from vllm_rig.operations.packages import distro_packages
 from vllm_rig.operations.runtime import (
     Directory,
     build_runtime,
@@ -84,11 +84,8 @@ def install_runtime() -> None:
     jobs = runtime.max_jobs(s.build_max_jobs, box["cpus"], box["ram_gb"])
     user = s.service_user
 
-    apt.packages(
-        name="Build tools and Python headers from the distribution",
-        packages=build_packages(s.python_version),
-        no_recommends=True,
-        extra_install_args="-o DPkg::Lock::Timeout=600",
+    distro_packages(
+        name="Build tools and Python headers from the distribution", packages=build_packages(s.python_version)
     )
     service_user(layout, box["gpu_groups"])  # the build warms FlashQLA's extension as this user
     directories(

@@ -10,7 +10,8 @@ import shlex
 
 from pyinfra import host
 from pyinfra.api import operation
-from pyinfra.facts.deb import DebPackages
+
+from vllm_rig.facts.packages import PackageVersions
 
 
 def parse_deb_filename(url: str) -> tuple[str, str]:
@@ -22,7 +23,7 @@ def parse_deb_filename(url: str) -> tuple[str, str]:
 @operation()
 def keyring_deb(url: str):
     name, version = parse_deb_filename(url)
-    if version in host.get_fact(DebPackages).get(name, []):
+    if host.get_fact(PackageVersions, packages=(name,)).get(name) == version:
         host.noop(f"{name} {version} is installed")
         return
     tmp, src = f"/tmp/vllm-rig-{name}.deb", shlex.quote(url)

@@ -8,8 +8,7 @@ from pyinfra import host
 from pyinfra.api import operation
 
 from vllm_rig.facts.venv import ToolsVenv
-
-APT_INSTALL = "DEBIAN_FRONTEND=noninteractive apt-get -y -q -o DPkg::Lock::Timeout=600 install --no-install-recommends"
+from vllm_rig.operations.packages import APT_INSTALL
 
 
 @operation()

@@ -1,0 +1,45 @@
+"""Distribution packages read with one dpkg query for the names asked, installed only where missing."""
+
+from __future__ import annotations
+
+import subprocess
+
+from tests.unit.fake_host import plan
+from vllm_rig.facts.packages import PackageVersions
+from vllm_rig.operations.keyring import keyring_deb
+from vllm_rig.operations.packages import distro_packages
+
+
+def test_the_fact_reads_real_dpkg_for_the_names_asked() -> None:
+    fact = PackageVersions()
+    out = subprocess.run(
+        fact.command(packages=("dpkg", "libc6", "no-such-package-vllm-rig")), shell=True, capture_output=True, text=True
+    )
+    found = fact.process(out.stdout.splitlines())
+    version = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "dpkg"], capture_output=True, text=True).stdout
+    assert found["dpkg"] == version
+    assert "libc6" in found  # Multi-Arch: same prints libc6:amd64
+    assert "no-such-package-vllm-rig" not in found
+
+
+def test_removed_but_configured_packages_count_as_missing() -> None:
+    assert PackageVersions().process(["gcc\t4:12.2.0-3\tii ", "dkms\t3.0\trc ", "git\t1:2.39\thi "]) == {
+        "gcc": "4:12.2.0-3",
+        "git": "1:2.39",
+    }
+
+
+def test_only_missing_packages_are_installed_without_recommends() -> None:
+    found = {"dpkg-query": ["gcc\t4:12.2.0-3\tii ", "make\t4.3-4.1\tii "]}
+    changes, commands = plan(found, distro_packages, packages=["gcc", "make", "ccache", "g++"])
+    assert changes and len(commands) == 1
+    assert commands[0].endswith("install --no-install-recommends ccache g++")
+    assert "DPkg::Lock::Timeout=600" in commands[0]
+    assert plan(found, distro_packages, packages=["gcc", "make"]) == (False, [])
+
+
+def test_the_keyring_is_installed_unless_that_version_is() -> None:
+    url = "https://example.invalid/repos/ubuntu2404/x86_64/cuda-keyring_1.1-1_all.deb"
+    assert plan({"dpkg-query": ["cuda-keyring\t1.1-1\tii "]}, keyring_deb, url=url) == (False, [])
+    changes, commands = plan({"dpkg-query": ["cuda-keyring\t1.0-1\tii "]}, keyring_deb, url=url)
+    assert changes and "dpkg -i /tmp/vllm-rig-cuda-keyring.deb" in commands[0]
