@@ -36,6 +36,7 @@ def test_only_missing_packages_are_installed_without_recommends() -> None:
     assert commands[0].endswith("install --no-install-recommends ccache g++")
     assert "DPkg::Lock::Timeout=600" in commands[0]
     assert plan(found, distro_packages, packages=["gcc", "make"]) == (False, [])
+    assert plan({}, distro_packages, packages=["dkms"])[1][0].endswith(" dkms")  # dpkg printed nothing
 
 
 def test_the_keyring_is_installed_unless_that_version_is() -> None:
@@ -43,3 +44,4 @@ def test_the_keyring_is_installed_unless_that_version_is() -> None:
     assert plan({"dpkg-query": ["cuda-keyring\t1.1-1\tii "]}, keyring_deb, url=url) == (False, [])
     changes, commands = plan({"dpkg-query": ["cuda-keyring\t1.0-1\tii "]}, keyring_deb, url=url)
     assert changes and "dpkg -i /tmp/vllm-rig-cuda-keyring.deb" in commands[0]
+    assert plan({}, keyring_deb, url=url)[0]  # a fresh box: dpkg knows no keyring

@@ -16,6 +16,10 @@ from vllm_rig.facts.host import parse_packages
 class PackageVersions(FactBase):
     """name -> version for each of `packages` that is installed (absent ones are missing from the dict)."""
 
+    @staticmethod
+    def default() -> dict[str, str]:
+        return {}  # pyinfra answers this when the command printed nothing: none of them is installed
+
     def command(self, packages: tuple[str, ...]) -> str:
         fmt = "${binary:Package}\\t${Version}\\t${db:Status-Abbrev}\\n"
         return f"dpkg-query -W -f={shlex.quote(fmt)} {shlex.join(packages)} 2>/dev/null || true"
