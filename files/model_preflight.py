@@ -28,11 +28,13 @@ import re
 import shutil
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
+
+if TYPE_CHECKING:  # imported where the endpoint is asked: ~30 ms that a model complete on the host never needs
+    import urllib.error
+    import urllib.request
 
 MARKER = ".vllm-rig-complete.json"  # written by model_fetch.py; the same format
 MARKER_FORMAT = 1
@@ -119,6 +121,8 @@ def existing_parent(path: Path) -> Path:
 
 def _opener(endpoint: str) -> urllib.request.OpenerDirector:
     """Redirects are followed; the token is an unredirected header, so it never goes along."""
+    import urllib.request
+
     handlers: list[urllib.request.BaseHandler] = []
     if urlsplit(endpoint).hostname in LOOPBACK:
         handlers.append(urllib.request.ProxyHandler({}))  # a proxy never reaches a mirror on this box
@@ -126,6 +130,8 @@ def _opener(endpoint: str) -> urllib.request.OpenerDirector:
 
 
 def _request(url: str) -> urllib.request.Request:
+    import urllib.request
+
     req = urllib.request.Request(url, headers={"User-Agent": "vllm-rig-preflight", "Accept": "application/json"})
     token = os.environ.get("HF_TOKEN")
     if token:
@@ -151,6 +157,8 @@ def _describe_http(err: urllib.error.HTTPError, name: str, where: str) -> Refuse
 
 def get_json(opener: urllib.request.OpenerDirector, url: str, name: str, where: str) -> tuple[Any, str | None]:
     """(decoded JSON, the next page's URL or None); transport errors and 5xx are retried twice."""
+    import urllib.error
+
     for delay in (*RETRY_DELAYS_S, None):
         try:
             with opener.open(_request(url), timeout=TIMEOUT_S) as resp:
