@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 from dataclasses import dataclass
@@ -12,6 +13,9 @@ from tests.conftest import Rig
 from tests.sandbox import machine, paths, services
 from tests.sandbox.fixtures import nvidia_repo
 
+_SAYS_FAILED = re.compile(r"fail|error|not allowed", re.IGNORECASE)
+_PYINFRA_ERROR = re.compile(r"\[[^\]]+\] Error: ")  # pyinfra's line under the operation that failed a host
+_PYINFRA = re.compile(r"\] (Connected|Ready: |Success|No changes|Skipped|Error: )")  # pyinfra's own host lines
 HOST_STAGE = ("tasks/preflight.py", "tasks/driver.py", "tasks/cuda.py")  # what the runtime build needs first
 
 
@@ -27,10 +31,15 @@ class DeployRun:
         return self.rc == 0 and not self.failed_hosts
 
     def error_line(self) -> str:
-        """The first line of the log that says what failed (else its last line)."""
+        """The line that says why the run failed: ours in the failing operation (pyinfra marks that one with
+        "[host] Error: ..."), preferring one that says failed; else any such line; else the log's last."""
         lines = [line.strip() for line in self.log.splitlines() if line.strip()]
-        said = [line for line in lines if "failed" in line.lower() or "error" in line.lower()]
-        return (said or lines or [f"pyinfra exited {self.rc}"])[0]
+        marker = next((i for i, line in enumerate(lines) if _PYINFRA_ERROR.match(line)), len(lines))
+        op_start = max((i for i, line in enumerate(lines[:marker]) if line.startswith("--> ")), default=-1)
+        ours = [line for line in lines[op_start + 1 : marker] if line.startswith("[") and not _PYINFRA.search(line)]
+        said = [line for line in ours if _SAYS_FAILED.search(line)]
+        anywhere = [line for line in lines if _SAYS_FAILED.search(line)]
+        return (said or ours[-1:] or anywhere or lines[-1:] or [f"pyinfra exited {self.rc}"])[0]
 
 
 class DeployFailed(Exception):
