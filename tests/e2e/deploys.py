@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
+import time
 from dataclasses import dataclass
 
 from tests.conftest import Rig
-from tests.sandbox import machine
+from tests.sandbox import machine, paths, services
 from tests.sandbox.fixtures import nvidia_repo
+
+_SAYS_FAILED = re.compile(r"fail|error|not allowed", re.IGNORECASE)
+_PYINFRA_ERROR = re.compile(r"\[[^\]]+\] Error: ")  # pyinfra's line under the operation that failed a host
+_PYINFRA = re.compile(r"\] (Connected|Ready: |Success|No changes|Skipped|Error: )")  # pyinfra's own host lines
+HOST_STAGE = ("tasks/preflight.py", "tasks/driver.py", "tasks/cuda.py")  # what the runtime build needs first
 
 
 @dataclass
@@ -21,6 +29,25 @@ class DeployRun:
     @property
     def ok(self) -> bool:
         return self.rc == 0 and not self.failed_hosts
+
+    def error_line(self) -> str:
+        """The line that says why the run failed: ours in the failing operation (pyinfra marks that one with
+        "[host] Error: ..."), preferring one that says failed; else any such line; else the log's last."""
+        lines = [line.strip() for line in self.log.splitlines() if line.strip()]
+        marker = next((i for i, line in enumerate(lines) if _PYINFRA_ERROR.match(line)), len(lines))
+        op_start = max((i for i, line in enumerate(lines[:marker]) if line.startswith("--> ")), default=-1)
+        ours = [line for line in lines[op_start + 1 : marker] if line.startswith("[") and not _PYINFRA.search(line)]
+        said = [line for line in ours if _SAYS_FAILED.search(line)]
+        anywhere = [line for line in lines if _SAYS_FAILED.search(line)]
+        return (said or ours[-1:] or anywhere or lines[-1:] or [f"pyinfra exited {self.rc}"])[0]
+
+
+class DeployFailed(Exception):
+    """A deploy a scenario needed did not succeed; str() is its one line."""
+
+    def __init__(self, run: DeployRun) -> None:
+        super().__init__(run.error_line())
+        self.run = run
 
 
 def deploy(
@@ -50,6 +77,35 @@ def fresh(rig: Rig, name: str = "rig1", **knobs: object) -> machine.Machine:
     return m
 
 
+def sandbox_rig(count: int = 1) -> Rig:
+    """The running sandbox as the `rig` fixture hands it to tests, for scripts outside pytest (benchmarks/).
+    SystemExit with one line when it is not up. The inventory then lists rig1..rigN only, whatever else runs."""
+    ms = machine.machines(count)
+    down = [m.name for m in ms if not machine.is_running(m)]
+    down += [name for name, state in services.status() if state.startswith("stopped")]
+    if down:
+        raise SystemExit(f"the sandbox is not up ({', '.join(down)}): run `python -m tests.sandbox up` first")
+    os.environ["VLLM_RIG_SANDBOX_MACHINES"] = str(count)
+    inventory = paths.REPO / "inventory" / "sandbox.py"
+    return Rig(ms, inventory, machine.key_path(), paths.fileserver_url(), started=[])
+
+
+def unit_span(rig: Rig, unit: str, since: float, name: str = "rig1") -> tuple[float, float]:
+    """(start, end) in epoch seconds of the first run of `unit` (a glob works) that began at or after `since`,
+    from systemd's own journal lines about it: what the host recorded, not what the control side assumed."""
+    out = rig.ssh(name, f"sudo journalctl --no-pager -o json --since=@{int(since)} -u '{unit}'")
+    start = None
+    for entry in map(json.loads, out.splitlines()):
+        at, message = int(entry["__REALTIME_TIMESTAMP"]) / 1e6, str(entry.get("MESSAGE", ""))
+        if entry.get("SYSLOG_IDENTIFIER") != "systemd" or at < since:
+            continue  # the unit's own output, or an earlier run
+        if start is None and message.startswith("Started "):
+            start = at
+        elif start is not None and ("Deactivated successfully" in message or "Failed with result" in message):
+            return start, at
+    raise LookupError(f"no run of {unit} that started after {since:.0f} and ended, in {name}'s journal")
+
+
 def set_knobs_and_reboot(rig: Rig, m: machine.Machine, **knobs: object) -> None:
     nvidia_repo.set_knobs(m.dir, **knobs)
     before = machine.boot_id(m)
@@ -58,8 +114,6 @@ def set_knobs_and_reboot(rig: Rig, m: machine.Machine, **knobs: object) -> None:
 
 
 def wait_new_boot(m: machine.Machine, before: str, timeout: float = 120) -> None:
-    import time
-
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         time.sleep(1)

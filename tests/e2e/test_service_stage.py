@@ -1,5 +1,6 @@
-"""Service stage on the sandbox: the whole deploy to a serving box, the API key, restarts on change only,
-the seed's benchmark against the stand-in server, and the service coming back after a SIGKILL."""
+"""Service stage on the sandbox: the whole deploy to a serving box, the API key, restarts on change only, a
+failing runtime build that the service rides out, the seed's benchmark against the stand-in server, and the
+service coming back after a SIGKILL."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import urllib.request
 import pytest
 
 from tests.conftest import Rig
-from tests.e2e.deploys import deploy, fresh
+from tests.e2e import service
+from tests.e2e.deploys import deploy, fresh, unit_span
 from tests.sandbox import paths
 from tests.sandbox.fixtures import forge
 
@@ -32,8 +34,7 @@ def _chat(key: str | None) -> tuple[int, dict]:
 
 
 def _key(rig: Rig) -> str:
-    line = rig.ssh("rig1", "sudo grep ^VLLM_API_KEY= /etc/vllm-rig/vllm.env").strip()
-    return line.split("=", 1)[1]
+    return service.api_key(rig)
 
 
 def test_whole_deploy_serves_and_demands_the_key(rig: Rig) -> None:
@@ -67,6 +68,30 @@ def test_a_changed_flag_restarts_and_proves_again(rig: Rig) -> None:
     assert any("Restart vllm" in name for name in run.changed) and "service_probe: generated" in run.log
     assert rig.ssh("rig1", "systemctl show vllm -p MainPID --value").strip() != pid
     assert "--max-num-batched-tokens 2048" in rig.ssh("rig1", "systemctl show vllm -p ExecStart")
+
+
+def test_a_failing_build_keeps_the_old_runtime_serving(rig: Rig) -> None:
+    current = rig.ssh("rig1", "readlink /opt/vllm-rig/current").strip()
+    pid = rig.ssh("rig1", "systemctl show vllm -p MainPID --value").strip()
+    broken = forge.manifest()[forge.FORK]["broken"]  # a fork commit whose C source does not compile
+    forge.write_knobs(build_seconds=8)  # the build takes its time before the compiler fails
+    since = time.time()
+    try:
+        with service.Poller(_key(rig)) as poller:
+            run = deploy(rig, "deploy.py", data={"max_num_batched_tokens": 2048, "fork_ref": broken})
+            time.sleep(2)  # and a few requests after the failed run
+    finally:
+        forge.write_knobs(build_seconds=2)
+    assert not run.ok and "runtime build failed: step compile" in run.log and "`current` is unchanged" in run.log
+    start, end = unit_span(rig, "vllm-rig-build-*", since)  # the failed build, by the host's journal
+    during = [p for p in poller.polls if start <= p.at <= end]
+    print(f"\nfailing build ({end - start:.1f}s): {len(poller.polls)} requests, {len(during)} during the build")
+    assert len(during) >= 10 and end - start >= 8, (len(during), end - start)
+    assert poller.unanswered() == [] and {p.detail for p in poller.polls} == {MODEL}
+    # The same process, on the same runtime, serves on.
+    assert rig.ssh("rig1", "readlink /opt/vllm-rig/current").strip() == current
+    assert rig.ssh("rig1", "systemctl show vllm -p MainPID --value").strip() == pid
+    assert _chat(_key(rig))[0] == 200
 
 
 def test_bench_reports_the_standin_rates(rig: Rig) -> None:

@@ -7,17 +7,16 @@ scenario files keep deploying to rig1 alone.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import Rig
+from tests.e2e import figures, service
 from tests.e2e.deploys import deploy, fresh, wait_new_boot
 from tests.sandbox import machine, paths
 from tests.sandbox.__main__ import up
@@ -38,11 +37,7 @@ def two_hosts(rig: Rig) -> Iterator[Rig]:
 
 
 def _models(rig: Rig, name: str) -> list[str]:
-    port = paths.VLLM_PORT_BASE + machine.Machine(name).index
-    key = rig.ssh(name, "sudo grep ^VLLM_API_KEY= /etc/vllm-rig/vllm.env").strip().split("=", 1)[1]
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/models", headers={"Authorization": f"Bearer {key}"})
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        return [m["id"] for m in json.loads(resp.read())["data"]]
+    return service.models(service.api_key(rig, name), name)
 
 
 def _exec_start(rig: Rig, name: str) -> str:
@@ -102,12 +97,14 @@ def test_a_reboot_in_the_middle_of_a_deploy_converges_on_the_next_run(two_hosts:
 
 def test_driver_upgrade_to_answering_again(two_hosts: Rig) -> None:
     boots = machine.boots(machine.Machine("rig1"))
-    started = time.monotonic()
     new_ref = forge.manifest()["weicj/vLLM-2080Ti-Definitive"]["main"]  # rig1's runtime since the reboot test
-    run = deploy(two_hosts, "deploy.py", data={"nvidia_driver_version": NEW_DRIVER, "fork_ref": new_ref}, limit="rig1")
-    wall = time.monotonic() - started
-    assert run.ok, run.log[-4000:]
-    print(f"\ndriver {NEW_DRIVER}: settings changed -> service answering again in {wall:.0f}s (one reboot)")
+    change = figures.driver_change(two_hosts, NEW_DRIVER, data={"fork_ref": new_ref}, limit="rig1")
+    print(
+        f"\ndriver {NEW_DRIVER}: settings changed -> service answering again in {change.answering:.1f}s "
+        f"(deploy {change.wall:.1f}s, one reboot, not answering for {change.outage:.1f}s)"
+    )
     assert machine.boots(machine.Machine("rig1")) == boots + 1
-    assert "service_probe: generated" in run.log and "GPU verdict: PASS" in run.log
+    assert "service_probe: generated" in change.run.log and "GPU verdict: PASS" in change.run.log
+    assert change.unanswered  # the reboot did take the service down: the poller would have seen it
+    assert 0 < change.outage <= change.answering <= change.wall + 5
     assert _models(two_hosts, "rig1") == ["qwen-local"]
