@@ -5,8 +5,9 @@ FlashInfer's SM75 fix and FlashQLA, named by its build fingerprint, checked, the
 `current` points at the one the service runs, `previous` at the last good one. A changed fingerprint
 builds a new runtime beside the old; a failed build leaves `current` alone. The build runs on the host
 as a transient systemd unit (log under /var/lib/vllm-rig/logs/): an SSH drop does not stop it and a
-re-run re-attaches. A changed kernel or driver clears the JIT caches without a rebuild.
-Rollback: `sudo <install_root>/bin/vllm-rig-rollback`.
+re-run re-attaches. A changed kernel or driver clears the JIT caches without a rebuild. The service
+stage restarts a service that runs an older runtime or cleared caches (after the GPU verdict, which
+stops it anyway: one restart, not two). Rollback: `sudo <install_root>/bin/vllm-rig-rollback`.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from vllm_rig.operations.runtime import (
     build_runtime,
     clear_host_caches,
     directories,
-    restart_if_stale,
     switch_runtime,
     warm_flashqla,
 )
@@ -158,11 +158,6 @@ def install_runtime() -> None:
         stamp=runtime.FLASHQLA_STAMP,
         library=f"{layout.torch_extensions_dir}/{FLASHQLA_EXTENSION}/{FLASHQLA_EXTENSION}.so",
         command=flashqla_warm_command(s, layout),
-    )
-    restart_if_stale(
-        name=f"{s.service_name} restarted if it runs an older runtime or cleared caches",
-        service=s.service_name,
-        stamps=[runtime.SWITCHED_STAMP, runtime.HOST_FINGERPRINT],
     )
 
 

@@ -1,7 +1,9 @@
 """Service: the system user, the API key, the seed's unit rendered from settings, started, and proven to
 generate (a real chat completion with the key, then warm-up) after every change.
 
-Restarts only on a change (the unit, the key); the runtime stage restarts it after switching runtimes.
+Restarts only on a change: the unit, the key, or a runtime switched or caches cleared by the runtime stage
+since the service started (done here, after the GPU verdict has stopped and started it, so a change
+costs one restart of a server that takes minutes to load, not two).
 """
 
 import hashlib
@@ -9,10 +11,12 @@ import hashlib
 from pyinfra.api import deploy
 from pyinfra.operations import systemd
 
+from vllm_rig import runtime
 from vllm_rig.context import host_state, settings
 from vllm_rig.layout import STATE_DIR, Layout
 from vllm_rig.operations.files import config_files, from_repo, text
 from vllm_rig.operations.proof import proven
+from vllm_rig.operations.runtime import restart_if_stale
 from vllm_rig.operations.secrets import api_key_file
 from vllm_rig.operations.units import unit_enabled_and_started
 from vllm_rig.operations.users import service_user
@@ -47,6 +51,11 @@ def install_service() -> None:
         service=s.service_name,
         restarted=True,
         _if=lambda: unit.did_change() or key.did_change(),
+    )
+    restart_if_stale(
+        name=f"{s.service_name} restarted if it runs an older runtime or cleared caches",
+        service=s.service_name,
+        stamps=[runtime.SWITCHED_STAMP, runtime.HOST_FINGERPRINT],
     )
     unit_enabled_and_started(name=f"{s.service_name} enabled and started", unit=f"{s.service_name}.service")
     probe = (

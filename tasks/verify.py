@@ -33,10 +33,11 @@ def verdict_command(s, layout: Layout) -> str:
         args.append("--skip-bandwidth")
     accept = "0|1" if s.verify_gate == "warn" else "0"
     unit = f"{s.service_name}.service"
+    running = "active|activating|reloading"  # a server still loading holds GPU memory too
     return (
-        f'was=$(systemctl is-active {unit}); [ "$was" = active ] && systemctl stop {unit}; '
+        f'was=$(systemctl is-active {unit}); case "$was" in {running}) systemctl stop {unit};; esac; '
         f"{layout.python} {script} {' '.join(args)}; rc=$?; "
-        f'[ "$was" = active ] && systemctl start {unit}; '
+        f'case "$was" in {running}) systemctl start {unit};; esac; '
         f'case $rc in {accept}) exit 0;; *) echo "gpu verdict: exit $rc"; exit 1;; esac'
     )
 

@@ -108,3 +108,7 @@ def test_driver_upgrade_to_answering_again(two_hosts: Rig) -> None:
     assert change.unanswered  # the reboot did take the service down: the poller would have seen it
     assert 0 < change.outage <= change.answering <= change.wall + 5
     assert _models(two_hosts, "rig1") == ["qwen-local"]
+    # Since the reboot: the start at boot and the start after the GPU verdict; no restart in between that the
+    # verdict would stop again (on a real box each start loads 27B of weights for minutes).
+    starts = two_hosts.ssh("rig1", "sudo journalctl -b -u vllm.service -o cat | grep -c '^Started ' || true").strip()
+    assert int(starts) == 2, two_hosts.ssh("rig1", "sudo journalctl -b -u vllm.service -o short-monotonic | tail -40")
