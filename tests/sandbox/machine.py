@@ -261,9 +261,12 @@ def _machine_pids(m: Machine) -> set[int]:
     except OSError:
         return pids
     for group in groups:
-        for procs in Path(group).rglob("cgroup.procs"):
-            with contextlib.suppress(OSError):
-                pids |= {int(p) for p in procs.read_text().split()}
+        # os.walk skips a directory that vanishes while it walks (a stopping container removes its cgroups);
+        # Path.rglob raised FileNotFoundError there.
+        for directory, _subdirs, files in os.walk(group):
+            if "cgroup.procs" in files:
+                with contextlib.suppress(OSError):
+                    pids |= {int(p) for p in Path(directory, "cgroup.procs").read_text().split()}
     return pids
 
 
