@@ -9,10 +9,10 @@ from typing import Any
 from pyinfra.api import FactBase
 
 _SCRIPT = (
-    'getent passwd "$1" || exit 0; '
+    'entry=$(getent passwd "$1") || exit 0; printf "%s\\n" "$entry"; '
     'printf "groups=%s\\n" "$(id -nG "$1")"; '
     'printf "primary=%s\\n" "$(id -ng "$1")"; '
-    'printf "home_owner=%s\\n" "$(stat -c "%U:%G" "$(getent passwd "$1" | cut -d: -f6)" 2>/dev/null)"'
+    'printf "home_owner=%s\\n" "$(stat -c "%U:%G" "$(printf "%s" "$entry" | cut -d: -f6)" 2>/dev/null)"'
 )
 
 
