@@ -18,23 +18,18 @@ from tests.sandbox import paths
 from tests.sandbox.fixtures import forge
 
 pytestmark = pytest.mark.sandbox
-PORT = paths.VLLM_PORT_BASE + 1  # rig1 serves on 8001 (shared network namespace)
 MODEL = "qwen-local"
 
 
 def _chat(key: str | None) -> tuple[int, dict]:
     body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 8})
     headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
-    req = urllib.request.Request(f"http://127.0.0.1:{PORT}/v1/chat/completions", body.encode(), headers)
+    req = urllib.request.Request(f"http://127.0.0.1:{service.port()}/v1/chat/completions", body.encode(), headers)
     try:
         with urllib.request.urlopen(req, timeout=60) as resp:
             return resp.status, json.loads(resp.read())
     except urllib.error.HTTPError as err:
         return err.code, {}
-
-
-def _key(rig: Rig) -> str:
-    return service.api_key(rig)
 
 
 def test_whole_deploy_serves_and_demands_the_key(rig: Rig) -> None:
@@ -43,11 +38,11 @@ def test_whole_deploy_serves_and_demands_the_key(rig: Rig) -> None:
     assert run.ok, run.log[-3000:]
     assert "service_probe: generated" in run.log  # the deploy proved generation, not just /health
     assert rig.ssh("rig1", "systemctl is-active vllm").strip() == "active"
-    status, answer = _chat(_key(rig))
+    status, answer = _chat(service.api_key(rig))
     assert status == 200 and answer["choices"][0]["message"]
     assert _chat(None)[0] == 401 and _chat("wrong")[0] == 401
     assert rig.ssh("rig1", "stat -c '%a %U %G' /etc/vllm-rig/vllm.env").split() == ["640", "root", "vllm"]
-    key = _key(rig)
+    key = service.api_key(rig)
     shown = rig.ssh("rig1", "systemctl show vllm -p ExecStart -p Environment; ps -eo args")
     assert key not in shown and key not in run.log
 
@@ -77,7 +72,7 @@ def test_a_failing_build_keeps_the_old_runtime_serving(rig: Rig) -> None:
     forge.write_knobs(build_seconds=8)  # the build takes its time before the compiler fails
     since = time.time()
     try:
-        with service.Poller(_key(rig)) as poller:
+        with service.Poller(service.api_key(rig)) as poller:
             run = deploy(rig, "deploy.py", data={"max_num_batched_tokens": 2048, "fork_ref": broken})
             time.sleep(2)  # and a few requests after the failed run
     finally:
@@ -91,7 +86,7 @@ def test_a_failing_build_keeps_the_old_runtime_serving(rig: Rig) -> None:
     # The same process, on the same runtime, serves on.
     assert rig.ssh("rig1", "readlink /opt/vllm-rig/current").strip() == current
     assert rig.ssh("rig1", "systemctl show vllm -p MainPID --value").strip() == pid
-    assert _chat(_key(rig))[0] == 200
+    assert _chat(service.api_key(rig))[0] == 200
 
 
 def test_bench_reports_the_standin_rates(rig: Rig) -> None:
@@ -119,7 +114,7 @@ def test_service_killed_comes_back_by_itself(rig: Rig) -> None:
     while time.monotonic() < deadline:
         time.sleep(2)
         try:
-            if _chat(_key(rig))[0] == 200:
+            if _chat(service.api_key(rig))[0] == 200:
                 return
         except OSError:
             continue
