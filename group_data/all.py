@@ -101,7 +101,7 @@ vllm_host = "0.0.0.0"  # bind address (127.0.0.1 for this box only)
 vllm_port = 8000  # API port
 vllm_api_key = "auto"  # auto: a key made once on the host; none: serve without a key
 tensor_parallel_size = 2  # GPUs one model spans (TP2 over the NVLink pair)
-device_ids = [0, 1]  # --device-ids; None leaves the flag out
+device_ids = [0, 1]  # GPUs the server uses, set as CUDA_VISIBLE_DEVICES (the seed's --device-ids); None: all
 dtype = "half"  # compute dtype; SM75 has no BF16 tensor cores
 quantization = "fp8"  # weight quantization (FP8 through Marlin on SM75)
 kv_cache_dtype = "fp8_e4m3"  # KV cache dtype; auto = FP16 (INT8 is refused)
@@ -114,11 +114,11 @@ enable_chunked_prefill = True  # chunked prefill (long contexts OOM without it)
 async_scheduling = False  # False renders --no-async-scheduling; None leaves the server default
 skip_mm_profiling = True  # skip multimodal memory profiling
 reasoning_parser = "qwen3"  # reasoning parser for <think> blocks
-reasoning_config = {  # --reasoning-config: the think-tag markers and thinking budget
+reasoning_config = {  # --reasoning-config: the think-tag markers (the fork's line takes no budget key)
     "reasoning_start_str": "<think>",
     "reasoning_end_str": "</think>",
-    "default_thinking_token_budget": 4000,
 }
+default_thinking_token_budget = None  # the seed's 4000 has no server-side form on the fork's line: send it per request
 default_chat_template_kwargs = {"enable_thinking": True}  # --default-chat-template-kwargs
 enable_auto_tool_choice = True  # let the model call tools on its own
 tool_call_parser = "qwen3_coder"  # tool-call parser

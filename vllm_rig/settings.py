@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from vllm_rig import flashinfer_fix
+from vllm_rig import flashinfer_fix, fork_interface
 
 SHA40 = re.compile(r"^[0-9a-f]{40}$")
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -135,7 +135,9 @@ class Settings(BaseModel):
     vllm_port: Annotated[int, Field(ge=1, le=65535)] = _allowed("an integer from 1 to 65535")
     vllm_api_key: Literal["auto", "none"] = _allowed('"auto" (made on the host) or "none"')
     tensor_parallel_size: Literal[1, 2, 4, 8] = _allowed("1, 2, 4 or 8")
-    device_ids: list[Annotated[int, Field(ge=0)]] | None = _allowed("null or a list of GPU indexes")
+    device_ids: list[Annotated[int, Field(ge=0)]] | None = _allowed(
+        "null (every GPU) or a list of GPU indexes, set as CUDA_VISIBLE_DEVICES"
+    )
     dtype: Literal["half", "float16", "bfloat16", "auto"] = _allowed('"half", "float16", "bfloat16" or "auto"')
     quantization: Literal["fp8"] | None = _allowed('"fp8" or null')
     kv_cache_dtype: str = _allowed("one of " + ", ".join(KV_CACHE_DTYPES))
@@ -148,7 +150,12 @@ class Settings(BaseModel):
     async_scheduling: bool | None = _allowed("null (server default), true or false")
     skip_mm_profiling: bool = _allowed("true or false")
     reasoning_parser: str | None = _allowed("null or a parser name such as qwen3")
-    reasoning_config: dict[str, Any] | None = _allowed("null or a JSON object")
+    reasoning_config: dict[str, Any] | None = _allowed(
+        "null or a JSON object with the keys " + ", ".join(fork_interface.REASONING_CONFIG_KEYS)
+    )
+    default_thinking_token_budget: None = _allowed(
+        "null: the fork's v0.1.x line has no server-side default; clients send thinking_token_budget per request"
+    )
     default_chat_template_kwargs: dict[str, Any] | None = _allowed("null or a JSON object")
     enable_auto_tool_choice: bool = _allowed("true or false")
     tool_call_parser: str | None = _allowed("null or a parser name such as qwen3_coder or qwen3_xml")
@@ -390,6 +397,35 @@ class Settings(BaseModel):
         for arg in value:
             if not FLAG.match(arg):
                 raise ValueError(f'{arg!r} is not a flag: write each as "--name" or "--name=value"')
+        unknown = fork_interface.unknown_flags([arg.split("=", 1)[0] for arg in value])
+        if unknown:
+            raise ValueError(
+                f"{', '.join(unknown)}: not a flag of the pinned fork line ({fork_interface.FORK_LINE}); "
+                "its server would exit with code 2 at argument parsing"
+            )
+        return value
+
+    @field_validator("reasoning_config")
+    @classmethod
+    def _reasoning_keys(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        unknown = fork_interface.unknown_reasoning_keys(value or {})
+        if unknown:
+            raise ValueError(
+                f"key {', '.join(unknown)} is not accepted by the pinned fork line ({fork_interface.FORK_LINE}): "
+                f"its ReasoningConfig takes only {', '.join(fork_interface.REASONING_CONFIG_KEYS)} and its server "
+                "would exit with code 2; a thinking budget is a per-request field (thinking_token_budget)"
+            )
+        return value
+
+    @field_validator("default_thinking_token_budget", mode="before")
+    @classmethod
+    def _no_server_budget(cls, value: Any) -> Any:
+        if value is not None:
+            raise ValueError(
+                f"the pinned fork line ({fork_interface.FORK_LINE}) has no server-side default "
+                "thinking budget (no flag, no config key, no environment variable it reads); leave it null and "
+                "have clients send thinking_token_budget in each request"
+            )
         return value
 
     # ---- rules that tie settings together (from the seeds and the notes)

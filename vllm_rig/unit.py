@@ -15,7 +15,7 @@ import jinja2
 from vllm_rig.layout import GUARD_UNIT, Layout
 from vllm_rig.settings import Settings
 from vllm_rig.systemd_quote import quote_word
-from vllm_rig.vllm_command import server_args
+from vllm_rig.vllm_command import server_args, visible_devices
 
 TEMPLATE = Path(__file__).resolve().parents[1] / "templates" / "vllm.service.j2"
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
@@ -41,7 +41,7 @@ HARDENING = (
 
 
 def environment(s: Settings, layout: Layout) -> list[tuple[str, str]]:
-    """Environment= lines in the seed's order: toolchain paths, FlashQLA, the HF endpoint, the SM75 switches."""
+    """Environment= lines in the seed's order: toolchain, FlashQLA, HF endpoint, GPUs, SM75 switches."""
     env = [
         ("CUDA_HOME", s.cuda_home),
         ("PATH", f"{s.cuda_home}/bin:{layout.venv_bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
@@ -49,6 +49,9 @@ def environment(s: Settings, layout: Layout) -> list[tuple[str, str]]:
         ("PYTHONPATH", layout.flashqla_src),
         ("HF_ENDPOINT", s.hf_endpoint),
     ]
+    devices = visible_devices(s)
+    if devices is not None:
+        env.append(("CUDA_VISIBLE_DEVICES", devices))  # the seed's --device-ids, as the fork's line spells it
     extra = dict(s.vllm_env)
     if s.omp_num_threads is not None:
         # The seed sets OMP_NUM_THREADS right after its first SM75 switch; keep that order.

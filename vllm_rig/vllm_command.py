@@ -29,8 +29,6 @@ def settings_args(s: Settings, model_path: str) -> list[str]:
     args: list[str] = ["--host", s.vllm_host, "--port", str(s.vllm_port), "--model", model_path]
     args += ["--served-model-name", s.served_model_name, "--dtype", s.dtype]
     args += ["--tensor-parallel-size", str(s.tensor_parallel_size)]
-    if s.device_ids is not None:
-        args += ["--device-ids", ",".join(str(i) for i in s.device_ids)]
     if s.generation_config is not None:
         args += ["--generation-config", s.generation_config]
     if s.quantization is not None:
@@ -73,6 +71,11 @@ def settings_args(s: Settings, model_path: str) -> list[str]:
     if s.disable_uvicorn_access_log:
         args.append("--disable-uvicorn-access-log")
     return args
+
+
+def visible_devices(s: Settings) -> str | None:
+    """CUDA_VISIBLE_DEVICES for device_ids: how the fork's line picks GPUs (it has no --device-ids flag)."""
+    return None if s.device_ids is None else ",".join(str(i) for i in s.device_ids)
 
 
 def compilation_config(s: Settings) -> dict[str, Any]:

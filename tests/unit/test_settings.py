@@ -100,7 +100,12 @@ RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
     ("max_num_batched_tokens", 4096, 100000, {"enable_chunked_prefill": False}),
     ("enable_chunked_prefill", "on", True, {}),
     ("async_scheduling", "later", None, {}),
-    ("reasoning_config", "budget=4000", {"default_thinking_token_budget": 2000}, {}),
+    ("reasoning_config", "budget=4000", {"reasoning_start_str": "<think>"}, {}),
+    ("reasoning_config", {"default_thinking_token_budget": 4000}, {"reasoning_end_str": "</think>"}, {}),  # exit 2
+    ("reasoning_config", {"thinking_token_budget": 4000}, None, {}),  # a per-request field, not a key
+    ("default_thinking_token_budget", 4000, None, {}),  # the fork's line has no server-side default
+    ("vllm_extra_args", ["--device-ids=0,1"], ["--enforce-eager"], {}),  # not a flag of the fork's line
+    ("vllm_extra_args", ["--enable-reasoning"], ["--max-logprobs=5"], {}),  # removed before vLLM 0.21
     ("chat_template_content_format", "markdown", "openai", {}),
     ("gpu_memory_utilization", 1.2, 0.9, {}),
     ("gpu_memory_utilization", 0, 0.5, {}),

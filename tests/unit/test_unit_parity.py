@@ -2,7 +2,11 @@
 
 Allowed differences: paths (model, venv, FlashQLA, CUDA toolkit, working directory, check script, log),
 the user, and cache/secret plumbing the seed did by hand (HOME, TORCH_EXTENSIONS_DIR, EnvironmentFile).
-Everything else (every flag, value, environment variable, restart and timeout setting) must match.
+Where the fork's v0.1.x line spells the seed's intent differently (the first seed's box ran upstream vLLM
+0.24 plus its owner's patch, ../shared/notes/errata.md), the seed is translated first and the intent
+compared: `--device-ids 0,1` is CUDA_VISIBLE_DEVICES=0,1; the `default_thinking_token_budget` key has no
+server-side form on the fork's line (the setting of that name must stay null). Everything else (every
+flag, value, environment variable, restart and timeout setting) must match.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import pytest
 
 from tests.unit import seed_units
 from tests.unit.groupdata import profile_data
+from vllm_rig import fork_interface
 from vllm_rig.layout import Layout
 from vllm_rig.settings import Settings
 from vllm_rig.systemd_quote import quote_word, unquote_words
@@ -23,6 +28,26 @@ from vllm_rig.validation import load_settings
 PATH_FLAGS = {"--model"}
 PATH_ENV = {"CUDA_HOME", "PATH", "LD_LIBRARY_PATH", "PYTHONPATH"}
 ADDED_ENV = {"HOME", "TORCH_EXTENSIONS_DIR"}  # stable cache homes for the service user
+
+
+def _fork_spelling(
+    seed_args: list[tuple[str, str | None]], seed_env: dict[str, str]
+) -> tuple[list[tuple[str, str | None]], dict[str, str], int | None]:
+    """The seed's flags and environment as the fork's line says the same thing, and the thinking budget the
+    seed asked for (which that line cannot honour server-side)."""
+    args, env, budget = [], dict(seed_env), None
+    for flag, value in seed_args:
+        if flag == "--device-ids":
+            items = list(env.items())
+            at = [k for k, _ in items].index("HF_ENDPOINT") + 1 if "HF_ENDPOINT" in env else len(items)
+            env = dict([*items[:at], ("CUDA_VISIBLE_DEVICES", value or ""), *items[at:]])
+            continue
+        if flag == "--reasoning-config" and value is not None:
+            config = json.loads(value)
+            budget = config.pop("default_thinking_token_budget", None)
+            value = json.dumps(config, separators=(",", ":"))
+        args.append((flag, value))
+    return args, env, budget
 
 
 def _settings(profile: str | None, **changes: object) -> Settings:
@@ -68,8 +93,12 @@ def _env(unit: str) -> dict[str, str]:
     ("profile", "seed_args"), [(None, seed_units.SEED1_ARGS), ("qwen38", seed_units.SEED2_ARGS)], ids=["seed1", "seed2"]
 )
 def test_flags_match_the_seed(profile: str | None, seed_args: list[tuple[str, str | None]]) -> None:
-    rendered = dict(_pairs(_argv(_unit(_settings(profile)))))
-    expected = dict(seed_args)
+    s = _settings(profile)
+    rendered = dict(_pairs(_argv(_unit(s))))
+    translated, _, budget = _fork_spelling(seed_args, {})
+    expected = dict(translated)
+    assert s.default_thinking_token_budget is None  # the seed's budget (if any) is documented, not rendered
+    assert budget in (None, 4000)
     assert set(rendered) == set(expected)
     for flag, value in expected.items():
         if flag in PATH_FLAGS:
@@ -80,6 +109,24 @@ def test_flags_match_the_seed(profile: str | None, seed_args: list[tuple[str, st
             assert rendered[flag] == value, flag
 
 
+@pytest.mark.parametrize("profile", [None, "qwen38"])
+def test_every_rendered_flag_is_one_the_fork_accepts(profile: str | None) -> None:
+    flags = [word for word in _argv(_unit(_settings(profile))) if word.startswith("--")]
+    assert flags and fork_interface.unknown_flags(flags) == []
+
+
+def test_the_seeds_own_spellings_are_refused_by_the_fork() -> None:
+    """The two things the real fork rejects at argument parsing (exit 2) are what the translation removes."""
+    assert fork_interface.unknown_flags(["--device-ids"]) == ["--device-ids"]
+    seed_config = json.loads(dict(seed_units.SEED1_ARGS)["--reasoning-config"] or "{}")
+    assert fork_interface.unknown_reasoning_keys(seed_config) == ["default_thinking_token_budget"]
+
+
+def test_gpu_selection_is_cuda_visible_devices() -> None:
+    assert _env(_unit(_settings(None)))["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert "CUDA_VISIBLE_DEVICES" not in _env(_unit(_settings("qwen38")))  # the second seed selects none
+
+
 def test_model_path_comes_from_settings() -> None:
     s = _settings(None)
     assert dict(_pairs(_argv(_unit(s))))["--model"] == s.model_dir
@@ -87,7 +134,7 @@ def test_model_path_comes_from_settings() -> None:
 
 def test_environment_matches_the_seed_in_order() -> None:
     env = _env(_unit(_settings(None)))
-    seed = seed_units.SEED1_ENV
+    _, seed, _ = _fork_spelling(seed_units.SEED1_ARGS, seed_units.SEED1_ENV)
     assert [k for k in env if k not in ADDED_ENV] == list(seed)
     for name, value in seed.items():
         if name not in PATH_ENV:
