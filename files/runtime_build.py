@@ -5,9 +5,10 @@ The deploy runs it as a transient systemd unit, so a dropped SSH session does no
 
     systemd-run --unit vllm-rig-build-<name> python3 vllm-rig-runtime-build.py <runtime>/build-spec.json
 
-Steps: the venv (the distribution's python<X.Y>); torch and triton from the torch index; the fork's
-requirements with our pins winning (transformers, numpy, FlashInfer; flashinfer-jit-cache and
-flashinfer-cubin left out); FlashInfer's SM75 fix, verified by the headers' sha256 before and after;
+Steps: the venv (the distribution's python<X.Y>); torch, torchvision, torchaudio and triton from the
+torch index (as the fork's build.sh does); the fork's requirements with ours on top (our exact pins beside
+the fork's bounds, FlashInfer and the per-release overrides replacing the fork's lines; flashinfer-jit-cache
+and flashinfer-cubin left out); FlashInfer's SM75 fix, verified by the headers' sha256 before and after;
 FlashQLA made importable on SM75 as the fork's build.sh does it (its SM90 TileLang imports optional,
 the fork's legacy-kernel patches copied in when the fork has them); the fork compiled
 (TORCH_CUDA_ARCH_LIST, MAX_JOBS, NVCC_THREADS=1, ccache, local CUTLASS and Triton sources,
@@ -122,17 +123,21 @@ def requirement_name(line: str) -> str | None:
     return normalize(match.group(1)) if match and "://" not in line.split("@", 1)[0] else None
 
 
-def merge_requirements(fork_lines: list[str], pins: dict[str, str], drop: list[str]) -> list[str]:
-    """The fork's requirements without the packages we pin or drop, then our pins (`name==version`)."""
-    ours = {normalize(n) for n in pins} | {normalize(n) for n in drop}
+def merge_requirements(
+    fork_lines: list[str], pins: dict[str, str], overrides: dict[str, str], replace: list[str], drop: list[str]
+) -> list[str]:
+    """The fork's requirements with ours on top. A package in `replace` (FlashInfer, the overrides) or
+    `drop` loses the fork's line; every other fork line stays beside our exact pins, so pip's resolver checks
+    each pin against the fork's own bound and a pin outside it fails naming both."""
+    gone = {normalize(n) for n in [*replace, *drop]}
     kept, seen = [], set()
     for line in fork_lines:
-        name = requirement_name(line)
-        if name in ours or line in seen:
+        if requirement_name(line) in gone or line in seen:
             continue
         seen.add(line)
         kept.append(line)
-    return kept + [f"{name}=={version}" for name, version in pins.items()]
+    ours = [f"{name}=={version}" for name, version in pins.items() if normalize(name) not in map(normalize, drop)]
+    return kept + ours + [f"{name}{spec}" for name, spec in overrides.items()]
 
 
 def fork_requirement_files(fork: Path) -> list[Path]:
@@ -373,7 +378,8 @@ class Build:
         lines: list[str] = []
         for path in fork_requirement_files(fork):
             lines += requirement_lines(path)
-        merged = merge_requirements(lines, self.spec["pins"], self.spec["drop"])
+        spec = self.spec
+        merged = merge_requirements(lines, spec["pins"], spec["overrides"], spec["replace"], spec["drop"])
         requirements = self.work / "requirements.txt"
         constraints = self.work / "constraints.txt"
         requirements.write_text("\n".join(merged) + "\n")

@@ -34,10 +34,20 @@ cuda_version = "12.9"  # CUDA toolkit major.minor, pinned (cuda-toolkit-12-9)
 install_root = "/opt/vllm-rig"  # venvs, sources and runtimes live under here
 python_version = "3.12"  # Python of the venv (Ubuntu 24.04's python3)
 torch_version = "2.11.0"  # torch from the torch index's CUDA lane (the fork's validated 2.11.0+cu128)
+torchvision_version = "0.26.0"  # torchvision from the same lane (the fork's validated; Qwen3.x processors need it)
+torchaudio_version = "2.11.0"  # torchaudio from the same lane (the fork's validated)
 triton_version = "3.6.0"  # triton, pinned to the seed's
 transformers_version = "5.12.1"  # transformers, pinned to the seed's
 numpy_version = "2.3.5"  # numpy, pinned to the seed's
 flashinfer_version = "0.6.14"  # flashinfer-python; 0.6.14 takes PR 3621, 0.6.8.post1 is the fork's own pin
+flashinfer_requirement_overrides = {  # per FlashInfer release: fork requirements it needs replaced for pip to resolve
+    "0.6.8.post1": {},  # the fork's own pin: its requirements as they are
+    # 0.6.14 and 0.6.15 require nvidia-cutlass-dsl>=4.5.0, the fork pins ==4.4.2 (used by FA4's CuTe-DSL kernels)
+    "0.6.14": {"nvidia-cutlass-dsl": "==4.5.2"},
+    "0.6.15": {"nvidia-cutlass-dsl": "==4.5.2"},
+    # 0.6.16 also requires nvidia-cudnn-frontend>=1.25.0, the fork caps it <1.19.0
+    "0.6.16": {"nvidia-cutlass-dsl": "==4.5.2", "nvidia-cudnn-frontend": ">=1.25.0"},
+}
 flashinfer_sm75_fix = "auto"  # SM75 fix: auto (by version), pr3621, upstream (PR 3526) or none
 fork_repo = "https://github.com/weicj/vLLM-2080Ti-Definitive.git"  # the vLLM SM75 fork
 fork_ref = "63cfe89659bccc4be0aa284d045dae44477a27f3"  # pinned commit on the fork's v0.1.x line

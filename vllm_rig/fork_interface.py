@@ -12,12 +12,17 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
+from packaging.specifiers import SpecifierSet
+
 FLAGS_FILE = Path(__file__).resolve().parent / "data" / "fork-v0.1.x-cli-flags.txt"
 
 # vLLM 0.21.0 vllm/config/reasoning.py: ReasoningConfig's init fields (pydantic, extra="forbid").
 REASONING_CONFIG_KEYS = ("reasoning_parser", "reasoning_start_str", "reasoning_end_str")
 
 FORK_LINE = "v0.1.x (vLLM 0.21.0 base)"
+
+# culyun/vLLM-2080Ti-Definitive@399bb74d (the v0.1.17 state):pyproject.toml, [project] requires-python.
+REQUIRES_PYTHON = SpecifierSet(">=3.10,<3.15")
 
 
 @cache

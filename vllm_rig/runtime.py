@@ -20,7 +20,7 @@ from vllm_rig.layout import STATE_DIR, Layout
 from vllm_rig.settings import Settings
 
 # Bump when the build script changes what a runtime contains, so every host builds anew.
-BUILD_FORMAT = 2
+BUILD_FORMAT = 3
 NAME_LENGTH = 16  # hex digits of the fingerprint in a runtime's directory name
 JOB_CAP = 8  # the fork's build.sh caps automatic MAX_JOBS at 8
 GB_PER_JOB = 3  # ... and allows about 3 GB of RAM per compile job
@@ -30,6 +30,11 @@ GB_RESERVED = 3  # ... after keeping 3 GB for the system
 # kernels bypass the patched headers, and flashinfer-cubin holds no SM75 kernels (and is not published
 # for every FlashInfer release).
 DROPPED_PACKAGES = ("flashinfer-cubin", "flashinfer-jit-cache")
+
+# What comes from the torch index's CUDA lane, as the fork's build.sh installs it (torch, torchaudio and
+# torchvision at the fork's validated versions; triton is torch's own pin).
+TORCH_LANE_PACKAGES = ("torch", "torchvision", "torchaudio", "triton")
+FLASHINFER = "flashinfer-python"
 
 # Files on the host (state and markers).
 HOST_FINGERPRINT = f"{STATE_DIR}/host-fingerprint"  # kernel and driver the caches were made with
@@ -126,6 +131,8 @@ def build_inputs(s: Settings) -> dict[str, Any]:
         "python": s.python_version,
         "arch_list": s.gpu_compute_capability,
         "torch": s.torch_version,
+        "torchvision": s.torchvision_version,
+        "torchaudio": s.torchaudio_version,
         "torch_lane": torch_lane(s.torch_index_url),
         "triton": s.triton_version,
         "transformers": s.transformers_version,
@@ -135,7 +142,21 @@ def build_inputs(s: Settings) -> dict[str, Any]:
         "cutlass": s.cutlass_ref,
         "triton_src": s.triton_src_ref,
         "flashinfer": s.flashinfer_version,
+        "requirement_overrides": s.requirement_overrides(),
         "flashinfer_fix": None if patch is None else {"patch": patch["patch"], "files": patch["files"]},
+    }
+
+
+def runtime_pins(s: Settings) -> dict[str, str]:
+    """Exact versions the runtime must end up with (pip name -> version)."""
+    return {
+        "torch": s.torch_version,
+        "torchvision": s.torchvision_version,
+        "torchaudio": s.torchaudio_version,
+        "triton": s.triton_version,
+        "transformers": s.transformers_version,
+        "numpy": s.numpy_version,
+        FLASHINFER: s.flashinfer_version,
     }
 
 
@@ -247,14 +268,10 @@ def build_spec(s: Settings, dirs: RuntimeDirs, fp: str, inputs: dict[str, Any], 
         "cuda_home": s.cuda_home,
         "arch_list": s.gpu_compute_capability,
         "max_jobs": jobs,
-        "pins": {
-            "torch": s.torch_version,
-            "triton": s.triton_version,
-            "transformers": s.transformers_version,
-            "numpy": s.numpy_version,
-            "flashinfer-python": s.flashinfer_version,
-        },
-        "torch_packages": ["torch", "triton"],
+        "pins": runtime_pins(s),
+        "overrides": s.requirement_overrides(),
+        "replace": [FLASHINFER, *s.requirement_overrides()],
+        "torch_packages": list(TORCH_LANE_PACKAGES),
         "drop": list(DROPPED_PACKAGES),
         "pip_index_url": s.pip_index_url,
         "torch_index_url": s.torch_index_url,

@@ -12,6 +12,8 @@ import ipaddress
 import re
 from typing import Annotated, Any, Literal
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -87,10 +89,16 @@ class Settings(BaseModel):
     install_root: str = _allowed("an absolute path")
     python_version: Literal["3.10", "3.11", "3.12", "3.13"] = _allowed('one of "3.10" to "3.13"')
     torch_version: str = _allowed("a PEP 440 version such as 2.11.0")
+    torchvision_version: str = _allowed("a PEP 440 version (the fork's validated 0.26.0, from the torch index)")
+    torchaudio_version: str = _allowed("a PEP 440 version (the fork's validated 2.11.0, from the torch index)")
     triton_version: str = _allowed("a PEP 440 version")
     transformers_version: str = _allowed("a PEP 440 version")
     numpy_version: str = _allowed("a PEP 440 version")
-    flashinfer_version: str = _allowed("a PEP 440 version such as 0.6.14")
+    flashinfer_version: str = _allowed("a FlashInfer release listed in flashinfer_requirement_overrides")
+    flashinfer_requirement_overrides: dict[str, dict[str, str]] = _allowed(
+        "a mapping FlashInfer version -> {package: PEP 440 specifier} that replaces the fork's requirement "
+        'for that package, e.g. {"0.6.14": {"nvidia-cutlass-dsl": "==4.5.2"}}'
+    )
     flashinfer_sm75_fix: Literal["auto", "pr3621", "upstream", "none"] = _allowed(
         '"auto", "pr3621", "upstream" or "none"'
     )
@@ -191,7 +199,15 @@ class Settings(BaseModel):
         """`--data cuda_version=12.9` arrives as the float 12.9 (pyinfra parses JSON); these are names."""
         return str(value) if isinstance(value, float) else value
 
-    @field_validator("torch_version", "triton_version", "transformers_version", "numpy_version", "flashinfer_version")
+    @field_validator(
+        "torch_version",
+        "torchvision_version",
+        "torchaudio_version",
+        "triton_version",
+        "transformers_version",
+        "numpy_version",
+        "flashinfer_version",
+    )
     @classmethod
     def _pep440(cls, value: str) -> str:
         try:
@@ -231,6 +247,15 @@ class Settings(BaseModel):
     def _commit_or_tag(cls, value: str) -> str:
         if not (SHA40.match(value) or RELEASE_TAG.match(value)):
             raise ValueError("must be a 40-character commit SHA or a release tag such as v4.4.2 (not a branch)")
+        return value
+
+    @field_validator("flashinfer_requirement_overrides")
+    @classmethod
+    def _overrides(cls, value: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+        for version, packages in value.items():
+            problem = _override_entry_problem(version, packages)
+            if problem:
+                raise ValueError(f"entry {version!r}: {problem}")
         return value
 
     @field_validator("flashinfer_sm75_patches")
@@ -451,6 +476,14 @@ class Settings(BaseModel):
         """The FlashInfer SM75 patch this configuration applies ("pr3621", "pr3526" or None)."""
         return flashinfer_fix.resolve(self.flashinfer_version, self.flashinfer_sm75_fix)
 
+    def requirement_overrides(self) -> dict[str, str]:
+        """{package: specifier} replacing the fork's requirements for this FlashInfer release ({} if none)."""
+        wanted = Version(self.flashinfer_version)
+        entry = next(
+            (pkgs for key, pkgs in self.flashinfer_requirement_overrides.items() if Version(key) == wanted), None
+        )
+        return dict(entry or {})
+
     def flashinfer_patch_data(self) -> dict[str, Any] | None:
         """The flashinfer_sm75_patches entry for flashinfer_version (None when no patch applies)."""
         if self.flashinfer_patch() is None:
@@ -503,6 +536,25 @@ def _patch_entry_problem(version: str, entry: Any) -> str | None:
     return None
 
 
+def _override_entry_problem(version: str, packages: Any) -> str | None:
+    """What is wrong with one flashinfer_requirement_overrides entry, or None."""
+    try:
+        Version(version)
+    except InvalidVersion:
+        return "the key must be a FlashInfer version such as 0.6.14"
+    if not isinstance(packages, dict):
+        return "must map package names to PEP 440 specifiers"
+    for name, spec in packages.items():
+        try:
+            requirement = Requirement(f"{name}{spec}")
+            SpecifierSet(spec)
+        except (InvalidRequirement, InvalidSpecifier, TypeError):
+            return f"{name!r}: {spec!r} is not a package name with a PEP 440 specifier such as ==4.5.2"
+        if requirement.name != name or not spec:
+            return f"{name!r}: {spec!r} must be a specifier such as ==4.5.2 or >=1.25"
+    return None
+
+
 def _check_absolute(value: str) -> str:
     if not value.startswith("/") or "\n" in value or " " in value:
         raise ValueError("must be an absolute path without spaces")
@@ -540,15 +592,24 @@ def _cross_rule_problems(s: Settings):
             "gpu_power_limit_w",
             f"must be null or from {s.gpu_power_limit_min_w} to {s.gpu_power_limit_max_w} W (the card's range)",
         )
+    fix_problem = False
     try:
         flashinfer_fix.resolve(s.flashinfer_version, s.flashinfer_sm75_fix)
     except ValueError as err:
+        fix_problem = True
         # Blame the version when no fix exists for it at all, else the choice of fix.
         unfixable = flashinfer_fix.needs_fix(s.flashinfer_version) and not flashinfer_fix.patch_for(
             s.flashinfer_version
         )
         yield ("flashinfer_version" if unfixable else "flashinfer_sm75_fix"), str(err)
     yield from _patch_data_problems(s)
+    known = s.flashinfer_requirement_overrides
+    if not fix_problem and not any(Version(key) == Version(s.flashinfer_version) for key in known):
+        yield (
+            "flashinfer_version",
+            f"has no entry in flashinfer_requirement_overrides (releases whose requirement set pip resolves beside "
+            f"the fork's: {', '.join(known) or 'none'}); add one after checking it with the real-resolver test",
+        )
     min_driver = MIN_DRIVER_FOR_CUDA.get(s.cuda_version)
     if min_driver and Version(s.nvidia_driver_version) < min_driver:
         yield "nvidia_driver_version", f"must be >= {min_driver} for CUDA {s.cuda_version}"

@@ -43,3 +43,12 @@ def test_reasoning_keys_are_the_real_config_tables() -> None:
 )
 def test_unknown_flags(names: list[str], unknown: list[str]) -> None:
     assert fork_interface.unknown_flags(names) == unknown
+
+
+def test_every_python_the_settings_allow_is_one_the_fork_supports() -> None:
+    from typing import get_args
+
+    from vllm_rig.settings import Settings
+
+    allowed = get_args(Settings.model_fields["python_version"].annotation)
+    assert allowed and all(version in fork_interface.REQUIRES_PYTHON for version in allowed)

@@ -49,7 +49,10 @@ def test_profile_becomes_a_group(tmp_path: Path) -> None:
         ("hosts: {}\n", "must have a 'hosts:' mapping"),
         ("hosts:\n  a: just-a-string\n", "host a must be a mapping"),
         ("hosts:\n  a: {ssh_hostname: h, max_model_len: 5}\n", "unknown key max_model_len"),
-        ("hosts:\n  a: {ssh_hostname: h, profile: qwen99}\n", "profile 'qwen99'; allowed: default, qwen38"),
+        (
+            "hosts:\n  a: {ssh_hostname: h, profile: qwen99}\n",
+            "profile 'qwen99'; allowed: default, fork_validated, qwen38",
+        ),
         ("hosts:\n  a: {ssh_hostname: h, settings: [1]}\n", "'settings' must be a mapping"),
     ],
 )

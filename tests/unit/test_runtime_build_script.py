@@ -49,24 +49,30 @@ def test_requirements_follow_includes_and_drop_options(tmp_path: Path) -> None:
     ]
 
 
-def test_our_pins_win_and_dropped_packages_go() -> None:
+def test_overrides_replace_the_forks_lines_and_pins_sit_beside_its_bounds() -> None:
     fork = [
         "torch==2.11.0",
         'Flashinfer_Python==0.6.8.post1 ; platform_machine == "x86_64"',
         "flashinfer-cubin==0.6.8.post1",
         "numpy<2.4",
+        "nvidia-cutlass-dsl==4.4.2",
         "setuptools>=77.0.3,<81.0.0",
         "regex",
         "regex",
     ]
     pins = {"torch": "2.11.0", "flashinfer-python": "0.6.14", "numpy": "2.3.5"}
-    merged = rb.merge_requirements(fork, pins, ["flashinfer-cubin", "flashinfer-jit-cache"])
+    overrides = {"nvidia-cutlass-dsl": "==4.5.2"}
+    replace = ["flashinfer-python", "nvidia-cutlass-dsl"]
+    merged = rb.merge_requirements(fork, pins, overrides, replace, ["flashinfer-cubin", "flashinfer-jit-cache"])
     assert merged == [
+        "torch==2.11.0",  # the fork's bound stays: pip checks our pin against it
+        "numpy<2.4",
         "setuptools>=77.0.3,<81.0.0",
         "regex",
         "torch==2.11.0",
         "flashinfer-python==0.6.14",
         "numpy==2.3.5",
+        "nvidia-cutlass-dsl==4.5.2",
     ]
 
 

@@ -181,11 +181,16 @@ def test_spec_carries_pins_sources_and_the_mirrored_fix() -> None:
     spec = runtime.build_spec(s, dirs, FP, inputs, 5)
     assert spec["pins"] == {
         "torch": "2.11.0",
+        "torchvision": "0.26.0",
+        "torchaudio": "2.11.0",
         "triton": "3.6.0",
         "transformers": "5.12.1",
         "numpy": "2.3.5",
         "flashinfer-python": "0.6.14",
     }
+    assert spec["torch_packages"] == ["torch", "torchvision", "torchaudio", "triton"]
+    assert spec["overrides"] == {"nvidia-cutlass-dsl": "==4.5.2"}
+    assert spec["replace"] == ["flashinfer-python", "nvidia-cutlass-dsl"]
     assert spec["drop"] == ["flashinfer-cubin", "flashinfer-jit-cache"]
     assert spec["flashinfer_fix"]["url"].startswith("https://gh-proxy.example/https://github.com/flashinfer-ai/")
     assert spec["flashinfer_fix"]["files"]["include/flashinfer/attention/prefill.cuh"]["before"].startswith("9bb66eea")
@@ -197,6 +202,7 @@ def test_spec_carries_pins_sources_and_the_mirrored_fix() -> None:
 def test_the_forks_own_pin_needs_no_fix() -> None:
     s = _settings(flashinfer_version="0.6.8.post1")
     assert runtime.build_inputs(s)["flashinfer_fix"] is None
+    assert runtime.build_inputs(s)["requirement_overrides"] == {}
     assert runtime.build_spec(s, runtime.RuntimeDirs("/r", "x"), FP, {}, 1)["flashinfer_fix"] is None
 
 

@@ -47,6 +47,12 @@ RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
     ("numpy_version", "latest", "2.3.5", {}),
     ("flashinfer_version", "0.6.12", "0.6.8.post1", {}),  # 0.6.10-0.6.13: no fix applies
     ("flashinfer_version", "0.6.13", "0.6.15", {}),  # auto picks PR 3526 for 0.6.15
+    ("flashinfer_version", "0.6.17", "0.6.16", {}),  # no fix needed, but no resolved requirement set for it
+    ("flashinfer_requirement_overrides", {"0.6.14": {"nvidia-cutlass-dsl": "4.5.2"}}, {"0.6.14": {}}, {}),
+    ("flashinfer_requirement_overrides", {"0.6.14": {"not a name": "==1"}}, {"0.6.14": {"a-b": ">=1,<2"}}, {}),
+    ("flashinfer_requirement_overrides", {"latest": {}}, {"0.6.14": {}}, {}),
+    ("torchvision_version", "latest", "0.26.0", {}),
+    ("torchaudio_version", "two", "2.11.0", {}),
     ("flashinfer_sm75_fix", "pr3621", "upstream", {"flashinfer_version": "0.6.15"}),  # PR 3621 is 0.6.14 only
     ("flashinfer_sm75_fix", "upstream", "pr3621", {}),  # PR 3526 does not apply to 0.6.14
     ("flashinfer_sm75_fix", "none", "auto", {}),  # 0.6.14 fails on SM75 without its fix
@@ -140,7 +146,7 @@ def _with(**changes: Any) -> dict[str, Any]:
     return data
 
 
-@pytest.mark.parametrize("profile", [None, "qwen38"])
+@pytest.mark.parametrize("profile", [None, "qwen38", "fork_validated"])
 def test_profiles_are_valid(profile: str | None) -> None:
     assert isinstance(load_settings(profile_data(profile)), Settings)
 
