@@ -1,0 +1,84 @@
+"""pip's real resolver on the runtime's whole requirement set, for every profile and every FlashInfer
+release the settings accept (see tests/real/real_pip.py for what is resolved and how).
+
+Why: the fork pins nvidia-cutlass-dsl==4.4.2 and nvidia-cudnn-frontend<1.19 while FlashInfer 0.6.14/0.6.15
+need cutlass-dsl>=4.5.0 and 0.6.16 needs cudnn-frontend>=1.25; a set pip cannot install never builds.
+This needs PyPI (CI reaches it); a failure names the conflicting packages in pip's own words.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.real import real_pip
+from tests.unit.groupdata import profile_data
+from vllm_rig.settings import Settings
+from vllm_rig.validation import load_settings
+
+PROFILES = (None, "qwen38", "fork_validated")
+RELEASES = tuple(profile_data()["flashinfer_requirement_overrides"])
+
+pytestmark = pytest.mark.skipif(
+    not real_pip.FORK_REQUIREMENTS.is_dir(), reason="../shared/real-sources is not beside this checkout (CI has it)"
+)
+
+
+def _settings(profile: str | None, release: str) -> Settings:
+    return load_settings({**profile_data(profile), "flashinfer_version": release})
+
+
+@pytest.fixture(scope="module")
+def resolved() -> dict[tuple[str, ...], real_pip.Resolution]:
+    return {}  # one resolution per distinct requirement set: profiles that share a runtime share a run
+
+
+def _resolve(cache: dict[tuple[str, ...], real_pip.Resolution], s: Settings) -> real_pip.Resolution:
+    requirements = real_pip.runtime_requirements(s)
+    key = (s.python_version, *requirements)
+    if key not in cache:
+        cache[key] = real_pip.resolve(requirements, s.python_version)
+    return cache[key]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+@pytest.mark.parametrize("profile", PROFILES, ids=lambda p: p or "default")
+def test_every_profile_and_release_resolves_to_our_pins(
+    profile: str | None, release: str, resolved: dict[tuple[str, ...], real_pip.Resolution]
+) -> None:
+    s = _settings(profile, release)
+    result = _resolve(resolved, s)
+    assert result.ok, f"pip cannot install the runtime for FlashInfer {release}:\n{result.output[-3000:]}"
+    got = result.installs
+    for name, version in {
+        "torch": s.torch_version,
+        "torchvision": s.torchvision_version,
+        "torchaudio": s.torchaudio_version,
+        "triton": s.triton_version,
+        "transformers": s.transformers_version,
+        "numpy": s.numpy_version,
+        "flashinfer-python": release,
+    }.items():
+        assert got.get(name) == version, f"{name}: resolved {got.get(name)}, pinned {version}"
+    for name, spec in s.requirement_overrides().items():
+        assert name in got, f"override {name}{spec} is not in the resolved set"
+    assert "flashinfer-cubin" not in got and "flashinfer-jit-cache" not in got
+
+
+def test_flashinfer_0614_with_the_forks_unmodified_pins_is_refused_naming_the_conflict() -> None:
+    s = _settings(None, "0.6.14")
+    requirements = real_pip.runtime_requirements(s)
+    unmodified = [r for r in requirements if not r.startswith("nvidia-cutlass-dsl")] + ["nvidia-cutlass-dsl==4.4.2"]
+    result = real_pip.resolve(unmodified, s.python_version)
+    assert not result.ok
+    assert "ResolutionImpossible" in result.output
+    assert "flashinfer-python 0.6.14 depends on nvidia-cutlass-dsl>=4.5.0" in result.output
+    assert "nvidia-cutlass-dsl==4.4.2" in result.output
+
+
+def test_the_build_keeps_the_forks_bounds_beside_our_pins() -> None:
+    """Our transformers pin sits beside the fork's own bound, so pip checks one against the other."""
+    requirements = real_pip.runtime_requirements(_settings(None, "0.6.14"))
+    assert any(r.startswith("transformers >= 4.56.0") or r.startswith("transformers>=4.56.0") for r in requirements)
+    assert "transformers==5.12.1" in requirements and "numba == 0.65.0" in requirements
+    assert not any(r.startswith("flashinfer-python==0.6.8") for r in requirements)
+    assert "nvidia-cutlass-dsl==4.5.2" in requirements and "nvidia-cutlass-dsl==4.4.2" not in requirements
