@@ -10,10 +10,12 @@ torch index (as the fork's build.sh does); the fork's requirements with ours on 
 the fork's bounds, FlashInfer and the per-release overrides replacing the fork's lines; flashinfer-jit-cache
 and flashinfer-cubin left out); FlashInfer's SM75 fix, verified by the headers' sha256 before and after;
 FlashQLA made importable on SM75 as the fork's build.sh does it (its SM90 TileLang imports optional,
-the fork's legacy-kernel patches copied in when the fork has them); the fork compiled
-(TORCH_CUDA_ARCH_LIST, MAX_JOBS, NVCC_THREADS=1, ccache, local CUTLASS and Triton sources,
-`pip install --no-build-isolation --no-deps -e`); then the checks: `import vllm._C` from a
-neutral directory, the FlashInfer check script, FlashQLA's extension compiles. Only then is
+the fork's legacy-kernel patches copied in, required where the fork's build uses them); the fork compiled
+(TORCH_CUDA_ARCH_LIST, MAX_JOBS, NVCC_THREADS=1, ccache, local CUTLASS and Triton sources and every
+other source its CMake would fetch, FetchContent disconnected, `pip install --no-build-isolation
+--no-deps -e`); the fork's own tools/validate_runtime_components.py, run as its build.sh runs it; then
+the checks: `import vllm._C` from a neutral directory, the FlashInfer check script, FlashQLA's extension
+compiles. Only then is
 <runtime>/runtime.json written: the runtime is complete.
 
 A re-run resumes: each finished step leaves <runtime>/.build/<step>.done, and ccache keeps what was
@@ -232,6 +234,7 @@ FLASHQLA_INITS = ("flash_qla/__init__.py", "flash_qla/ops/__init__.py", "flash_q
 OPTIONAL_MARK = "# vllm-rig: the SM90 TileLang path is optional on SM70/SM75"
 SM90_ERRORS = "(ImportError, ValueError, RuntimeError, OSError)"
 # The fork's build.sh copies these over FlashQLA's legacy backend (fork tools/flashqla_sm75_patches/).
+FORK_PATCH_DIR = "tools/flashqla_sm75_patches"
 FORK_FLASHQLA_PATCHES = {
     "sm_legacy.py": "flash_qla/ops/gated_delta_rule/legacy/sm_legacy.py",
     "gdn_forward.cu": "flash_qla/ops/gated_delta_rule/legacy/csrc/gdn_forward.cu",
@@ -268,15 +271,42 @@ def optional_sm90_imports(source: str) -> str | None:
     return "".join(lines)
 
 
+def fork_ships_flashqla_patches(fork: Path) -> bool:
+    """Whether the fork's own build needs tools/flashqla_sm75_patches: its build.sh names them (v0.1.9 and
+    later), or it ships the directory. An older tree has neither; its build.sh copies nothing."""
+    build_sh = fork / "build.sh"
+    named = build_sh.is_file() and FORK_PATCH_DIR in build_sh.read_text(errors="replace")
+    return named or (fork / FORK_PATCH_DIR).is_dir()
+
+
+def copy_fork_flashqla_patches(flashqla: Path, fork: Path) -> list[str]:
+    """Copy the fork's SM75 patch files over FlashQLA's legacy backend, as the fork's build.sh does. Where
+    the fork's build uses them each one is required: without them the legacy kernel takes float32 only."""
+    if not fork_ships_flashqla_patches(fork):
+        return []
+    changed = []
+    for name, rel in FORK_FLASHQLA_PATCHES.items():
+        source, target = fork / FORK_PATCH_DIR / name, flashqla / rel
+        if not source.is_file():
+            raise BuildError(
+                f"the fork's build uses {FORK_PATCH_DIR}/{name}, but {source} is missing: without it FlashQLA's "
+                "legacy kernel takes float32 only; set fork_ref to a fork commit that ships it (v0.1.9 or later) "
+                "and re-run the deploy"
+            )
+        if not target.is_file():
+            raise BuildError(
+                f"{target} is missing, so the fork's {FORK_PATCH_DIR}/{name} has nothing to replace: is "
+                "flashqla_ref a FlashQLA-SM70-SM75 commit with the legacy backend?"
+            )
+        if source.read_bytes() != target.read_bytes():
+            shutil.copyfile(source, target)
+            changed.append(f"{rel} from the fork's {FORK_PATCH_DIR}")
+    return changed
+
+
 def prepare_flashqla(flashqla: Path, fork: Path) -> list[str]:
     """Make the FlashQLA checkout importable on SM75 the way the fork's build.sh does; returns what changed."""
-    changed = []
-    assets = fork / "tools" / "flashqla_sm75_patches"
-    for name, rel in FORK_FLASHQLA_PATCHES.items():
-        source, target = assets / name, flashqla / rel
-        if source.is_file() and target.is_file() and source.read_bytes() != target.read_bytes():
-            shutil.copyfile(source, target)
-            changed.append(f"{rel} from the fork's tools/flashqla_sm75_patches")
+    changed = copy_fork_flashqla_patches(flashqla, fork)
     for rel in FLASHQLA_INITS:
         path = flashqla / rel
         rewritten = optional_sm90_imports(path.read_text()) if path.is_file() else None
@@ -284,6 +314,55 @@ def prepare_flashqla(flashqla: Path, fork: Path) -> list[str]:
             path.write_text(rewritten)
             changed.append(f"{rel}: SM90 imports made optional")
     return changed
+
+
+# ---- FetchContent: every source the fork's CMake would fetch is local, the compile disconnected ------
+
+# vLLM's setup.py appends CMAKE_ARGS (split on whitespace) to its cmake configure command.
+DISCONNECTED = "-DFETCHCONTENT_FULLY_DISCONNECTED=ON"
+
+
+def fetchcontent_env(deps: dict[str, dict[str, str]], cmake_args: str | None) -> dict[str, str]:
+    """Environment for the compile: each FetchContent dependency's local checkout under the variable its
+    cmake/external_projects file honours (FLASH_MLA_SRC_DIR, QUTLASS_SRC_DIR, ...), and CMAKE_ARGS with
+    FetchContent disconnected, so CMake fails instead of reaching the network. A missing or empty
+    checkout is a BuildError naming it."""
+    env = {}
+    for name, dep in sorted(deps.items()):
+        path = Path(dep["dir"])
+        if not path.is_dir() or not any(path.iterdir()):
+            raise BuildError(
+                f"the {name} source the fork's CMake would fetch ({dep['env']}) is missing at {path}: the compile "
+                "runs with FetchContent disconnected; re-run the deploy (its git checkouts fetch it)"
+            )
+        env[dep["env"]] = str(path)
+    args = (cmake_args or "").split()
+    if DISCONNECTED not in args:
+        args.append(DISCONNECTED)
+    env["CMAKE_ARGS"] = " ".join(args)
+    return env
+
+
+# ---- the fork's own post-build check (build.sh runs it after the compile) -----------------------------
+
+VALIDATE_SCRIPT = "tools/validate_runtime_components.py"
+FAIL_LINE = re.compile(r"^FAIL ([^:\s]+): (.*)$")
+
+
+def judge_validation(returncode: int, output: str, waived: list[str]) -> list[str]:
+    """Judge the fork's validate_runtime_components.py by its exit code and its "FAIL <check>: <detail>"
+    lines. Returns the failed checks that are waived (packages the rig never installs); any other failure
+    is a BuildError that lists the failed checks."""
+    if returncode == 0:
+        return []
+    failed = [m.groups() for m in map(FAIL_LINE.match, output.splitlines()) if m]
+    if not failed:
+        tail = " | ".join(output.strip().splitlines()[-5:])
+        raise BuildError(f"the fork's {VALIDATE_SCRIPT} exited {returncode} without a FAIL line: {tail}")
+    real = [f"{name}: {detail}" for name, detail in failed if name not in waived]
+    if real:
+        raise BuildError(f"the fork's {VALIDATE_SCRIPT} failed (exit code {returncode}): " + "; ".join(real))
+    return [f"{name}: {detail}" for name, detail in failed]
 
 
 # ---- the build --------------------------------------------------------------------------------------
@@ -470,6 +549,7 @@ class Build:
             CCACHE_DIR=str(self.cache / "ccache"),
             CCACHE_NOHASHDIR="true",  # editable builds in per-runtime paths still hit the cache
         )
+        env.update(fetchcontent_env(spec.get("fetchcontent", {}), env.get("CMAKE_ARGS")))
         version_file = Path(src["fork"]) / "VERSION"
         if version_file.is_file():
             env["VLLM_VERSION_OVERRIDE"] = version_file.read_text().strip()
@@ -482,11 +562,52 @@ class Build:
             raise BuildError(f"{fork} is at {head}, not the pinned {self.spec['fork_ref']}; re-run the deploy")
         env = self.compile_env()
         say(f"TORCH_CUDA_ARCH_LIST={env['TORCH_CUDA_ARCH_LIST']} MAX_JOBS={env['MAX_JOBS']} NVCC_THREADS=1")
+        local = [f"{dep['env']}={dep['dir']}" for _, dep in sorted(self.spec.get("fetchcontent", {}).items())]
+        say(f"FetchContent disconnected (CMAKE_ARGS={env['CMAKE_ARGS']}); local sources: {', '.join(local) or 'none'}")
         run(
             [str(self.python), "-m", "pip", "install", "-v", "--no-build-isolation", "--no-deps", "-e", str(fork)],
             "compiling the fork",
             env={**env, "PIP_CACHE_DIR": str(self.cache / "pip"), "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
         )
+
+    def validate_env(self) -> dict[str, str]:
+        """The environment the fork's build.sh gives validate_runtime_components.py."""
+        spec, src = self.spec, self.spec["sources"]
+        env = self.cuda_env()
+        env.update(
+            TORCH_CUDA_ARCH_LIST=spec["arch_list"],
+            PYTHONPATH=src["fork"],
+            TORCH_EXTENSIONS_DIR=str(self.work / "validate_torch_extensions"),
+            VLLM_CUTLASS_SRC_DIR=src["cutlass"],
+            TRITON_KERNELS_SRC_DIR=f"{src['triton']}/python/triton_kernels/triton_kernels",
+            FLASHQLA_DIR=src["flashqla"],
+        )
+        return env
+
+    def step_validate(self) -> None:
+        """The fork's post-build check, run as its build.sh runs it: the venv's python, no arguments, from
+        the fork's root; "built" means it passes (checks of packages the rig never installs are waived)."""
+        fork = Path(self.spec["sources"]["fork"])
+        script = fork / VALIDATE_SCRIPT
+        if not script.is_file():
+            say(f"the fork has no {VALIDATE_SCRIPT} (an older tree): nothing to run")
+            return
+        say(f"$ {self.python} {script}")
+        proc = subprocess.run(
+            [str(self.python), str(script)],
+            cwd=fork,
+            env=self.validate_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            check=False,
+        )
+        say(proc.stdout.rstrip())
+        waived = judge_validation(proc.returncode, proc.stdout, self.spec.get("validate_waive", []))
+        if waived:
+            say("the fork's check passed except for what the rig never installs (waived): " + "; ".join(waived))
+        shutil.rmtree(self.work / "validate_torch_extensions", ignore_errors=True)
 
     def step_check(self) -> None:
         neutral = tempfile.mkdtemp(prefix="vllm-rig-check-")
@@ -532,7 +653,7 @@ class Build:
 
     # -- driver
 
-    STEPS = ("venv", "torch", "requirements", "flashinfer", "flashqla", "compile", "check")
+    STEPS = ("venv", "torch", "requirements", "flashinfer", "flashqla", "compile", "validate", "check")
 
     def run(self) -> None:
         total = len(self.STEPS)

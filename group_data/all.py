@@ -90,6 +90,32 @@ torch_index_url = "https://download.pytorch.org/whl/cu128"  # torch wheel index,
 build_max_jobs = "auto"  # compile jobs: auto = min(8, threads, (RAM GB - 3) / 3)
 build_timeout_s = 14400  # give up on a build after this many seconds
 force_rebuild = False  # build a new runtime even when the fingerprint matches
+fetchcontent_sources = {  # what the fork's CMake fetches during the compile: fetched ahead, passed by variable
+    "flashmla": {  # cmake/external_projects/flashmla.cmake: upstream reads it before its SM90+ check
+        "repo": "https://github.com/vllm-project/FlashMLA.git",
+        "ref": "a6ec2ba7bd0a7dff98b3f4d3e6b52b159c48d78b",
+        "env": "FLASH_MLA_SRC_DIR",
+        "min_arch": None,
+    },
+    "qutlass": {  # cmake/external_projects/qutlass.cmake: upstream populates it before its SM100+ check
+        "repo": "https://github.com/IST-DASLab/qutlass.git",
+        "ref": "830d2c4537c7396e14a02a46fbddd18b5d107c65",
+        "env": "QUTLASS_SRC_DIR",
+        "min_arch": None,
+    },
+    "vllm-flash-attn": {  # the fork's vllm_flash_attn.cmake returns before fetching on an SM75-only build
+        "repo": "https://github.com/vllm-project/flash-attention.git",
+        "ref": "f5bc33cfc02c744d24a2e9d50e6db656de40611c",
+        "env": "VLLM_FLASH_ATTN_SRC_DIR",
+        "min_arch": "8.0",
+    },
+    "deepgemm": {  # the fork's deepgemm.cmake returns before fetching without SM90a/SM100
+        "repo": "https://github.com/deepseek-ai/DeepGEMM.git",
+        "ref": "891d57b4db1071624b5c8fa0d1e51cb317fa709f",
+        "env": "DEEPGEMM_SRC_DIR",
+        "min_arch": "9.0",
+    },
+}
 
 # ---- model: the FP8 checkpoint through the HF endpoint
 hf_endpoint = "https://hf-mirror.com"  # Hugging Face endpoint or mirror (the seed's mirror)

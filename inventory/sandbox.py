@@ -74,6 +74,23 @@ def _flashinfer_patches() -> dict:
     }
 
 
+def _fetchcontent_sources(refs: dict) -> dict:
+    """What the stand-in fork's CMake-like build fetches for SM75, from the sandbox's git remotes."""
+    pending = "0" * 40  # not built yet: the checkout then fails, naming the source
+    return {
+        name: {
+            "repo": _forge.remote_url(repo),
+            "ref": refs.get(repo, {}).get("main", pending),
+            "env": env,
+            "min_arch": None,
+        }
+        for name, repo, env in (
+            ("flashmla", _forge.FLASHMLA, "FLASH_MLA_SRC_DIR"),
+            ("qutlass", _forge.QUTLASS, "QUTLASS_SRC_DIR"),
+        )
+    }
+
+
 def _settings() -> dict:
     """The sandbox's sources. SHAs come from the git remotes' manifest, written by `up`."""
     try:
@@ -90,6 +107,7 @@ def _settings() -> dict:
         "cutlass_repo": _forge.remote_url(_forge.CUTLASS),
         "cutlass_ref": refs.get(_forge.CUTLASS, {}).get(_forge.CUTLASS_TAG, "(run: python -m tests.sandbox up)"),
         "triton_src_repo": _forge.remote_url(_forge.TRITON),
+        "fetchcontent_sources": _fetchcontent_sources(refs),
         "flashinfer_sm75_patches": _flashinfer_patches(),
         "pip_index_url": _pkg_index.index_url(),
         "torch_index_url": _pkg_index.torch_index_url(),

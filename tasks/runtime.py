@@ -123,7 +123,7 @@ def install_runtime() -> None:
     )
     config_files(name=f"Runtime {choice.name}", files=(text(dirs.fingerprint_file, fp + "\n"),))
     git_checkouts(
-        name="Fork, FlashQLA, CUTLASS and Triton sources at their pins",
+        name="Fork, FlashQLA, CUTLASS, Triton and the FetchContent sources at their pins",
         sources=tuple(
             GitSource(label, url, ref, dest, f"{dirs.cache}/git/{runtime.cache_name(url)}.git")
             for label, url, ref, dest in runtime.git_sources(s, dirs)

@@ -16,6 +16,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from packaging.version import Version
+
 from vllm_rig.layout import STATE_DIR, Layout
 from vllm_rig.settings import Settings
 
@@ -77,6 +79,10 @@ class RuntimeDirs:
     @property
     def triton(self) -> str:
         return f"{self.dir}/src/deps/triton"
+
+    def dep(self, name: str) -> str:
+        """Checkout of a source the fork's CMake would fetch (fetchcontent_sources)."""
+        return f"{self.dir}/src/deps/{name}"
 
     @property
     def fingerprint_file(self) -> str:
@@ -144,6 +150,7 @@ def build_inputs(s: Settings) -> dict[str, Any]:
         "flashinfer": s.flashinfer_version,
         "requirement_overrides": s.requirement_overrides(),
         "flashinfer_fix": None if patch is None else {"patch": patch["patch"], "files": patch["files"]},
+        "fetchcontent": fetchcontent_inputs(s),
     }
 
 
@@ -244,7 +251,43 @@ def git_sources(s: Settings, dirs: RuntimeDirs) -> list[tuple[str, str, str, str
         ("FlashQLA", prefix + s.flashqla_repo, s.flashqla_ref, dirs.flashqla),
         ("CUTLASS", prefix + s.cutlass_repo, s.cutlass_ref, dirs.cutlass),
         ("Triton (triton_kernels)", prefix + s.triton_src_repo, s.triton_src_ref, dirs.triton),
+        *fetchcontent_git_sources(s, dirs),
     ]
+
+
+def fetched_for(entry: dict[str, Any], arch: str) -> bool:
+    """Whether the fork's CMake fetches a fetchcontent_sources entry when it builds for `arch`."""
+    min_arch = entry.get("min_arch")
+    return min_arch is None or Version(arch) >= Version(str(min_arch))
+
+
+def fetchcontent_deps(s: Settings) -> dict[str, dict[str, Any]]:
+    """The fetchcontent_sources entries the compile for s.gpu_compute_capability needs."""
+    return {n: e for n, e in sorted(s.fetchcontent_sources.items()) if fetched_for(e, s.gpu_compute_capability)}
+
+
+def fetchcontent_git_sources(s: Settings, dirs: RuntimeDirs) -> list[tuple[str, str, str, str]]:
+    """(label, url, ref, checkout dir) of each source the fork's CMake would fetch, mirror prefix applied."""
+    return [
+        (f"{name} (FetchContent)", s.git_mirror_prefix + e["repo"], e["ref"], dirs.dep(name))
+        for name, e in fetchcontent_deps(s).items()
+    ]
+
+
+def fetchcontent_spec(s: Settings, dirs: RuntimeDirs) -> dict[str, dict[str, str]]:
+    """For the build script: each fetched-ahead source's variable and checkout directory."""
+    return {name: {"env": e["env"], "dir": dirs.dep(name)} for name, e in fetchcontent_deps(s).items()}
+
+
+def fetchcontent_inputs(s: Settings) -> dict[str, str]:
+    """For the fingerprint: the commit of each source the compile takes."""
+    return {name: e["ref"] for name, e in fetchcontent_deps(s).items()}
+
+
+def validation_waivers() -> list[str]:
+    """Checks of the fork's validate_runtime_components.py that the rig's own choices fail: it requires
+    flashinfer-cubin (the distribution and its module), which never goes into a runtime."""
+    return ["flashinfer-cubin", "flashinfer_cubin"] if "flashinfer-cubin" in DROPPED_PACKAGES else []
 
 
 def cache_name(url: str) -> str:
@@ -282,4 +325,6 @@ def build_spec(s: Settings, dirs: RuntimeDirs, fp: str, inputs: dict[str, Any], 
         "fork_ref": s.fork_ref,
         "cache": dirs.cache,
         "check_script": layout.flashinfer_check,
+        "fetchcontent": fetchcontent_spec(s, dirs),
+        "validate_waive": validation_waivers(),
     }

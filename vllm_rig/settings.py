@@ -110,6 +110,11 @@ class Settings(BaseModel):
     cutlass_ref: str = _allowed("a 40-character commit SHA or a release tag such as v4.4.2")
     triton_src_repo: str = _allowed("a git URL (https://...)")
     triton_src_ref: str = _allowed("a 40-character commit SHA or a release tag such as v3.6.0")
+    fetchcontent_sources: dict[str, dict[str, Any]] = _allowed(
+        'a mapping name -> {"repo": a git URL, "ref": a 40-character commit SHA or release tag, "env": the '
+        'variable the fork\'s CMake reads for a local source, "min_arch": null or the lowest compute capability '
+        "the fork's CMake fetches it for}"
+    )
     flashinfer_sm75_patches: dict[str, dict[str, Any]] = _allowed(
         'a mapping FlashInfer version -> {"patch": "pr3621" or "pr3526", "url": an http(s) URL, '
         '"files": {path: {"before": sha256, "after": sha256}}}'
@@ -265,6 +270,15 @@ class Settings(BaseModel):
             problem = _patch_entry_problem(version, entry)
             if problem:
                 raise ValueError(f"entry {version!r}: {problem}")
+        return value
+
+    @field_validator("fetchcontent_sources")
+    @classmethod
+    def _fetchcontent(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for name, entry in value.items():
+            problem = _fetchcontent_problem(entry)
+            if problem:
+                raise ValueError(f"entry {name!r}: {problem}")
         return value
 
     @field_validator("model_revision")
@@ -645,3 +659,26 @@ def rendered_flag_names(s: Settings) -> set[str]:
     from vllm_rig.vllm_command import settings_args
 
     return {arg for arg in settings_args(s, model_path="/m") if arg.startswith("--")}
+
+
+FETCHCONTENT_KEYS = {"repo", "ref", "env", "min_arch"}
+CMAKE_VARIABLE = re.compile(r"^[A-Z][A-Z0-9_]*$")
+
+
+def _fetchcontent_problem(entry: Any) -> str | None:
+    """What is wrong with one fetchcontent_sources entry, or None."""
+    if not isinstance(entry, dict) or not {"repo", "ref", "env"} <= set(entry) or set(entry) - FETCHCONTENT_KEYS:
+        return 'must be {"repo": ..., "ref": ..., "env": ..., "min_arch": ...} ("min_arch" may be left out)'
+    try:
+        _check_url(str(entry["repo"]))
+    except ValueError:
+        return '"repo" must be an http:// or https:// git URL'
+    ref = str(entry["ref"])
+    if not (SHA40.match(ref) or RELEASE_TAG.match(ref)):
+        return '"ref" must be a 40-character commit SHA or a release tag (not a branch)'
+    if not CMAKE_VARIABLE.match(str(entry["env"])):
+        return '"env" must be a variable name such as FLASH_MLA_SRC_DIR'
+    min_arch = entry.get("min_arch")
+    if min_arch is not None and not re.match(r"^\d+\.\d$", str(min_arch)):
+        return '"min_arch" must be null or a compute capability such as "8.0"'
+    return None

@@ -238,3 +238,141 @@ def test_the_forks_flashqla_patches_are_copied_in(tmp_path: Path) -> None:
 def test_a_flashqla_without_sm90_imports_is_left_alone(tmp_path: Path) -> None:
     root = _tree(tmp_path / "qla", {"flash_qla/__init__.py": '"""stand-in"""\n'})
     assert rb.prepare_flashqla(root, tmp_path / "fork") == []
+
+
+def test_the_forks_patch_files_are_required_where_its_build_uses_them(tmp_path: Path) -> None:
+    root = _tree(tmp_path / "qla", FAKE_FLASHQLA)
+    fork = _tree(
+        tmp_path / "fork",
+        {
+            "build.sh": 'python - "$FLASHQLA_DIR" "$ROOT/tools/flashqla_sm75_patches" <<PY\n',
+            "tools/flashqla_sm75_patches/sm_legacy.py": "def _load_ext():\n    return 'fork'\n",
+        },
+    )
+    with pytest.raises(rb.BuildError) as err:
+        rb.prepare_flashqla(root, fork)
+    line = str(err.value)
+    assert "\n" not in line
+    assert f"{fork}/tools/flashqla_sm75_patches/gdn_forward.cu is missing" in line
+    assert "float32 only" in line and "fork_ref" in line
+    (root / "flash_qla/ops/gated_delta_rule/legacy/csrc/gdn_forward.cu").unlink()
+    _tree(fork, {"tools/flashqla_sm75_patches/gdn_forward.cu": "// fork\n"})
+    with pytest.raises(rb.BuildError, match="legacy/csrc/gdn_forward.cu is missing, so the fork's"):
+        rb.prepare_flashqla(root, fork)
+
+
+def test_a_fork_whose_build_names_no_patches_needs_none(tmp_path: Path) -> None:
+    root = _tree(tmp_path / "qla", FAKE_FLASHQLA)
+    fork = _tree(tmp_path / "fork", {"build.sh": "uv pip install --no-build-isolation -e .\n"})
+    assert not rb.fork_ships_flashqla_patches(fork)
+    assert all("SM90 imports made optional" in c for c in rb.prepare_flashqla(root, fork))
+
+
+# ---- FetchContent: local sources, disconnected --------------------------------------------------------
+
+
+def _spec(tmp_path: Path, fetchcontent: dict[str, dict[str, str]]) -> dict:
+    src = {name: str(tmp_path / "src" / name) for name in ("fork", "flashqla", "cutlass", "triton")}
+    return {
+        "runtime": str(tmp_path / "runtime"),
+        "cache": str(tmp_path / "cache"),
+        "cuda_home": "/usr/local/cuda-12.9",
+        "arch_list": "7.5",
+        "max_jobs": 3,
+        "sources": src,
+        "fetchcontent": fetchcontent,
+        "validate_waive": ["flashinfer-cubin", "flashinfer_cubin"],
+        "fingerprint": "f" * 64,
+    }
+
+
+def test_the_compile_gets_every_local_source_and_fetchcontent_disconnected(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deps = {}
+    for name, var in (("flashmla", "FLASH_MLA_SRC_DIR"), ("qutlass", "QUTLASS_SRC_DIR")):
+        _tree(tmp_path / "deps" / name, {"README.md": name})
+        deps[name] = {"env": var, "dir": str(tmp_path / "deps" / name)}
+    monkeypatch.setenv("CMAKE_ARGS", "-DTRITON_BUILD_UT=OFF")
+    env = rb.Build(_spec(tmp_path, deps)).compile_env()
+    assert env["FLASH_MLA_SRC_DIR"] == deps["flashmla"]["dir"]
+    assert env["QUTLASS_SRC_DIR"] == deps["qutlass"]["dir"]
+    assert env["CMAKE_ARGS"].split() == ["-DTRITON_BUILD_UT=OFF", "-DFETCHCONTENT_FULLY_DISCONNECTED=ON"]
+    assert env["VLLM_CUTLASS_SRC_DIR"].endswith("/src/cutlass") and env["TORCH_CUDA_ARCH_LIST"] == "7.5"
+
+
+def test_fetchcontent_is_disconnected_even_with_nothing_extra_to_pass(tmp_path: Path) -> None:
+    assert rb.fetchcontent_env({}, None) == {"CMAKE_ARGS": "-DFETCHCONTENT_FULLY_DISCONNECTED=ON"}
+    flag = "-DFETCHCONTENT_FULLY_DISCONNECTED=ON"
+    assert rb.fetchcontent_env({}, flag)["CMAKE_ARGS"] == flag  # not twice
+
+
+def test_a_missing_fetchcontent_checkout_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    for path in (tmp_path / "absent", tmp_path / "empty"):
+        with pytest.raises(rb.BuildError) as err:
+            rb.fetchcontent_env({"qutlass": {"env": "QUTLASS_SRC_DIR", "dir": str(path)}}, None)
+        assert str(err.value) == (
+            f"the qutlass source the fork's CMake would fetch (QUTLASS_SRC_DIR) is missing at {path}: the compile "
+            "runs with FetchContent disconnected; re-run the deploy (its git checkouts fetch it)"
+        )
+
+
+# ---- the fork's validate_runtime_components.py ---------------------------------------------------------
+
+VALIDATION_OUTPUT = """Runtime component validation
+OK torch: /v/torch/__init__.py
+FAIL flashinfer-cubin: not-installed
+FAIL flashinfer_cubin: ModuleNotFoundError: No module named 'flashinfer_cubin'
+{extra}
+Runtime component validation failed:
+  - flashinfer-cubin: not-installed
+"""
+
+
+def test_validation_passes_when_only_waived_checks_fail() -> None:
+    out = VALIDATION_OUTPUT.format(extra="")
+    assert rb.judge_validation(0, "Runtime component validation OK\n", []) == []
+    waived = rb.judge_validation(1, out, ["flashinfer-cubin", "flashinfer_cubin"])
+    assert waived == [
+        "flashinfer-cubin: not-installed",
+        "flashinfer_cubin: ModuleNotFoundError: No module named 'flashinfer_cubin'",
+    ]
+
+
+def test_validation_failure_names_the_failed_checks_in_one_line() -> None:
+    out = VALIDATION_OUTPUT.format(extra="FAIL torch.ops._C.rms_norm: registered\nFAIL vllm._C: ImportError: x")
+    with pytest.raises(rb.BuildError) as err:
+        rb.judge_validation(1, out, ["flashinfer-cubin", "flashinfer_cubin"])
+    assert str(err.value) == (
+        "the fork's tools/validate_runtime_components.py failed (exit code 1): "
+        "torch.ops._C.rms_norm: registered; vllm._C: ImportError: x"
+    )
+    with pytest.raises(rb.BuildError, match="exited 1 without a FAIL line: Traceback"):
+        rb.judge_validation(1, "Traceback (most recent call last):\n", [])
+
+
+def test_the_validate_step_runs_the_forks_script_as_build_sh_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = _spec(tmp_path, {})
+    fork = Path(spec["sources"]["fork"])
+    script = (
+        "import os, sys\n"
+        "print('cwd', os.getcwd()); print('argv', sys.argv[1:])\n"
+        "for k in ('PYTHONPATH', 'FLASHQLA_DIR', 'VLLM_CUTLASS_SRC_DIR', 'TRITON_KERNELS_SRC_DIR'):\n"
+        "    print(k, os.environ.get(k))\n"
+        "print('FAIL torch.cuda: CUDA must be available'); sys.exit(1)\n"
+    )
+    _tree(fork, {"tools/validate_runtime_components.py": script})
+    build = rb.Build(spec)
+    build.python = Path(sys.executable)
+    with pytest.raises(rb.BuildError, match=r"failed \(exit code 1\): torch.cuda: CUDA must be available$"):
+        build.step_validate()
+    log = capsys.readouterr().out
+    assert f"cwd {fork}" in log and "argv []" in log and f"PYTHONPATH {fork}" in log
+    env = build.validate_env()
+    assert env["PYTHONPATH"] == str(fork) and env["FLASHQLA_DIR"] == spec["sources"]["flashqla"]
+    assert env["TRITON_KERNELS_SRC_DIR"] == spec["sources"]["triton"] + "/python/triton_kernels/triton_kernels"
+    (fork / "tools/validate_runtime_components.py").unlink()
+    build.step_validate()  # an older tree without the script: nothing to run

@@ -209,7 +209,8 @@ def test_the_forks_own_pin_needs_no_fix() -> None:
 def test_git_sources_take_the_mirror_prefix_and_cache_names_ignore_it() -> None:
     s = _settings(git_mirror_prefix="https://gh-proxy.example/")
     sources = runtime.git_sources(s, runtime.RuntimeDirs("/r", "x"))
-    assert [ref for _, _, ref, _ in sources] == [s.fork_ref, s.flashqla_ref, s.cutlass_ref, "v3.6.0"]
+    fetched = [e["ref"] for _, e in sorted(s.fetchcontent_sources.items()) if e["min_arch"] is None]
+    assert [ref for _, _, ref, _ in sources] == [s.fork_ref, s.flashqla_ref, s.cutlass_ref, "v3.6.0", *fetched]
     assert all(url.startswith("https://gh-proxy.example/https://github.com/") for _, url, _, _ in sources)
     assert runtime.cache_name(sources[0][1]) == "weicj+vLLM-2080Ti-Definitive"
     assert runtime.cache_name("http://127.0.0.1:18181/git/NVIDIA/cutlass.git") == "NVIDIA+cutlass"

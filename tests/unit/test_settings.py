@@ -19,6 +19,8 @@ _PR3621 = {
 _PR3526 = {**_PR3621, "patch": "pr3526"}
 _NO_FIX = {"flashinfer_version": "0.6.16"}
 
+_FC = {"repo": "https://github.com/vllm-project/FlashMLA.git", "ref": "a" * 40, "env": "FLASH_MLA_SRC_DIR"}
+
 # (key, refused value, accepted value, other settings needed to isolate the rule)
 RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
     ("ssh_tcp_nodelay", "off", False, {}),
@@ -68,6 +70,10 @@ RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
     ("flashinfer_sm75_patches", {"0.6.14": {**_PR3621, "patch": "pr3526"}}, {"0.6.14": _PR3621}, {}),  # wrong fix
     ("flashinfer_sm75_patches", {"0.6.15": _PR3526}, {"0.6.14": _PR3621}, {}),  # nothing for the chosen 0.6.14
     ("flashinfer_sm75_patches", {"0.6.14": {**_PR3621, "files": {"/etc/x": _SUMS}}}, {}, _NO_FIX),
+    ("fetchcontent_sources", {"x": {**_FC, "ref": "main"}}, {"x": _FC}, {}),  # a branch moves
+    ("fetchcontent_sources", {"x": {**_FC, "env": "flash mla"}}, {"x": {**_FC, "min_arch": "9.0"}}, {}),
+    ("fetchcontent_sources", {"x": {"repo": _FC["repo"]}}, {}, {}),  # no ref, no variable
+    ("fetchcontent_sources", {"x": {**_FC, "min_arch": "sm90"}}, {"x": {**_FC, "min_arch": None}}, {}),
     ("git_mirror_prefix", "https://ghproxy.example", "https://ghproxy.example/", {}),
     ("pip_index_url", "not a url", None, {}),
     ("torch_index_url", "download.pytorch.org/whl/cu128", "https://download.pytorch.org/whl/cu128", {}),
