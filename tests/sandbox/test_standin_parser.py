@@ -351,3 +351,17 @@ def test_seed_002_parses(standin) -> None:
     assert args.tool_call_parser == "qwen3_xml" and args.enable_auto_tool_choice is True
     assert args.additional_config == {"gdn_prefill_backend": "flashqla_legacy"}
     assert case("seed002")["rc"] == 1 and "Unsupported speculative method: 'mtp'" in case("seed002")["stderr"]
+
+
+# --- the deploy's own command line -----------------------------------------------------------------------
+@pytest.mark.parametrize("profile", [None, "qwen38"], ids=["default", "qwen38"])
+def test_the_deploys_rendered_command_parses(profile: str | None, standin, capsys) -> None:
+    """What the unit's ExecStart runs must get past the real parser (exit 2 there is a restart loop)."""
+    from tests.unit.test_unit_parity import _argv, _settings, _unit
+
+    cli_args, _ = standin
+    argv = _argv(_unit(_settings(profile)))
+    try:
+        cli_args.parse_args(argv, prog="api_server.py")
+    except SystemExit as exc:
+        pytest.fail(f"exit {exc.code}: {error_line(capsys.readouterr().err)}")
