@@ -276,7 +276,13 @@ def test_as_rendered_now_the_reasoning_config_error_comes_first(tmp_path: Path) 
 
 
 # --- refused at start: exit 1, the real exception -------------------------------------------------------
-START_REFUSALS = ["sc_unknown_key_seed000", "sc_nested_unknown_minimal", "tool_parser_bogus", "quantization_bogus"]
+START_REFUSALS = [
+    "sc_unknown_key_seed000",
+    "sc_nested_unknown_minimal",
+    "tool_parser_bogus",
+    "quantization_bogus",
+    "reasoning_parser_bogus_tokenizer",
+]
 
 
 @pytest.mark.parametrize("name", START_REFUSALS)
@@ -304,6 +310,20 @@ def test_speculative_keys_pass_the_parser_and_fail_at_engine_start(standin) -> N
     real = raised(case("sc_unknown_key_minimal")["stderr"])
     assert ["pydantic_core._pydantic_core.ValidationError: " + str(refused.value).splitlines()[0]] == real[:1]
     assert str(refused.value).splitlines()[1:] == real[1:]
+
+
+def test_unknown_reasoning_parser_with_both_strings_waits_for_the_engine_core(standin) -> None:
+    """With start and end strings the config needs no parser; the real server got past the engine config
+    (it failed later, in its engine core, on this weightless model). The stand-in fails in the engine phase."""
+    cli_args, api_server = standin
+    real = case("reasoning_parser_bogus_with_strs")
+    assert real["rc"] == 1 and "Engine core initialization failed" in real["stderr"]
+    assert "Reasoning parser" not in real["stderr"]
+    args = cli_args.parse_args(["--model", "m", *real["argv"][2:]])
+    api_server.check_engine_config(args)  # does not raise
+    assert api_server.unknown_reasoning_parser(args) == raised(case("reasoning_parser_bogus_tokenizer")["stderr"])[
+        0
+    ].removeprefix("KeyError: ").strip('"')
 
 
 # --- accepted with any key -------------------------------------------------------------------------------
