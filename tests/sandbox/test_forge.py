@@ -31,6 +31,8 @@ from tests.sandbox import paths
 from tests.sandbox.fixtures import forge
 
 # The users' commands (seeds 000 and 002), flag for flag; host, port and model path are swapped per test.
+# Seed 000 without the two things the real v0.1.x server refuses (see test_standin_parser.py): --device-ids
+# (GPUs come from CUDA_VISIBLE_DEVICES) and default_thinking_token_budget inside --reasoning-config.
 SEED_000 = [
     "--host",
     "0.0.0.0",
@@ -44,8 +46,6 @@ SEED_000 = [
     "half",
     "--tensor-parallel-size",
     "2",
-    "--device-ids",
-    "0,1",
     "--quantization",
     "fp8",
     "--kv-cache-dtype",
@@ -63,7 +63,7 @@ SEED_000 = [
     "--reasoning-parser",
     "qwen3",
     "--reasoning-config",
-    '{"reasoning_start_str":"<think>","reasoning_end_str":"</think>","default_thinking_token_budget":4000}',
+    '{"reasoning_start_str":"<think>","reasoning_end_str":"</think>"}',
     "--default-chat-template-kwargs",
     '{"enable_thinking":true}',
     "--enable-auto-tool-choice",
@@ -757,13 +757,15 @@ def test_bad_json_value_is_rejected(runtime: Runtime) -> None:
     argv = seed_argv(SEED_000, free_port(), runtime.model)
     argv[argv.index("--speculative-config") + 1] = '{"method":'
     rc, out = run_to_exit(runtime, argv, runtime.env)
-    assert rc == 2 and 'argument --speculative-config: Value {"method": cannot be converted to <function loads' in out
+    assert rc == 2
+    assert 'argument --speculative-config/-sc: Value {"method": cannot be converted to <function loads' in out
 
 
 def _one_gpu(rt: Runtime, tmp: Path, env: dict) -> str:
     nvidia_smi(tmp / "bin", gpus=1)
     env["PATH"] = f"{tmp / 'bin'}:{env['PATH']}"
-    return "--device-ids [1] not available: 1 CUDA device(s) visible"
+    env["CUDA_VISIBLE_DEVICES"] = "0,1"  # index 1 does not exist: CUDA shows only the devices before it
+    return "Tensor parallel size (2) cannot be larger than the number of available GPUs (1)"
 
 
 def _driver_mismatch(rt: Runtime, tmp: Path, env: dict) -> str:
