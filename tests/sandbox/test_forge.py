@@ -201,9 +201,12 @@ def fake_flashinfer(root: Path, header: str) -> Path:
     return root
 
 
-def fake_torch(root: Path) -> Path:
+def fake_torch(root: Path, vision: bool = True) -> Path:
     (root / "torch").mkdir(parents=True, exist_ok=True)
     (root / "torch" / "__init__.py").write_text('__version__ = "2.11.0+cu128"\n')
+    if vision:  # the Qwen3.5/3.6 processor needs it (see standin/checks.py VIDEO_PROCESSORS)
+        (root / "torchvision").mkdir(exist_ok=True)
+        (root / "torchvision" / "__init__.py").write_text('__version__ = "0.26.0+cu128"\n')
     return root
 
 
@@ -806,9 +809,16 @@ def _no_torch(rt: Runtime, tmp: Path, env: dict) -> str:
     return "No module named 'torch'"
 
 
+def _no_torchvision(rt: Runtime, tmp: Path, env: dict) -> str:
+    only_torch = fake_flashinfer(fake_torch(tmp / "site", vision=False), FIXED_HEADER)
+    env["PYTHONPATH"] = f"{env['PYTHONPATH'].split(':')[0]}:{only_torch}"
+    return "Qwen3VLVideoProcessor requires the Torchvision library but it was not found in your environment."
+
+
 @pytest.mark.parametrize(
     "breakage",
     [
+        _no_torchvision,
         _one_gpu,
         _driver_mismatch,
         _no_config,
