@@ -15,7 +15,7 @@ FORK = Path(__file__).resolve().parents[1] / "sandbox" / "fixtures" / "forge" / 
 FILES = ("requirements/common.txt", "requirements/cuda.txt", "requirements/build/cuda.txt")
 
 
-@pytest.mark.skipif(not real_pip.FORK_REQUIREMENTS.is_dir(), reason="../shared/real-sources is not beside this checkout")
+@pytest.mark.skipif(not real_pip.FORK_REQUIREMENTS.is_dir(), reason="no ../shared/real-sources")
 @pytest.mark.parametrize("name", FILES)
 def test_copies_are_the_real_files(name: str) -> None:
     copy = (FORK / name).read_bytes()
