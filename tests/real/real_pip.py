@@ -82,6 +82,12 @@ def runtime_requirements(s: Settings, fork_lines: list[str] | None = None) -> li
     return lane + merged
 
 
+def torch_lane_requirements(s: Settings) -> list[str]:
+    """What the build's torch step installs from the torch index alone."""
+    spec = runtime.build_spec(s, runtime.RuntimeDirs(s.install_root, "resolve"), "0" * 64, {}, 1)
+    return [f"{name}=={spec['pins'][name]}" for name in spec["torch_packages"]]
+
+
 def interpreter(version: str) -> str | None:
     """A python<version> on this machine (PATH, then pyenv's versions), or None."""
     found = shutil.which(f"python{version}")
@@ -116,22 +122,33 @@ def resolver_pip(version: str) -> Path:
     return pip
 
 
-def resolve(requirements: list[str], python_version: str) -> Resolution:
-    """pip install --dry-run of `requirements` for Python `python_version` on Ubuntu 24.04 x86_64."""
+def report(
+    requirements: list[str], python_version: str, extra: tuple[str, ...] = ()
+) -> tuple[dict[str, Any] | None, str]:
+    """pip install --dry-run --report of `requirements` for Python `python_version` on Ubuntu 24.04 x86_64:
+    (the report, pip's output); the report is None when pip fails."""
     pip = resolver_pip(python_version)
     platforms = [arg for minor in GLIBC_MINORS for arg in ("--platform", f"manylinux_2_{minor}_x86_64")]
     platforms += ["--platform", "manylinux2014_x86_64", "--platform", "manylinux1_x86_64"]
     with tempfile.TemporaryDirectory(prefix="vllm-rig-resolve-") as tmp:
         reqs = Path(tmp) / "requirements.txt"
         reqs.write_text("\n".join(requirements) + "\n")
-        report = Path(tmp) / "report.json"
+        path = Path(tmp) / "report.json"
         cmd = [str(pip), "install", "--isolated", "--dry-run", "--ignore-installed", "--use-feature=fast-deps"]
-        cmd += ["--only-binary=:all:", *platforms, "--target", str(Path(tmp) / "target")]
-        cmd += ["--report", str(report), "-r", str(reqs)]
+        cmd += ["--only-binary=:all:", *platforms, "--target", str(Path(tmp) / "target"), *extra]
+        cmd += ["--report", str(path), "-r", str(reqs)]
         proc = subprocess.run(cmd, capture_output=True, text=True, env=_clean_env(), check=False)
         if proc.returncode != 0:
-            return Resolution(False, {}, proc.stderr + proc.stdout)
-        return Resolution(True, installs(json.loads(report.read_text())), proc.stdout)
+            return None, proc.stderr + proc.stdout
+        return json.loads(path.read_text()), proc.stdout
+
+
+def resolve(requirements: list[str], python_version: str) -> Resolution:
+    """pip install --dry-run of `requirements` for Python `python_version` on Ubuntu 24.04 x86_64."""
+    found, text = report(requirements, python_version)
+    if found is None:
+        return Resolution(False, {}, text)
+    return Resolution(True, installs(found), text)
 
 
 def installs(report: dict[str, Any]) -> dict[str, str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import html.parser
+import json
 import os
 import shutil
 import subprocess
@@ -25,7 +26,7 @@ import pytest
 
 from tests.sandbox import paths
 from tests.sandbox.fixtures import pkg_index
-from tests.sandbox.fixtures.pkg_index import fixes, realwheels, standins, wheelfile
+from tests.sandbox.fixtures.pkg_index import closure, fixes, realwheels, simple, standins, wheelfile
 
 PREFILL = "include/flashinfer/attention/prefill.cuh"
 DEAD_PROXY = "http://127.0.0.1:9"  # discard port: any request that leaves loopback fails fast
@@ -424,3 +425,141 @@ def test_header_markers_per_version(
 
 def test_fix_table_names_the_served_versions() -> None:
     assert {f.applies_to for f in fixes.FIXES} <= set(standins.FLASHINFER_HEADERS)
+
+
+# ---- the real dependency closure: the runtime's whole requirement set, as a real box resolves it
+
+
+def _runtime_set(**overrides: object) -> list[str]:
+    from tests.real import real_pip
+    from tests.unit.groupdata import profile_data
+    from vllm_rig.validation import load_settings
+
+    return real_pip.runtime_requirements(load_settings({**profile_data(None), **overrides}))
+
+
+def _resolve_from_index(server: str, requirements: list[str], tmp_path: Path) -> tuple[int, dict[str, str], str]:
+    """The build's requirements step (main index plus the torch lane as extra) as a dry run with Python 3.11:
+    (pip's exit status, {name: version}, pip's output)."""
+    assert sys.version_info[:2] == (3, 11), "the sandbox machines run Debian 12's Python 3.11"
+    reqs = tmp_path / "requirements.txt"
+    reqs.write_text("\n".join(requirements) + "\n")
+    report = tmp_path / "report.json"
+    cmd: list[str | Path] = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed"]
+    cmd += ["--index-url", server + "simple/", "--extra-index-url", server + "whl/cu128/", "--no-cache-dir"]
+    cmd += ["--target", tmp_path / "t", "--report", report, "-r", reqs]
+    proc = _run(cmd)
+    if proc.returncode != 0:
+        return proc.returncode, {}, proc.stdout + proc.stderr
+    items = json.loads(report.read_text())["install"]
+    return 0, {simple.normalize(i["metadata"]["name"]): i["metadata"]["version"] for i in items}, proc.stdout
+
+
+def test_default_runtime_set_resolves_to_the_pins(server: str, tmp_path: Path) -> None:
+    rc, got, out = _resolve_from_index(server, _runtime_set(), tmp_path)
+    assert rc == 0, out[-3000:]
+    pins = {
+        "torch": "2.11.0",
+        "torchvision": "0.26.0",
+        "torchaudio": "2.11.0",
+        "triton": "3.6.0",
+        "transformers": "5.12.1",
+        "numpy": "2.3.5",
+        "flashinfer-python": "0.6.14",
+        "nvidia-cutlass-dsl": "4.5.2",
+    }
+    assert {name: got[name].split("+", 1)[0] for name in pins} == pins
+    real = closure.resolved("runtime, flashinfer 0.6.14", "3.11")
+    assert set(got) == set(real)  # the same distributions as pip against PyPI
+    differ = {n: (got[n], real[n]) for n in got if got[n].split("+", 1)[0] != real[n]}
+    assert not differ, differ
+
+
+def test_fork_cutlass_pin_is_impossible_with_flashinfer_0614(server: str, tmp_path: Path) -> None:
+    requirements = [r for r in _runtime_set() if not r.startswith("nvidia-cutlass-dsl")]
+    rc, _, out = _resolve_from_index(server, [*requirements, "nvidia-cutlass-dsl==4.4.2"], tmp_path)
+    assert rc != 0
+    assert "ResolutionImpossible" in out and "flashinfer-python==0.6.14" in out, out[-3000:]
+    assert "nvidia-cutlass-dsl>=4.5.0" in out.replace(" ", "")
+
+
+def test_torchvision_comes_from_the_lane_only(server: str, tmp_path: Path) -> None:
+    proc = _ok(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-cache-dir",
+            "-d",
+            tmp_path / "d",
+            "--index-url",
+            server + "whl/cu128/",
+            "torchvision==0.26.0",
+        ]
+    )
+    assert "torchvision-0.26.0+cu128" in proc
+    rc, got, out = _resolve_from_index(server, ["torchvision==0.26.0"], tmp_path)
+    assert rc == 0 and got["torchvision"] == "0.26.0+cu128" and got["torch"] == "2.11.0+cu128", out
+
+
+def test_torch_step_fails_on_a_lane_without_torchvision(manifest: dict, tmp_path: Path) -> None:
+    """step_torch installs the torch packages from the torch index alone: a lane that lacks one fails."""
+    lane = tmp_path / "www" / "lane"
+    shutil.copytree(pkg_index.TORCH_LANE, lane, ignore=shutil.ignore_patterns("torchvision"))
+    projects = [p.name for p in lane.iterdir() if p.is_dir()]
+    (lane / "index.html").write_text(simple.root_page(projects))
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), partial(_Quiet, directory=str(tmp_path / "www")))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/lane/"
+        wanted = ["torch==2.11.0", "torchvision==0.26.0", "torchaudio==2.11.0", "triton==3.6.0"]
+        proc = _run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--dry-run",
+                "--ignore-installed",
+                "--no-cache-dir",
+                "--target",
+                tmp_path / "t",
+                "--index-url",
+                url,
+                *wanted,
+            ]
+        )
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert proc.returncode != 0
+    assert "No matching distribution found for torchvision==0.26.0" in proc.stdout + proc.stderr
+
+
+def test_default_runtime_set_installs_into_a_fresh_venv(server: str, tmp_path: Path) -> None:
+    """What the build does for every fresh runtime; the time is printed (pytest -s) for the record."""
+    venv = _new_venv(tmp_path / "venv")
+    reqs = tmp_path / "requirements.txt"
+    reqs.write_text("\n".join(_runtime_set()) + "\n")
+    start = time.monotonic()
+    _ok(
+        [
+            venv / "bin" / "python",
+            "-m",
+            "pip",
+            "install",
+            "--index-url",
+            server + "simple/",
+            "--extra-index-url",
+            server + "whl/cu128/",
+            "--no-cache-dir",
+            "-r",
+            reqs,
+        ]
+    )
+    elapsed = time.monotonic() - start
+    print(f"\ndefault runtime set installed from the sandbox index in {elapsed:.1f}s")
+    freeze = _ok([venv / "bin" / "python", "-m", "pip", "list", "--format=freeze"])
+    assert "flashinfer-python==0.6.14" in freeze and "transformers==5.12.1" in freeze
