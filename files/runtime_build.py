@@ -8,7 +8,8 @@ The deploy runs it as a transient systemd unit, so a dropped SSH session does no
 Steps: the venv (the distribution's python<X.Y>); torch, torchvision, torchaudio and triton from the
 torch index (as the fork's build.sh does); the fork's requirements with ours on top (our exact pins beside
 the fork's bounds, FlashInfer and the per-release overrides replacing the fork's lines; flashinfer-jit-cache
-and flashinfer-cubin left out); FlashInfer's SM75 fix, verified by the headers' sha256 before and after;
+and flashinfer-cubin left out); FlashInfer's SM75 fix, each fixed header downloaded whole (raw content at a
+commit) and verified by sha256: the installed one must be the known base, the download the known result;
 FlashQLA made importable on SM75 as the fork's build.sh does it (its SM90 TileLang imports optional,
 the fork's legacy-kernel patches copied in, required where the fork's build uses them); the fork compiled
 (TORCH_CUDA_ARCH_LIST, MAX_JOBS, NVCC_THREADS=1, ccache, local CUTLASS and Triton sources and every
@@ -184,34 +185,24 @@ def download(url: str, dest: Path) -> None:
     raise BuildError(f"could not download {redact(url)}: {last}; check git_mirror_prefix / the URL")
 
 
-def apply_in_scratch(diff: Path, data_dir: Path, files: dict[str, dict[str, str]], scratch: Path) -> dict[str, Path]:
-    """Apply the diff to copies of the headers; return the patched copies, each checked against its
-    known result. The installed headers are not touched here."""
+def fetch_fixed(files: dict[str, dict[str, str]], scratch: Path) -> dict[str, Path]:
+    """Download each fixed header (the whole file at a commit) into scratch; return the copies, each
+    checked against its known result. The installed headers are not touched here."""
     shutil.rmtree(scratch, ignore_errors=True)
-    for rel in files:
-        (scratch / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(data_dir / rel, scratch / rel)
-    includes = [f"--include={rel}" for rel in files]  # the public diff may touch files a wheel lacks
-    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(scratch.parent)}  # never a repo above scratch
-    proc = subprocess.run(
-        ["git", "apply", "--whitespace=nowarn", *includes, str(diff)],
-        cwd=scratch,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise BuildError(f"the diff does not apply to these headers: {proc.stderr.strip()[-600:]}")
-    patched = {rel: scratch / rel for rel in files}
-    for rel, path in patched.items():
-        got, want = sha256_of(path), files[rel]["after"]
-        if got != want:
+    fetched = {}
+    for rel, fixed in files.items():
+        dest = scratch / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        say(f"downloading the fixed {rel} from {redact(fixed['url'])}")
+        download(fixed["url"], dest)
+        got = sha256_of(dest)
+        if got != fixed["after"]:
             raise BuildError(
-                f"the diff did not produce the known result for {rel} (sha256 {got}, expected {want}): "
-                "a wrong or altered diff, or wrong patch data"
+                f"{redact(fixed['url'])} is not the known result for {rel} (sha256 {got}, expected "
+                f"{fixed['after']}): a wrong or altered file, or wrong patch data"
             )
-    return patched
+        fetched[rel] = dest
+    return fetched
 
 
 def install_patched(patched: dict[str, Path], data_dir: Path) -> None:
@@ -511,22 +502,17 @@ class Build:
         if state == "after":
             say(f"FlashInfer {version} already carries {fix['patch']} (headers verified)")
             return
-        diff = self.work / f"flashinfer-{fix['patch']}.diff"
-        say(f"downloading the {fix['patch']} diff from {redact(fix['url'])}")
-        download(fix["url"], diff)
-        say(f"diff sha256 {sha256_of(diff)}")
         try:
-            patched = apply_in_scratch(diff, data, files, self.work / "flashinfer-scratch")
+            patched = fetch_fixed(files, self.work / "flashinfer-scratch")
         except BuildError as err:
             raise BuildError(
-                f"FlashInfer {version}: {fix['patch']} from {redact(fix['url'])}: {err}; the installed headers were "
-                "not changed"
+                f"FlashInfer {version}: {fix['patch']}: {err}; the installed headers were not changed"
             ) from None
         install_patched(patched, data)
         if classify(header_hashes(data, files), files) != "after":
             raise BuildError(f"FlashInfer {version}: the patched headers did not land; re-run the deploy")
         shutil.rmtree(self.work / "flashinfer-scratch", ignore_errors=True)
-        say(f"FlashInfer {version}: {fix['patch']} applied, headers verified by sha256")
+        say(f"FlashInfer {version}: {fix['patch']}'s headers in place, verified by sha256")
 
     def step_flashqla(self) -> None:
         src = self.spec["sources"]

@@ -57,27 +57,34 @@ cutlass_repo = "https://github.com/NVIDIA/cutlass.git"  # CUTLASS sources, fetch
 cutlass_ref = "da5e086dab31d63815acafdac9a9c5893b1c69e2"  # CUTLASS v4.4.2 (the fork's build.sh), as a commit
 triton_src_repo = "https://github.com/triton-lang/triton.git"  # Triton sources (triton_kernels), fetched before
 triton_src_ref = "v3.6.0"  # Triton release tag the fork's build.sh clones (its commit could not be confirmed)
-flashinfer_sm75_patches = {  # per FlashInfer release: its SM75 fix's diff URL and each header's sha256 before/after
-    "0.6.14": {  # PR 3621 (closed, unmerged): the PR's base a671c02 to its head b6691f8
+flashinfer_sm75_patches = {  # per FlashInfer release: its SM75 fix as fixed header files, sha256 before/after
+    # Each header is fetched whole at a commit through raw content (GitHub proxies of the gh-proxy kind pass
+    # raw paths, not compare/commit diffs). The installed header must be "before"; the download must be "after".
+    "0.6.14": {  # PR 3621 (closed, unmerged), head b6691f8 (refs/pull/3621/head): its prefill.cuh is blob
+        # cb6958855 (sha256 "after"); the base a671c02 and tag v0.6.14 have blob 6185fdeb1 (sha256 "before")
         "patch": "pr3621",
-        "url": "https://github.com/flashinfer-ai/flashinfer/compare/"
-        "a671c02ee2fbcdde7cc991f5a01c7cf5eb4a8972...b6691f83a4a4fcbd95da6beb5e57fb8cfd716df4.diff",
         "files": {
             "include/flashinfer/attention/prefill.cuh": {
+                "url": "https://raw.githubusercontent.com/flashinfer-ai/flashinfer/"
+                "b6691f83a4a4fcbd95da6beb5e57fb8cfd716df4/include/flashinfer/attention/prefill.cuh",
                 "before": "9bb66eeae98340e72a7cef68691d7198a8538d58f2fc64f08f77a314a9f4d98c",
                 "after": "3cda6a4f0fed5b3f89686933ecb0b3653ece8db08a7980d991d2192d4d30f784",
             },
         },
     },
-    "0.6.15": {  # PR 3526 (merged as c18a974, released in 0.6.16): the result equals 0.6.16's headers
+    "0.6.15": {  # PR 3526, merged as c18a974: its two headers (blobs 5000fb8c5, 858e4bf2e) are "after"; its
+        # parent's (010b8a5b0, f2a8850f7) equal v0.6.15's and are "before". Tag v0.6.16 has the same blobs.
         "patch": "pr3526",
-        "url": "https://github.com/flashinfer-ai/flashinfer/commit/c18a974a88b8c7da88be0338a7478636f1dffa17.diff",
         "files": {
             "include/flashinfer/attention/persistent.cuh": {
+                "url": "https://raw.githubusercontent.com/flashinfer-ai/flashinfer/"
+                "c18a974a88b8c7da88be0338a7478636f1dffa17/include/flashinfer/attention/persistent.cuh",
                 "before": "bb7ebc410f8ff690e8ae6b2d3a65c442404e6f6f9f6e7dc68bf73852a8b3162b",
                 "after": "7d029a6b93ad6c05ef75bec420f7b5b475bcdf44630ba2ed43b8b5dd315d6afa",
             },
             "include/flashinfer/attention/prefill.cuh": {
+                "url": "https://raw.githubusercontent.com/flashinfer-ai/flashinfer/"
+                "c18a974a88b8c7da88be0338a7478636f1dffa17/include/flashinfer/attention/prefill.cuh",
                 "before": "5c1f326ea3d59d6216076131479907359e61c3d74ded6dd2a67cb4994e98fdb0",
                 "after": "2e5927bdc0d36ddb393cb4fab68c2e958d65d5b4b0085c969f7cfa777ecdfb5b",
             },

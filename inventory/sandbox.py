@@ -56,7 +56,8 @@ def _selected() -> list[_machine.Machine]:
 
 
 def _flashinfer_patches() -> dict:
-    """The stand-in FlashInfer fixes: diff URLs on the file server, header hashes from the index's manifest."""
+    """The stand-in FlashInfer fixes: fixed headers on the file server (raw-content layout), their hashes
+    from the index's manifest."""
     try:
         fixes = _pkg_index.manifest()["flashinfer"]["fixes"]
     except (OSError, ValueError, KeyError):
@@ -64,10 +65,9 @@ def _flashinfer_patches() -> dict:
     return {
         fix["applies_to"]: {
             "patch": f"pr{pr}",
-            "url": _pkg_index.diff_url(pr),
             "files": {
-                path: {"before": sums["sha256_before"], "after": sums["sha256_after"]}
-                for path, sums in fix["files"].items()
+                path: {"url": _pkg_index.raw_url(pr, path), "before": f["sha256_before"], "after": f["sha256_after"]}
+                for path, f in fix["files"].items()
             },
         }
         for pr, fix in fixes.items()

@@ -149,9 +149,20 @@ def build_inputs(s: Settings) -> dict[str, Any]:
         "triton_src": s.triton_src_ref,
         "flashinfer": s.flashinfer_version,
         "requirement_overrides": s.requirement_overrides(),
-        "flashinfer_fix": None if patch is None else {"patch": patch["patch"], "files": patch["files"]},
+        "flashinfer_fix": None if patch is None else {"patch": patch["patch"], "files": _fix_hashes(patch)},
         "fetchcontent": fetchcontent_inputs(s),
     }
+
+
+def _fix_hashes(patch: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """Each fixed header's sha256 before and after: what the fix is. Its URL only says where it comes from."""
+    return {path: {"before": f["before"], "after": f["after"]} for path, f in patch["files"].items()}
+
+
+def fix_download(s: Settings, patch: dict[str, Any]) -> dict[str, Any]:
+    """The fix as the build needs it: each fixed header's URL (mirror prefix in front) and its sha256s."""
+    files = {path: {**f, "url": s.git_mirror_prefix + f["url"]} for path, f in patch["files"].items()}
+    return {"patch": patch["patch"], "files": files}
 
 
 def runtime_pins(s: Settings) -> dict[str, str]:
@@ -318,9 +329,7 @@ def build_spec(s: Settings, dirs: RuntimeDirs, fp: str, inputs: dict[str, Any], 
         "drop": list(DROPPED_PACKAGES),
         "pip_index_url": s.pip_index_url,
         "torch_index_url": s.torch_index_url,
-        "flashinfer_fix": None
-        if patch is None
-        else {"patch": patch["patch"], "url": s.git_mirror_prefix + patch["url"], "files": patch["files"]},
+        "flashinfer_fix": None if patch is None else fix_download(s, patch),
         "sources": {"fork": dirs.fork, "flashqla": dirs.flashqla, "cutlass": dirs.cutlass, "triton": dirs.triton},
         "fork_ref": s.fork_ref,
         "cache": dirs.cache,

@@ -116,8 +116,8 @@ class Settings(BaseModel):
         "the fork's CMake fetches it for}"
     )
     flashinfer_sm75_patches: dict[str, dict[str, Any]] = _allowed(
-        'a mapping FlashInfer version -> {"patch": "pr3621" or "pr3526", "url": an http(s) URL, '
-        '"files": {path: {"before": sha256, "after": sha256}}}'
+        'a mapping FlashInfer version -> {"patch": "pr3621" or "pr3526", "files": {path: {"url": the fixed '
+        'file\'s http(s) URL (raw content at a commit), "before": sha256, "after": sha256}}}'
     )
     git_mirror_prefix: str = _allowed('"" or a URL ending in "/" put in front of every git URL')
     pip_index_url: str | None = _allowed("null (pip's default index) or an http(s) URL")
@@ -531,21 +531,25 @@ def _patch_entry_problem(version: str, entry: Any) -> str | None:
         Version(version)
     except InvalidVersion:
         return "the key must be a FlashInfer version such as 0.6.14"
-    if not isinstance(entry, dict) or set(entry) != {"patch", "url", "files"}:
-        return 'must be {"patch": ..., "url": ..., "files": {...}}'
+    if isinstance(entry, dict) and "url" in entry:
+        return 'has a diff "url": the fix is now each fixed header\'s own "url" under "files" (raw content at a commit)'
+    if not isinstance(entry, dict) or set(entry) != {"patch", "files"}:
+        return 'must be {"patch": ..., "files": {path: {"url": ..., "before": ..., "after": ...}}}'
     if entry["patch"] not in FLASHINFER_PATCHES:
         return 'patch must be "pr3621" or "pr3526"'
-    if not isinstance(entry["url"], str) or not re.match(r"^https?://\S+$", entry["url"]):
-        return "url must be an http(s) URL"
     files = entry["files"]
     if not isinstance(files, dict) or not files:
-        return "files must map at least one header path to its sha256 before and after"
-    for path, sums in files.items():
+        return "files must map at least one header path to its fixed file's URL and its sha256 before and after"
+    for path, fixed in files.items():
         if path.startswith("/") or ".." in path.split("/"):
             return f"{path!r} must be a path inside FlashInfer's source tree (include/...)"
-        if not isinstance(sums, dict) or set(sums) != {"before", "after"}:
-            return f'{path!r} must be {{"before": sha256, "after": sha256}}'
-        if not all(isinstance(v, str) and SHA256.match(v) for v in sums.values()):
+        if not isinstance(fixed, dict) or set(fixed) != {"url", "before", "after"}:
+            return f'{path!r} must be {{"url": the fixed file\'s URL, "before": sha256, "after": sha256}}'
+        if not isinstance(fixed["url"], str) or not re.match(r"^https?://\S+$", fixed["url"]):
+            return f"{path!r}: url must be an http(s) URL of the fixed file (raw content at a commit)"
+        if not fixed["url"].endswith("/" + path):
+            return f"{path!r}: url must be the fixed file itself, ending in /{path} (not a diff)"
+        if not all(isinstance(fixed[k], str) and SHA256.match(fixed[k]) for k in ("before", "after")):
             return f"{path!r}: before and after must be 64 lower-case hex digits (sha256)"
     return None
 
@@ -633,7 +637,7 @@ def _cross_rule_problems(s: Settings):
 
 
 def _patch_data_problems(s: Settings):
-    """The patch the settings pick must have its diff URL and header hashes in flashinfer_sm75_patches."""
+    """The patch the settings pick must have its fixed files' URLs and hashes in flashinfer_sm75_patches."""
     try:
         patch = flashinfer_fix.resolve(s.flashinfer_version, s.flashinfer_sm75_fix)
     except ValueError:
@@ -644,8 +648,8 @@ def _patch_data_problems(s: Settings):
     if entry is None:
         yield (
             "flashinfer_sm75_patches",
-            f"has no entry for FlashInfer {s.flashinfer_version}, which takes {patch}: add the diff's URL and the "
-            "sha256 of each header before and after",
+            f"has no entry for FlashInfer {s.flashinfer_version}, which takes {patch}: add each fixed header's URL "
+            "and its sha256 before and after",
         )
     elif entry["patch"] != patch:
         yield (

@@ -1,7 +1,7 @@
 """Runtime stage on the sandbox: the fork built at a pinned commit with FlashInfer's SM75 fix and FlashQLA,
 named by its fingerprint, checked, switched in; and what goes wrong on a real box: a second run, a new
-fork commit, a build that fails, an SSH session cut mid-build, a driver upgrade, a patch that does not
-apply, a rollback.
+fork commit, a build that fails, an SSH session cut mid-build, a driver upgrade, a fixed header that is
+not the known result, a rollback.
 
 The tests run in order on one machine (each builds on the state the one before left). Runtimes:
 R1 = fork v0.1.17 + FlashInfer 0.6.14 (PR 3621), R2 = fork main + 0.6.14, R3 = fork main + 0.6.8.post1.
@@ -27,6 +27,7 @@ from tests.conftest import Rig
 from tests.e2e.deploys import DeployRun, deploy, fresh
 from tests.sandbox import paths
 from tests.sandbox.fixtures import forge, pkg_index
+from tests.sandbox.fixtures.pkg_index import fixes
 from vllm_rig import runtime
 
 pytestmark = pytest.mark.sandbox
@@ -59,8 +60,10 @@ def _patches() -> dict[str, Any]:
     return {
         fix["applies_to"]: {
             "patch": f"pr{pr}",
-            "url": pkg_index.diff_url(pr),
-            "files": {p: {"before": s["sha256_before"], "after": s["sha256_after"]} for p, s in fix["files"].items()},
+            "files": {
+                p: {"url": pkg_index.raw_url(pr, p), "before": f["sha256_before"], "after": f["sha256_after"]}
+                for p, f in fix["files"].items()
+            },
         }
         for pr, fix in fixes.items()
     }
@@ -250,17 +253,18 @@ def _failed_patch(rig: Rig, data: dict[str, Any], says: str) -> None:
     assert header_sha(rig, new) == base  # the header is back to (or still) its original
 
 
-def test_a_diff_that_does_not_apply_is_one_clear_error(rig: Rig) -> None:
+def test_a_wrong_file_is_one_clear_error(rig: Rig) -> None:
     patches = _patches()
-    patches["0.6.14"]["url"] = patches["0.6.15"]["url"]  # PR 3526's diff for 0.6.14
+    patches["0.6.14"]["files"][PREFILL]["url"] = patches["0.6.15"]["files"][PREFILL]["url"]  # PR 3526's, not 3621's
     # Same settings as R2 apart from the URL (not part of the fingerprint): force a build to try it.
-    _failed_patch(rig, {"flashinfer_sm75_patches": patches, "force_rebuild": True}, "the diff does not apply")
+    wrong = f"{fixes.fix('3526').commit}/{PREFILL} is not the known result for {PREFILL}"
+    _failed_patch(rig, {"flashinfer_sm75_patches": patches, "force_rebuild": True}, wrong)
 
 
 def test_an_altered_result_hash_is_caught(rig: Rig) -> None:
     patches = _patches()
     patches["0.6.14"]["files"][PREFILL]["after"] = hashlib.sha256(b"not the result").hexdigest()
-    _failed_patch(rig, {"flashinfer_sm75_patches": patches}, "did not produce the known result")
+    _failed_patch(rig, {"flashinfer_sm75_patches": patches}, "is not the known result for")
 
 
 def test_an_altered_base_hash_is_caught(rig: Rig) -> None:

@@ -27,6 +27,7 @@ import pytest
 from tests.sandbox import paths
 from tests.sandbox.fixtures import pkg_index
 from tests.sandbox.fixtures.pkg_index import closure, fixes, realwheels, simple, standins, wheelfile
+from tests.unit.groupdata import group_data
 
 PREFILL = "include/flashinfer/attention/prefill.cuh"
 DEAD_PROXY = "http://127.0.0.1:9"  # discard port: any request that leaves loopback fails fast
@@ -344,7 +345,7 @@ def test_cpp_extension_builds_once_and_rebuilds_on_change(venv: Path, tmp_path: 
     assert _ok([py, "-c", code], TORCH_EXTENSIONS_DIR=str(ext_dir)).strip() == "76"
 
 
-# ---- FlashInfer stand-in and the fix diffs
+# ---- FlashInfer stand-in and the fixed headers
 
 
 def test_flashinfer_clear_cache_removes_only_its_version(venv: Path, tmp_path: Path) -> None:
@@ -360,46 +361,72 @@ def test_flashinfer_clear_cache_removes_only_its_version(venv: Path, tmp_path: P
     assert not (home / ".cache/flashinfer/0.6.14").exists()
 
 
-def test_served_diffs_match_the_manifest(manifest: dict, server: str) -> None:
+def test_served_fixed_files_match_the_manifest(manifest: dict, server: str) -> None:
     for pr, fix in manifest["flashinfer"]["fixes"].items():
-        with urllib.request.urlopen(server + fix["path"]) as response:
-            body = response.read()
-        assert hashlib.sha256(body).hexdigest() == fix["diff_sha256"], pr
-        assert fix["path"] == f"github/flashinfer-ai/flashinfer/pull/{pr}.diff"
+        for path, pinned in fix["files"].items():
+            assert pinned["path"] == f"raw/flashinfer-ai/flashinfer/{fix['commit']}/{path}"
+            with urllib.request.urlopen(server + pinned["path"]) as response:
+                assert hashlib.sha256(response.read()).hexdigest() == pinned["sha256_after"], (pr, path)
+
+
+def test_served_paths_have_the_real_raw_layout(manifest: dict) -> None:
+    """group_data's raw URL with its host swapped for the stand-in's `raw/`: the same commits and paths."""
+    real = group_data("all")["flashinfer_sm75_patches"]
+    for fix in manifest["flashinfer"]["fixes"].values():
+        for path, pinned in fix["files"].items():
+            url = real[fix["applies_to"]]["files"][path]["url"]
+            assert "raw/" + url.removeprefix("https://raw.githubusercontent.com/") == pinned["path"]
+
+
+def _diff(tmp_path: Path, pr: str) -> Path:
+    """The fix as a unified diff (not served; only to see how the stand-in headers relate)."""
+    path = tmp_path / f"{pr}.diff"
+    path.write_bytes(fixes.diff(fixes.fix(pr)))
+    return path
+
+
+def _put_served(manifest: dict, pr: str, data: Path) -> None:
+    """Fix `pr`'s served files over the headers in data, as the build does."""
+    for path, pinned in manifest["flashinfer"]["fixes"][pr]["files"].items():
+        shutil.copyfile(paths.WWW / pinned["path"], data / path)
 
 
 def test_pr3621_applies_only_to_0614(venv: Path, tmp_path: Path) -> None:
-    diff = pkg_index.PULLS / "3621.diff"
+    diff = _diff(tmp_path, "3621")
     assert _dry_run(diff, _installed_data(venv)) == 0
     assert _dry_run(diff, _installed_data(venv), "--fuzz=0") == 0
     for version in ("0.6.8.post1", "0.6.12", "0.6.15", "0.6.16"):
         assert _dry_run(diff, _flashinfer_data(version, tmp_path / version)) != 0, version
 
 
-def test_pr3621_turns_the_base_header_into_the_pinned_result(manifest: dict, venv: Path, tmp_path: Path) -> None:
+def test_pr3621_file_is_the_base_header_patched(manifest: dict, venv: Path, tmp_path: Path) -> None:
     pinned = manifest["flashinfer"]["fixes"]["3621"]["files"][PREFILL]
     data = tmp_path / "data"
     shutil.copytree(_installed_data(venv), data)
     assert _sha256(data / PREFILL) == pinned["sha256_before"] == manifest["flashinfer"]["prefill_sha256"]["0.6.14"]
-    with (pkg_index.PULLS / "3621.diff").open("rb") as f:
-        subprocess.run(["patch", "-p1", "-d", str(data)], stdin=f, check=True, capture_output=True)
+    patched = tmp_path / "patched"
+    shutil.copytree(data, patched)
+    with _diff(tmp_path, "3621").open("rb") as f:
+        subprocess.run(["patch", "-p1", "-d", str(patched)], stdin=f, check=True, capture_output=True)
+    _put_served(manifest, "3621", data)
     text = (data / PREFILL).read_text()
-    assert _sha256(data / PREFILL) == pinned["sha256_after"]
+    assert _sha256(data / PREFILL) == _sha256(patched / PREFILL) == pinned["sha256_after"]
     assert text.count("constexpr uint32_t smem_sample_lo_mma = 128;") == 3 and "smem_mma_kv_base" in text
     assert "Even the smallest KV tile" not in text and "kVOSplitFixedSmem" not in text
-    assert _dry_run(pkg_index.PULLS / "3621.diff", data, "-R") == 0  # applied: the reverse fits
 
 
-def test_pr3526_turns_0615_into_0616_and_nothing_else(manifest: dict, tmp_path: Path) -> None:
-    diff = pkg_index.PULLS / "3526.diff"
+def test_pr3526_files_turn_0615_into_0616_and_fit_nothing_else(manifest: dict, tmp_path: Path) -> None:
+    diff = _diff(tmp_path, "3526")
     for version in ("0.6.12", "0.6.14", "0.6.16"):
         assert _dry_run(diff, _flashinfer_data(version, tmp_path / version)) != 0, version
     data = _flashinfer_data("0.6.15", tmp_path / "0.6.15")
-    with diff.open("rb") as f:
-        subprocess.run(["patch", "-p1", "-d", str(data)], stdin=f, check=True, capture_output=True)
+    pinned = manifest["flashinfer"]["fixes"]["3526"]["files"]
+    assert all(_sha256(data / path) == p["sha256_before"] for path, p in pinned.items())
+    assert _dry_run(diff, data, "--fuzz=0") == 0
+    _put_served(manifest, "3526", data)
     fixed = _flashinfer_data("0.6.16", tmp_path / "fixed")
-    for path, pinned in manifest["flashinfer"]["fixes"]["3526"]["files"].items():
-        assert _sha256(data / path) == _sha256(fixed / path) == pinned["sha256_after"], path
+    for path, p in pinned.items():
+        assert _sha256(data / path) == _sha256(fixed / path) == p["sha256_after"], path
 
 
 @pytest.mark.parametrize(

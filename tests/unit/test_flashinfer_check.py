@@ -3,13 +3,19 @@ FlashInfer's JIT compiles cannot overflow SM75's shared memory, and no flashinfe
 
 Against the sandbox's stand-in headers always; against the real wheels when they are at hand (not in CI):
 
-    pip download --no-deps -d /tmp/fi flashinfer-python==0.6.12 flashinfer-python==0.6.14
-    VLLM_RIG_REAL_FLASHINFER_WHEELS=/tmp/fi [VLLM_RIG_REAL_PR3621_DIFF=/path/pr3621.diff] pytest this file
+    for v in 0.6.12 0.6.14 0.6.15; do pip download --no-deps -d /tmp/fi flashinfer-python==$v; done
+    VLLM_RIG_REAL_FLASHINFER_WHEELS=/tmp/fi [VLLM_RIG_REAL_FIX_FILES=/tmp/raw] pytest this file
+
+VLLM_RIG_REAL_FIX_FILES is a local copy of the fixed headers laid out as raw content is
+(<commit>/include/flashinfer/attention/prefill.cuh, ...), e.g. from a FlashInfer clone:
+`git show <commit>:<path> > /tmp/raw/<commit>/<path>` for each file in group_data's flashinfer_sm75_patches.
+With it, the build script puts group_data's fixes on the real wheels and the check must pass.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -20,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from tests.sandbox.fixtures.pkg_index import standins
+from tests.unit.groupdata import group_data
 
 REPO = Path(__file__).resolve().parents[2]
 CHECK = REPO / "files" / "check-flashinfer-pr3621-sm75.sh"
@@ -116,10 +123,46 @@ def test_real_0614_is_refused_before_pr3621_and_passes_after(tmp_path: Path) -> 
     assert hashlib.sha256(header.read_bytes()).hexdigest() == PR3621_BEFORE
     result = _check(site)
     assert result.returncode == 1 and "overflows SM75" in result.stderr
-    diff = os.environ.get("VLLM_RIG_REAL_PR3621_DIFF")
-    if not diff:
-        pytest.skip("set VLLM_RIG_REAL_PR3621_DIFF to PR 3621's diff to check the patched header too")
-    subprocess.run(["git", "apply", "--include=include/*", diff], cwd=site / "flashinfer" / "data", check=True)
+    _put_real_fix(site, "0.6.14")
     assert hashlib.sha256(header.read_bytes()).hexdigest() == PR3621_AFTER
     result = _check(site)
     assert result.returncode == 0 and "carries PR 3621" in result.stdout
+
+
+@real
+def test_real_0615_is_refused_before_pr3526_and_passes_after(tmp_path: Path) -> None:
+    site = _real_site(tmp_path, "0.6.15")
+    result = _check(site)
+    assert result.returncode == 1 and "overflows SM75" in result.stderr
+    _put_real_fix(site, "0.6.15")
+    result = _check(site)
+    assert result.returncode == 0 and "carries PR 3526" in result.stdout
+
+
+RAW = "https://raw.githubusercontent.com/flashinfer-ai/flashinfer/"
+
+
+def _put_real_fix(site: Path, version: str) -> None:
+    """group_data's fix for `version`, fetched from VLLM_RIG_REAL_FIX_FILES in place of raw content and put
+    in by the build script's own functions (base checked, each download checked, then replaced)."""
+    fixed = os.environ.get("VLLM_RIG_REAL_FIX_FILES")
+    if not fixed:
+        pytest.skip("set VLLM_RIG_REAL_FIX_FILES to the fixed headers (raw-content layout) to check the fix too")
+    rb = _runtime_build()
+    files = {
+        path: {**f, "url": (Path(fixed) / f["url"].removeprefix(RAW)).as_uri()}
+        for path, f in group_data("all")["flashinfer_sm75_patches"][version]["files"].items()
+    }
+    assert all(f["url"].endswith(path) for path, f in files.items())
+    data = site / "flashinfer" / "data"
+    assert rb.classify(rb.header_hashes(data, files), files) == "before"
+    rb.install_patched(rb.fetch_fixed(files, site.parent / f"scratch-{version}"), data)
+    assert rb.classify(rb.header_hashes(data, files), files) == "after"
+
+
+def _runtime_build():
+    spec = importlib.util.spec_from_file_location("runtime_build", REPO / "files" / "runtime_build.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -1,5 +1,5 @@
 """files/runtime_build.py without a host: the fork's requirements with our pins winning, and FlashInfer's
-fix applied and verified by outcome (against the sandbox's stand-in headers and diffs)."""
+fix put in place and verified by outcome (against the sandbox's stand-in headers, served as raw files are)."""
 
 from __future__ import annotations
 
@@ -104,75 +104,151 @@ def _installed(tmp_path: Path, version: str) -> Path:
     return data
 
 
-def _fix_files(pr: str) -> dict[str, dict[str, str]]:
-    fix = next(f for f in fixes.FIXES if f.pr == pr)
+def _served(tmp_path: Path) -> Path:
+    """The stand-in fixed files laid out as the sandbox's file server serves them (raw content at a commit)."""
+    root = tmp_path / "www"
+    for rel, data in fixes.served().items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    return root
+
+
+def _fix_files(tmp_path: Path, pr: str) -> dict[str, dict[str, str]]:
+    """The fix's settings data: each fixed file's URL (file:// on the served tree) and sha256 before/after."""
+    fix, root = fixes.fix(pr), _served(tmp_path)
     return {
-        rel: {"before": _sha((standins.HEADERS / a).read_bytes()), "after": _sha((standins.HEADERS / b).read_bytes())}
+        rel: {
+            "url": (root / fix.raw_path(rel)).as_uri(),
+            "before": _sha((standins.HEADERS / a).read_bytes()),
+            "after": _sha((standins.HEADERS / b).read_bytes()),
+        }
         for rel, (a, b) in fix.files.items()
     }
 
 
-def _diff(tmp_path: Path, pr: str) -> Path:
-    path = tmp_path / f"{pr}.diff"
-    path.write_bytes(fixes.diff(next(f for f in fixes.FIXES if f.pr == pr)))
-    return path
+def _build(tmp_path: Path, data: Path, version: str, pr: str, files: dict[str, dict[str, str]]) -> ModuleType:
+    """A Build whose step_flashinfer works on `data` (no venv: the data dir is given)."""
+    spec = {
+        "runtime": str(tmp_path / "runtime"),
+        "cache": str(tmp_path / "cache"),
+        "pins": {"flashinfer-python": version},
+        "pip_index_url": None,
+        "torch_index_url": "https://torch.example/whl/cu128",
+        "flashinfer_fix": {"patch": f"pr{pr}", "files": files},
+    }
+    build = rb.Build(spec)
+    build.flashinfer_data = lambda: data  # type: ignore[method-assign]
+    return build
 
 
-def test_pr3621_applies_to_0614_and_lands_verified(tmp_path: Path) -> None:
+@pytest.fixture(autouse=True)
+def _one_try(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rb, "DOWNLOAD_TRIES", 1)
+
+
+def test_pr3621_lands_on_0614_verified(tmp_path: Path) -> None:
     data = _installed(tmp_path, "0.6.14")
-    files = _fix_files("3621")
+    files = _fix_files(tmp_path, "3621")
     assert rb.classify(rb.header_hashes(data, files), files) == "before"
-    patched = rb.apply_in_scratch(_diff(tmp_path, "3621"), data, files, tmp_path / "scratch")
+    fetched = rb.fetch_fixed(files, tmp_path / "scratch")
     assert rb.classify(rb.header_hashes(data, files), files) == "before"  # nothing installed yet
-    rb.install_patched(patched, data)
+    rb.install_patched(fetched, data)
     assert rb.classify(rb.header_hashes(data, files), files) == "after"
     assert not list(data.rglob("*.vllm-rig-new"))
 
 
-def test_pr3526_applies_to_0615_only_with_both_headers(tmp_path: Path) -> None:
+def test_the_step_puts_pr3526_on_0615_and_is_done_the_second_time(tmp_path: Path, capsys) -> None:
     data = _installed(tmp_path, "0.6.15")
-    files = _fix_files("3526")
-    rb.install_patched(rb.apply_in_scratch(_diff(tmp_path, "3526"), data, files, tmp_path / "scratch"), data)
+    files = _fix_files(tmp_path, "3526")
+    build = _build(tmp_path, data, "0.6.15", "3526", files)
+    build.step_flashinfer()
     assert rb.classify(rb.header_hashes(data, files), files) == "after"
+    fixed = _installed(tmp_path / "fixed", "0.6.16")
+    assert all((data / rel).read_bytes() == (fixed / rel).read_bytes() for rel in files)
+    assert not (build.work / "flashinfer-scratch").exists()
+    out = capsys.readouterr().out
+    assert f"downloading the fixed {PERSISTENT} from file://" in out and "pr3526's headers in place" in out
+    build.step_flashinfer()
+    assert "already carries pr3526 (headers verified)" in capsys.readouterr().out
 
 
-def test_a_diff_for_another_release_is_refused_and_nothing_changes(tmp_path: Path) -> None:
+def test_the_mirror_prefix_url_is_what_the_step_fetches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     data = _installed(tmp_path, "0.6.14")
-    before = (data / PREFILL).read_bytes()
-    with pytest.raises(rb.BuildError, match="does not apply"):
-        rb.apply_in_scratch(_diff(tmp_path, "3526"), data, _fix_files("3621"), tmp_path / "scratch")
-    assert (data / PREFILL).read_bytes() == before
+    files = _fix_files(tmp_path, "3621")
+    asked = []
+    real = rb.download
+    monkeypatch.setattr(rb, "download", lambda url, dest: (asked.append(url), real(url, dest)))
+    _build(tmp_path, data, "0.6.14", "3621", files).step_flashinfer()
+    assert asked == [files[PREFILL]["url"]]
 
 
-def test_an_altered_result_hash_is_caught_and_nothing_changes(tmp_path: Path) -> None:
+def _refused(tmp_path: Path, data: Path, version: str, pr: str, files: dict[str, dict[str, str]]) -> str:
+    """The step's one-line error; every installed header is as it was."""
+    before = {rel: (data / rel).read_bytes() for rel in (PREFILL, PERSISTENT)}
+    with pytest.raises(rb.BuildError) as err:
+        _build(tmp_path, data, version, pr, files).step_flashinfer()
+    assert {rel: (data / rel).read_bytes() for rel in (PREFILL, PERSISTENT)} == before
+    assert not list(data.rglob("*.vllm-rig-new"))
+    message = str(err.value)
+    assert "\n" not in message and message.endswith("the installed headers were not changed")
+    return message
+
+
+def test_another_releases_file_is_refused_and_nothing_changes(tmp_path: Path) -> None:
     data = _installed(tmp_path, "0.6.14")
-    before = (data / PREFILL).read_bytes()
-    files = _fix_files("3621")
+    files = _fix_files(tmp_path, "3621")
+    files[PREFILL]["url"] = _fix_files(tmp_path, "3526")[PREFILL]["url"]  # PR 3526's prefill.cuh for 0.6.14
+    message = _refused(tmp_path, data, "0.6.14", "3621", files)
+    assert f"c18a974a88b8c7da88be0338a7478636f1dffa17/{PREFILL} is not the known result for {PREFILL}" in message
+    assert f"expected {files[PREFILL]['after']}" in message
+
+
+def test_an_altered_file_is_refused(tmp_path: Path) -> None:
+    data = _installed(tmp_path, "0.6.14")
+    files = _fix_files(tmp_path, "3621")
+    served = Path(files[PREFILL]["url"].removeprefix("file://"))
+    served.write_text(served.read_text().replace("smem_sample_lo_mma = 128;", "smem_sample_lo_mma = 64;", 1))
+    assert "is not the known result for" in _refused(tmp_path, data, "0.6.14", "3621", files)
+
+
+def test_an_altered_result_hash_is_refused(tmp_path: Path) -> None:
+    data = _installed(tmp_path, "0.6.14")
+    files = _fix_files(tmp_path, "3621")
     files[PREFILL]["after"] = "0" * 64
-    with pytest.raises(rb.BuildError, match="did not produce the known result"):
-        rb.apply_in_scratch(_diff(tmp_path, "3621"), data, files, tmp_path / "scratch")
-    assert (data / PREFILL).read_bytes() == before
+    assert "expected " + "0" * 64 in _refused(tmp_path, data, "0.6.14", "3621", files)
 
 
-def test_an_altered_diff_is_caught(tmp_path: Path) -> None:
+def test_one_bad_file_of_two_leaves_both_headers_untouched(tmp_path: Path) -> None:
+    data = _installed(tmp_path, "0.6.15")
+    files = _fix_files(tmp_path, "3526")
+    files[PREFILL]["after"] = "0" * 64  # persistent.cuh (first) downloads fine, prefill.cuh does not
+    assert f"for {PREFILL}" in _refused(tmp_path, data, "0.6.15", "3526", files)
+
+
+def test_a_url_that_serves_nothing_is_one_clear_error(tmp_path: Path) -> None:
     data = _installed(tmp_path, "0.6.14")
-    diff = _diff(tmp_path, "3621")
-    text = diff.read_text()
-    diff.write_text(
-        text.replace(
-            "+  constexpr uint32_t smem_sample_lo_mma = 128;", "+  constexpr uint32_t smem_sample_lo_mma = 64;", 1
-        )
-    )
-    with pytest.raises(rb.BuildError, match="did not produce the known result"):
-        rb.apply_in_scratch(diff, data, _fix_files("3621"), tmp_path / "scratch")
+    files = _fix_files(tmp_path, "3621")
+    files[PREFILL]["url"] = (tmp_path / "nowhere" / PREFILL).as_uri()
+    assert "could not download file://" in _refused(tmp_path, data, "0.6.14", "3621", files)
+
+
+def test_data_for_another_release_is_refused_before_any_download(tmp_path: Path, monkeypatch) -> None:
+    data = _installed(tmp_path, "0.6.12")
+    files = _fix_files(tmp_path, "3621")
+    build = _build(tmp_path, data, "0.6.12", "3621", files)
+    monkeypatch.setattr(build, "pip", lambda *a: None)  # the reinstall gives the same 0.6.12 headers
+    monkeypatch.setattr(rb, "download", lambda *a: pytest.fail("downloaded for the wrong release"))
+    with pytest.raises(rb.BuildError, match="flashinfer-python 0.6.12 is not the release the pr3621 data describes"):
+        build.step_flashinfer()
+    assert _sha((data / PREFILL).read_bytes()) == _sha((standins.HEADERS / "prefill-0.6.12.cuh").read_bytes())
 
 
 def test_headers_of_another_build_classify_as_other(tmp_path: Path) -> None:
     data = _installed(tmp_path, "0.6.12")
-    files = _fix_files("3621")
+    files = _fix_files(tmp_path, "3621")
     assert rb.classify(rb.header_hashes(data, files), files) == "other"
     half = _installed(tmp_path / "half", "0.6.15")
-    files = _fix_files("3526")
+    files = _fix_files(tmp_path, "3526")
     shutil.copyfile(standins.HEADERS / "prefill-0.6.16.cuh", half / PREFILL)  # one of two headers patched
     assert rb.classify(rb.header_hashes(half, files), files) == "other"
 

@@ -63,7 +63,12 @@ def test_changed_patch_hashes_change_the_fingerprint() -> None:
     patches = profile_data()["flashinfer_sm75_patches"]
     altered = {
         **patches,
-        "0.6.14": {**patches["0.6.14"], "files": {"include/x.cuh": {"before": "a" * 64, "after": "b" * 64}}},
+        "0.6.14": {
+            **patches["0.6.14"],
+            "files": {
+                "include/x.cuh": {"url": "https://m.example/include/x.cuh", "before": "a" * 64, "after": "b" * 64}
+            },
+        },
     }
     assert _fp(flashinfer_sm75_patches=altered) != _fp()
 
@@ -71,7 +76,10 @@ def test_changed_patch_hashes_change_the_fingerprint() -> None:
 def test_sources_and_mirrors_do_not_change_the_fingerprint() -> None:
     """The same pins from elsewhere are the same build: no rebuild for a mirror switch."""
     patches = profile_data()["flashinfer_sm75_patches"]
-    moved = {v: {**e, "url": "https://mirror.example/x.diff"} for v, e in patches.items()}
+    moved = {
+        v: {**e, "files": {p: {**f, "url": f"https://mirror.example/other/{p}"} for p, f in e["files"].items()}}
+        for v, e in patches.items()
+    }
     same = _fp(
         pip_index_url="https://pypi.mirror.example/simple/",
         torch_index_url="https://mirror.example/pytorch-wheels/cu128",
@@ -192,8 +200,13 @@ def test_spec_carries_pins_sources_and_the_mirrored_fix() -> None:
     assert spec["overrides"] == {"nvidia-cutlass-dsl": "==4.5.2"}
     assert spec["replace"] == ["flashinfer-python", "nvidia-cutlass-dsl"]
     assert spec["drop"] == ["flashinfer-cubin", "flashinfer-jit-cache"]
-    assert spec["flashinfer_fix"]["url"].startswith("https://gh-proxy.example/https://github.com/flashinfer-ai/")
-    assert spec["flashinfer_fix"]["files"]["include/flashinfer/attention/prefill.cuh"]["before"].startswith("9bb66eea")
+    prefill = spec["flashinfer_fix"]["files"]["include/flashinfer/attention/prefill.cuh"]
+    assert prefill["url"] == (
+        "https://gh-proxy.example/https://raw.githubusercontent.com/flashinfer-ai/flashinfer/"
+        "b6691f83a4a4fcbd95da6beb5e57fb8cfd716df4/include/flashinfer/attention/prefill.cuh"
+    )
+    assert prefill["before"].startswith("9bb66eea") and prefill["after"].startswith("3cda6a4f")
+    assert spec["flashinfer_fix"]["patch"] == "pr3621"
     assert spec["max_jobs"] == 5 and spec["arch_list"] == "7.5" and spec["python"] == "python3.12"
     assert spec["sources"]["cutlass"] == "/opt/vllm-rig/runtimes/x/src/deps/cutlass"
     assert spec["check_script"] == "/opt/vllm-rig/bin/check-flashinfer-pr3621-sm75.sh"

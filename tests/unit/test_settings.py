@@ -10,12 +10,13 @@ from tests.unit.groupdata import profile_data
 from vllm_rig.settings import Settings
 from vllm_rig.validation import SettingsError, load_settings
 
-_SUMS = {"before": "a" * 64, "after": "b" * 64}
-_PR3621 = {
-    "patch": "pr3621",
-    "url": "https://mirror.example/pull/3621.diff",
-    "files": {"include/flashinfer/attention/prefill.cuh": _SUMS},
+_PREFILL = "include/flashinfer/attention/prefill.cuh"
+_FIXED = {
+    "url": f"https://raw.example/flashinfer-ai/flashinfer/{'c' * 40}/{_PREFILL}",
+    "before": "a" * 64,
+    "after": "b" * 64,
 }
+_PR3621 = {"patch": "pr3621", "files": {_PREFILL: _FIXED}}
 _PR3526 = {**_PR3621, "patch": "pr3526"}
 _NO_FIX = {"flashinfer_version": "0.6.16"}
 
@@ -66,10 +67,24 @@ RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
     ("cutlass_ref", "main", "v4.4.2", {}),  # a branch moves; a tag or a commit does not
     ("triton_src_repo", "triton-lang/triton", "https://github.com/triton-lang/triton.git", {}),
     ("triton_src_ref", "release/3.6.x", "0123456789abcdef0123456789abcdef01234567", {}),
-    ("flashinfer_sm75_patches", {"0.6.14": {"patch": "pr3621"}}, {"0.6.14": _PR3621}, {}),  # no url, no files
+    ("flashinfer_sm75_patches", {"0.6.14": {"patch": "pr3621"}}, {"0.6.14": _PR3621}, {}),  # no files
+    ("flashinfer_sm75_patches", {"0.6.14": {**_PR3621, "url": _FIXED["url"]}}, {"0.6.14": _PR3621}, {}),  # old form
+    ("flashinfer_sm75_patches", {"0.6.14": {**_PR3621, "files": {_PREFILL: {**_FIXED, "url": None}}}}, {}, _NO_FIX),
+    (  # a diff is not the fixed file
+        "flashinfer_sm75_patches",
+        {"0.6.14": {**_PR3621, "files": {_PREFILL: {**_FIXED, "url": "https://github.com/o/r/pull/3621.diff"}}}},
+        {},
+        _NO_FIX,
+    ),
+    (
+        "flashinfer_sm75_patches",
+        {"0.6.14": {**_PR3621, "files": {_PREFILL: {**_FIXED, "after": "B" * 64}}}},
+        {},
+        _NO_FIX,
+    ),
     ("flashinfer_sm75_patches", {"0.6.14": {**_PR3621, "patch": "pr3526"}}, {"0.6.14": _PR3621}, {}),  # wrong fix
     ("flashinfer_sm75_patches", {"0.6.15": _PR3526}, {"0.6.14": _PR3621}, {}),  # nothing for the chosen 0.6.14
-    ("flashinfer_sm75_patches", {"0.6.14": {**_PR3621, "files": {"/etc/x": _SUMS}}}, {}, _NO_FIX),
+    ("flashinfer_sm75_patches", {"0.6.14": {**_PR3621, "files": {"/etc/x": _FIXED}}}, {}, _NO_FIX),
     ("fetchcontent_sources", {"x": {**_FC, "ref": "main"}}, {"x": _FC}, {}),  # a branch moves
     ("fetchcontent_sources", {"x": {**_FC, "env": "flash mla"}}, {"x": {**_FC, "min_arch": "9.0"}}, {}),
     ("fetchcontent_sources", {"x": {"repo": _FC["repo"]}}, {}, {}),  # no ref, no variable
