@@ -144,7 +144,7 @@ def test_fresh_build_records_arch_75_and_max_jobs(rig: Rig) -> None:
     ext = sh(rig, f"stat -c %U {HOME}/torch_extensions/flash_qla_legacy_gdn/flash_qla_legacy_gdn.so")
     assert ext == "vllm"
     # The deploy showed the build's progress, and the log stays on the host.
-    assert "build: ==> step 6/7: compile" in run.log and "/13] " in run.log
+    assert "build: ==> step 6/8: compile" in run.log and "/13] " in run.log
     assert "BUILD OK" in sh(rig, f"cat /var/lib/vllm-rig/logs/build-{current}.log")
 
 
@@ -194,7 +194,7 @@ def test_ssh_cut_mid_build_reattaches_to_the_same_build(rig: Rig) -> None:
             unit = units.split()[0] if units.strip() else ""
             name = unit.removeprefix("vllm-rig-build-").removesuffix(".service")
             log = sh(rig, f"cat /var/lib/vllm-rig/logs/build-{name}.log", check=False) if unit else ""
-            if "==> step 6/7: compile" in log:
+            if "==> step 6/8: compile" in log:
                 invocation = sh(rig, f"systemctl show -p InvocationID --value {unit}")
         assert invocation, "the build never reached its compile step"
     finally:
