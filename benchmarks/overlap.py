@@ -33,7 +33,7 @@ def show(label: str, o: figures.Overlap) -> None:
 
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--download-s", type=float, default=36.0, help="the download's target time (mirror throttle)")
+    ap.add_argument("--download-s", type=float, default=55.0, help="the download's target time (mirror throttle)")
     ap.add_argument("--build-s", type=float, default=10.0, help="the stand-in fork's compile time")
     args = ap.parse_args(argv)
     rig = sandbox_rig()
