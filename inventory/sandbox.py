@@ -6,6 +6,10 @@ Lists the machines that are running (rig1 if none is); VLLM_RIG_SANDBOX_MACHINES
 Settings come from group_data like for any box; the only ones set here are where the sandbox's
 stand-ins live (apt repo, git remotes, package indexes, HF mirror) and what a Debian 12 container is
 (Python 3.11, a small disk). The deploy code never knows it is in a sandbox.
+
+rig3 is the Ubuntu 24.04 machine: it identifies as noble, so the deploy takes its Ubuntu path, but its
+packages are bookworm's, so it keeps Python 3.11 too (noble's is 3.12; tests/sandbox/README.md lists what
+else differs).
 """
 
 import os
@@ -44,8 +48,16 @@ def _host(m: _machine.Machine) -> tuple[str, dict]:
             "ssh_strict_host_key_checking": "no",
             "_sudo": True,
             "vllm_port": _VLLM_PORT_BASE + m.index,
+            **_os_settings(m),
         },
     )
+
+
+def _os_settings(m: _machine.Machine) -> dict:
+    """Per-machine settings that follow from the machine's image."""
+    if m.os == "ubuntu2404":
+        return {"python_version": "3.11"}  # bookworm's python3 under a noble name; a real noble box has 3.12
+    return {}
 
 
 def _selected() -> list[_machine.Machine]:

@@ -88,8 +88,9 @@ def down(wipe: bool = False) -> None:
 
 
 def status() -> None:
-    image = rootfs.tarball_path()
-    print(f"image: {image} ({'present' if image.exists() else 'not built'})")
+    for os_name in rootfs.OSES:
+        image = rootfs.tarball_path(os_name)
+        print(f"image {os_name}: {image} ({'present' if image.exists() else 'not built'})")
     for m in known_machines():
         state = "running" if machine.is_running(m) else "stopped"
         extra = ""

@@ -1,4 +1,5 @@
-"""Sandbox machines: Debian 12 trees booted with systemd-nspawn, reached over SSH on loopback.
+"""Sandbox machines: Debian 12 trees (rig3: one that identifies as Ubuntu 24.04) booted with systemd-nspawn,
+reached over SSH on loopback.
 
 A machine `rigN` lives in paths.ROOT/"machines"/rigN, shares the host's network namespace and runs
 sshd on 127.0.0.1:(2220+N). A detached supervisor process runs systemd-nspawn in a loop so that a
@@ -30,6 +31,9 @@ PORT_BASE = paths.SSH_PORT_BASE
 REBOOT_EXIT = 133  # systemd-nspawn's exit status when the container asked to reboot
 KEY_NAME = "rig_ed25519"
 _NAME = re.compile(r"^rig([1-9][0-9]?)$")
+# Which image a machine is made from; every machine not named here is Debian 12. rig3 is the Ubuntu 24.04
+# machine (bookworm underneath; rootfs.py says why, tests/sandbox/README.md what differs from real noble).
+OS_OF = {"rig3": rootfs.UBUNTU2404}
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,11 @@ class Machine:
     @property
     def dir(self) -> Path:
         return paths.ROOT / "machines" / self.name
+
+    @property
+    def os(self) -> str:
+        """rootfs.DEBIAN12 or rootfs.UBUNTU2404: the image the machine is made from."""
+        return OS_OF.get(self.name, rootfs.DEBIAN12)
 
     def state(self, suffix: str) -> Path:
         return paths.STATE / f"machine-{self.name}.{suffix}"
@@ -107,6 +116,8 @@ def _install_standins(m: Machine, root: Path) -> None:
     from tests.sandbox.fixtures import nvidia_repo
 
     debs = nvidia_repo.machine_debs()
+    if m.os == rootfs.UBUNTU2404:
+        debs += _ubuntu_kernel_debs()
     inbox = root / "var/cache/sandbox-standins"
     inbox.mkdir(parents=True, exist_ok=True)
     for deb in debs:
@@ -127,6 +138,26 @@ def _install_standins(m: Machine, root: Path) -> None:
         check=True,
         stdout=subprocess.DEVNULL,
     )
+
+
+def _ubuntu_kernel_debs() -> list[Path]:
+    """What an Ubuntu 24.04 server install has for its kernel: linux-generic, linux-image-generic (stand-ins
+    built here, for the host's kernel release) and the headers they pull in (the ones the stand-in
+    ubuntu2404 repo serves, so apt sees one version of each)."""
+    from tests.sandbox.fixtures import nvidia_repo
+    from tests.sandbox.fixtures.nvidia_repo import catalog, debs
+
+    release = os.uname().release
+    names = catalog.Ubuntu2404()
+    out = paths.ROOT / "cache" / "ubuntu-kernel"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    image = catalog.kernel_image_packages(names, release)
+    for deb in image:
+        debs.build_deb(deb, out)
+    served = nvidia_repo.repo_dir(rootfs.UBUNTU2404)
+    headers = [served / d.filename for d in catalog.headers_packages(names, release)]
+    return [*headers, *(out / d.filename for d in image)]
 
 
 def _connect_config(m: Machine) -> None:
@@ -158,7 +189,7 @@ def create(m: Machine, fresh: bool = False) -> bool:
         tmp = m.dir.with_name(m.name + ".new")
         if tmp.exists():
             subprocess.run(["rm", "-rf", "--one-file-system", str(tmp)], check=True)
-        rootfs.unpack(tmp)
+        rootfs.unpack(tmp, m.os)
         _personalize(m, tmp)
         _install_standins(m, tmp)
         tmp.rename(m.dir)

@@ -46,6 +46,25 @@ def test_fingerprint_follows_the_package_list(monkeypatch: pytest.MonkeyPatch) -
     assert rootfs.fingerprint() != before
 
 
+def test_the_ubuntu_image_is_the_bookworm_one_plus_noble_identity(monkeypatch: pytest.MonkeyPatch) -> None:
+    debian, ubuntu = rootfs.fingerprint(rootfs.DEBIAN12), rootfs.fingerprint(rootfs.UBUNTU2404)
+    assert debian != ubuntu and rootfs.tarball_path(rootfs.UBUNTU2404).name.startswith("rootfs-noble-on-bookworm-")
+    monkeypatch.setattr(rootfs, "_NOBLE_IDENTITY", rootfs._NOBLE_IDENTITY + "true\n")
+    assert (rootfs.fingerprint(rootfs.DEBIAN12), rootfs.fingerprint(rootfs.UBUNTU2404) != ubuntu) == (debian, True)
+    monkeypatch.setattr(rootfs, "PACKAGES", (*rootfs.PACKAGES, "htop"))  # a new base makes a new noble image
+    assert rootfs.fingerprint(rootfs.DEBIAN12) != debian and rootfs.fingerprint(rootfs.UBUNTU2404) != ubuntu
+    with pytest.raises(ValueError):
+        rootfs.fingerprint("ubuntu2204")
+
+
+def test_only_rig3_is_the_ubuntu_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert [m.os for m in machine.machines(4)] == ["debian12", "debian12", "ubuntu2404", "debian12"]
+    monkeypatch.setenv("VLLM_RIG_SANDBOX_MACHINES", "3")
+    hosts = dict(runpy.run_path(str(paths.REPO / "inventory" / "sandbox.py"))["sandbox"][0])
+    assert hosts["rig3"]["python_version"] == "3.11"  # bookworm's python under the noble name
+    assert "python_version" not in hosts["rig1"] and "python_version" not in hosts["rig2"]
+
+
 def test_machine_names_and_ports() -> None:
     base = paths.SSH_PORT_BASE
     assert [(m.name, m.port) for m in machine.machines(2)] == [("rig1", base + 1), ("rig2", base + 2)]
