@@ -8,7 +8,7 @@ from vllm_rig.facts.driver import ModuleFailure
 from vllm_rig.facts.host import parse_holds, parse_packages
 from vllm_rig.operations.apt_pin import held_candidates, installed_at
 from vllm_rig.operations.keyring import parse_deb_filename
-from vllm_rig.operations.mok import mok_password_stdin, needs_staging
+from vllm_rig.operations.mok import enrollment_problem, mok_password_stdin, needs_staging
 from vllm_rig.operations.reboot import module_failure_reason, reboot_reasons
 
 
@@ -166,3 +166,6 @@ def test_staging_only_where_secure_boot_meets_a_key_not_enrolled() -> None:
     assert not needs_staging({"secure_boot": False, "mok": mok})
     assert not needs_staging(None)
     assert mok_password_stdin("one-time") == "one-time\none-time\n"
+    pending = {"secure_boot": True, "mok": {**mok, "state": "pending"}}
+    assert "reboot the box at its console, choose Enroll MOK" in (enrollment_problem(pending) or "")
+    assert enrollment_problem({"secure_boot": True, "mok": {**mok, "state": "enrolled"}}) is None

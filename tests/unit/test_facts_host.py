@@ -101,6 +101,8 @@ def test_mok_test_key_answers() -> None:
     missing = facts.parse_mok(["key=/var/lib/dkms/mok.key", "cert=/var/lib/dkms/mok.pub", "cert_missing"])
     assert (missing["state"], missing["key_present"]) == ("missing", False)
     assert facts.parse_mok([*head, "sh: 1: mokutil: not found", "rc=127"])["state"] == "unknown"
+    no_tool = facts.parse_mok(["key=/var/lib/dkms/mok.key", "cert=/var/lib/dkms/mok.pub", "no_mokutil", "cert_missing"])
+    assert (no_tool["state"], no_tool["detail"]) == ("unknown", "mokutil is not installed")
 
 
 def test_bar1_from_lspci_region_lines() -> None:

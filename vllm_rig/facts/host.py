@@ -42,6 +42,7 @@ def _mok_shell() -> str:
         'v=$(sed -n \'s/^[[:space:]]*mok_certificate=//p\' "$f" | tail -1 | tr -d "\\"\'"); '
         '[ -n "$v" ] && c=$v; done; '
         'echo "key=$k"; echo "cert=$c"; [ -e "$k" ] && echo key_present; '
+        "command -v mokutil >/dev/null 2>&1 || echo no_mokutil; "
         'if [ -e "$c" ]; then mokutil --test-key "$c" 2>&1; echo "rc=$?"; else echo cert_missing; fi )'
     )
 
@@ -207,7 +208,9 @@ def parse_mok(lines: list[str]) -> dict[str, Any]:
     in db" and "is already in the enrollment request" exit 1)."""
     fields = dict(line.split("=", 1) for line in lines if line.startswith(("key=", "cert=")))
     text = " ".join(line.strip() for line in lines if not line.startswith(("key=", "cert=", "rc=")))
-    if "cert_missing" in lines:
+    if "no_mokutil" in lines:
+        state, text = "unknown", "mokutil is not installed"
+    elif "cert_missing" in lines:
         state = "missing"
     elif "in the enrollment request" in text:
         state = "pending"
@@ -217,7 +220,9 @@ def parse_mok(lines: list[str]) -> dict[str, Any]:
         state = "not_enrolled"
     else:
         state = "unknown"  # no mokutil, or no EFI variables to read
-    detail = " ".join(w for w in text.replace("key_present", "").replace("cert_missing", "").split())
+    detail = " ".join(
+        w for w in text.replace("key_present", "").replace("cert_missing", "").split() if w != "no_mokutil"
+    )
     return {
         "key": fields.get("key", "").strip() or None,
         "cert": fields.get("cert", "").strip() or None,

@@ -2,9 +2,9 @@
 
 What the owner would type: make the key pair where dkms looks for it (only when it is missing, as dkms
 itself would), `mokutil --import <certificate>` with a one-time password, then reboot at the console and
-confirm in MokManager. The last step needs a person at the console, so after staging the host stops with
-what to do; the next run finds the key enrolled and carries on. The password reaches mokutil on stdin
-(typed twice, as its prompt asks), never on a command line.
+confirm in MokManager. The last step needs a person at the console, so while the request is pending
+the host stops with what to do; the next run finds the key enrolled and carries on. The password
+reaches mokutil on stdin (typed twice, as its prompt asks), never on a command line.
 """
 
 from __future__ import annotations
@@ -13,10 +13,9 @@ import posixpath
 import shlex
 
 from pyinfra import host
-from pyinfra.api import FunctionCommand, StringCommand, operation
+from pyinfra.api import StringCommand, operation
 
 from vllm_rig.facts.host import HostState
-from vllm_rig.operations.checks import fail_host
 
 SUBJECT = "/CN=DKMS module signing key"  # what dkms puts in the pair it makes itself
 
@@ -37,7 +36,7 @@ def needs_staging(box: dict | None) -> bool:
 
 @operation(is_idempotent=True)
 def mok_enrollment_staged(install_root: str = "/"):
-    """Stage the import when needs_staging(), then stop the host with what to do at the console."""
+    """Stage the import when needs_staging(); enrollment_problem() then stops the host for the console."""
     box = host.get_fact(HostState, path=install_root)
     if not needs_staging(box):
         host.noop("nothing to stage")
@@ -52,11 +51,14 @@ def mok_enrollment_staged(install_root: str = "/"):
             f"</dev/null >/dev/null 2>&1 && chmod 600 {shlex.quote(key)}"
         )
     yield StringCommand(f"mokutil --import {shlex.quote(cert)}")
-    yield FunctionCommand(
-        fail_host,
-        (
-            f"the enrollment of {cert} is staged: reboot the box at its console, choose Enroll MOK in MokManager, "
-            "then Continue, Yes and the secure_boot_mok_password, and run the deploy again (nothing else was changed)",
-        ),
-        {},
+
+
+def enrollment_problem(box: dict | None) -> str | None:
+    """The line that stops the host while the enrollment waits for MokManager at the console."""
+    mok = (box or {}).get("mok") or {}
+    if not box or box.get("secure_boot") is not True or mok.get("state") != "pending":
+        return None
+    return (
+        f"the enrollment of {mok.get('cert')} is staged: reboot the box at its console, choose Enroll MOK in "
+        "MokManager, then Continue, Yes and the secure_boot_mok_password, and run the deploy again"
     )
