@@ -62,7 +62,7 @@ def verdict(
         check_dpkg_lock(host),
         *check_cuda_sources(host),
     ]
-    checks += check_driver_gpus(gpus, s)
+    checks += check_driver_gpus(gpus, s, host["driver_loaded"], installed_driver_version(host))
     checks += check_links(gpus, topo, s)
     if model is not None:
         checks.append(check_model(model, s))
@@ -262,13 +262,26 @@ def check_dpkg_lock(host: dict[str, Any]) -> Check:
     return ok("dpkg lock", "free")
 
 
-def check_driver_gpus(gpus: dict[str, Any] | None, s: Settings) -> list[Check]:
-    """What nvidia-smi says, once a driver is there."""
+def check_driver_gpus(
+    gpus: dict[str, Any] | None, s: Settings, host_loaded: str | None = None, installed: str | None = None
+) -> list[Check]:
+    """What nvidia-smi says, once a driver is there (host_loaded: the loaded module's version; installed:
+    the packaged driver's)."""
     if gpus is None:
         return [ok("nvidia-smi", "not installed yet (the driver stage installs it)")]
     if gpus["rc"] != 0:
         if MISMATCH in (gpus["error"] or ""):
             return [warn("nvidia-smi", gpus["error"], "a reboot loads the installed driver (the driver stage does it)")]
+        if not host_loaded and installed == s.nvidia_driver_version:
+            # The pinned driver is installed but no module is loaded: the driver stage reboots once for it,
+            # or says why it does not load (a plain FAIL here would hide that reason behind nvidia-smi's).
+            return [
+                warn(
+                    "nvidia-smi",
+                    gpus["error"] or "failed",
+                    "no nvidia module is loaded: the driver stage reboots once for it, or says why it does not load",
+                )
+            ]
         return [fail("nvidia-smi", gpus["error"] or "failed", "check `dmesg | grep -i nvidia` and the driver install")]
     found = gpus["gpus"]
     checks = [

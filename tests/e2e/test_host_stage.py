@@ -171,7 +171,8 @@ def test_a_module_that_never_loads_reboots_once_and_says_why(rig: Rig) -> None:
     build fails). The container cannot boot another kernel, so the module is removed for this one."""
     m = rig.machine("rig1")
     data = {"nvidia_driver_version": NEW}
-    rig.ssh("rig1", f"sudo dkms remove -m nvidia -v {NEW} -k $(uname -r)")
+    k = "$(uname -r)"
+    rig.ssh("rig1", f"sudo rm -rf /var/lib/dkms/nvidia/{NEW}/{k} /lib/modules/{k}/updates && sudo depmod -a {k}")
     set_knobs_and_reboot(rig, m, dkms_build_fails=[NEW])  # the boot guard's own rebuild fails too
     boots = machine.boots(m)
     run = deploy(rig, *HOST_STAGE, data=data)

@@ -270,3 +270,16 @@ def test_table_and_json() -> None:
     assert any(line.strip().startswith("FAIL secure boot") for line in table.splitlines())
     doc = json.loads(preflight.render_json("gpubox", checks))
     assert doc["go"] is False and {"name", "status", "detail", "way_out"} <= set(doc["checks"][0])
+
+
+def test_no_module_loaded_under_the_pinned_driver_is_the_driver_stages_to_explain() -> None:
+    gpus = {
+        "rc": 9,
+        "error": "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver",
+        "gpus": [],
+    }
+    pinned = _host(packages={"nvidia-driver-cuda": "580.159.03-1"}, rig_driver="580.159.03")
+    checks = {c.name: c for c in preflight.verdict(pinned, gpus, None, SETTINGS)}
+    assert checks["nvidia-smi"].status == "warn" and "reboots once" in checks["nvidia-smi"].way_out
+    loaded = _host(packages={"nvidia-driver-cuda": "580.159.03-1"}, driver_loaded="580.159.03")
+    assert _failed(preflight.verdict(loaded, gpus, None, SETTINGS))["nvidia-smi"].status == "fail"

@@ -41,9 +41,12 @@ class DriverState(FactBase):
 
 # Kernel lines that say why nvidia.ko did not load or did not bring the GPUs up: module signature checks
 # (kernel/module/signing.c), modprobe's EKEYREJECTED, the open modules' static BAR1 check.
+# Anchored at the message's start (journalctl -o cat), so that sudo's own log line of this very command,
+# which carries the pattern, never matches.
 REFUSAL_PATTERN = (
-    "Loading of .* is rejected|Key was rejected by service|module verification failed|"
-    "kbusIsStaticBar1Supported|RmInitAdapter failed"
+    "^(Loading of .* is rejected|[a-z_-]+: ERROR: could not insert .*: Key was rejected by service|"
+    "Failed to insert module .*: Key was rejected by service|[a-z_]+: module verification failed|"
+    "NVRM: kbusIsStaticBar1Supported|NVRM: GPU .*RmInitAdapter failed)"
 )
 
 
