@@ -117,11 +117,12 @@ def check_pci_gpus(host: dict[str, Any], s: Settings) -> Check:
     return ok("pci", f"{found} NVIDIA GPUs on the PCI bus")
 
 
-# How to make dkms's signing key where it is missing: Ubuntu's shim-signed tool, else what dkms itself runs.
+# How to make dkms's signing key where it is missing: Ubuntu's shim-signed tool, else what dkms >= 3.1.7
+# itself runs (RSA 2048, codeSigning; dkms-project/dkms README, "Module signing").
 MAKE_KEY = {
     "ubuntu": "sudo update-secureboot-policy --new-key",
     "debian": 'sudo openssl req -new -x509 -nodes -days 36500 -subj "/CN=DKMS module signing key" '
-    "-newkey rsa:2048 -keyout {key} -outform DER -out {cert}",
+    "-newkey rsa:2048 -addext extendedKeyUsage=codeSigning -keyout {key} -outform DER -out {cert}",
 }
 
 

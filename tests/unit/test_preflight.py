@@ -157,7 +157,7 @@ def test_secure_boot_without_a_key_says_how_to_make_one_per_distribution() -> No
         mok=_mok(state="missing", key_present=False, key="/var/lib/dkms/mok.key", cert="/var/lib/dkms/mok.pub"),
     )
     [check] = _failed(preflight.verdict(debian, None, None, SETTINGS)).values()
-    assert "-keyout /var/lib/dkms/mok.key -outform DER -out /var/lib/dkms/mok.pub" in check.way_out
+    assert "codeSigning -keyout /var/lib/dkms/mok.key -outform DER -out /var/lib/dkms/mok.pub" in check.way_out
     assert "sudo mokutil --import /var/lib/dkms/mok.pub" in check.way_out
 
 

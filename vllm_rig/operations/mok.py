@@ -47,7 +47,8 @@ def mok_enrollment_staged(install_root: str = "/"):
         dirs = " ".join(shlex.quote(d) for d in sorted({posixpath.dirname(key), posixpath.dirname(cert)}))
         yield StringCommand(
             f"mkdir -p {dirs} && openssl req -new -x509 -nodes -days 36500 -subj {shlex.quote(SUBJECT)} "
-            f"-newkey rsa:2048 -keyout {shlex.quote(key)} -outform DER -out {shlex.quote(cert)} "
+            "-newkey rsa:2048 -addext extendedKeyUsage=codeSigning "
+            f"-keyout {shlex.quote(key)} -outform DER -out {shlex.quote(cert)} "
             f"</dev/null >/dev/null 2>&1 && chmod 600 {shlex.quote(key)}"
         )
     yield StringCommand(f"mokutil --import {shlex.quote(cert)}")
