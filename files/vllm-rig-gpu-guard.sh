@@ -25,6 +25,9 @@ while :; do
     [ "$seen" -ge "$GPU_COUNT" ] && break
     if [ "$waited" -ge "$WAIT_S" ]; then
         detail=$(nvidia-smi -L 2>&1 | head -1)
+        # The open modules log why they refuse a card whose BAR1 cannot map its memory.
+        bar1=$(journalctl -b --no-pager -o cat 2>/dev/null | grep -m1 'kbusIsStaticBar1Supported')
+        [ -n "$bar1" ] && die "$seen of $GPU_COUNT GPUs visible: the open module refused a card ($bar1); set nvidia_driver_flavor=proprietary or enable Resizable BAR in the firmware"
         die "$seen of $GPU_COUNT GPUs visible after ${WAIT_S}s (nvidia-smi: ${detail:-no output}); check cards, power cables and 'dmesg | grep -i nvidia'"
     fi
     sleep 2

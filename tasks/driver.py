@@ -7,15 +7,19 @@ An installed driver of another version is never replaced unless nvidia_driver_re
 hold again, one reboot.
 """
 
+from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import apt, systemd
 
 from vllm_rig.context import host_state, settings
 from vllm_rig.driver_packages import driver_set, repo_distro
+from vllm_rig.facts.host import HostState
 from vllm_rig.layout import DRIVER_RECORD, ETC_DIR, GUARD_UNIT, STATE_DIR, Layout
 from vllm_rig.operations.apt_pin import hold_driver, pinned_driver
+from vllm_rig.operations.checks import require
 from vllm_rig.operations.files import config_files, from_repo, rendered, text
 from vllm_rig.operations.keyring import keyring_deb
+from vllm_rig.operations.mok import enrollment_problem, mok_enrollment_staged, mok_password_stdin
 from vllm_rig.operations.packages import distro_packages
 from vllm_rig.operations.reboot import reboot_if_needed
 from vllm_rig.operations.stamp import once_per_key
@@ -35,6 +39,16 @@ def install_driver() -> None:
     distro = repo_distro(box["os"]["id"], box["os"]["version_id"])
     driver = driver_set(distro, s.nvidia_driver_flavor, s.nvidia_driver_version, box["kernel"])
 
+    if s.secure_boot_mok_enrollment == "deploy_stages":
+        mok_enrollment_staged(
+            name="Secure Boot: stage the enrollment of dkms's signing key",
+            install_root=s.install_root,
+            _stdin=mok_password_stdin(s.secure_boot_mok_password),  # mokutil asks twice; never on a command line
+        )
+        require(
+            name="Secure Boot: dkms's key is enrolled before the driver goes in",
+            problem=lambda: enrollment_problem(host.get_fact(HostState, path=s.install_root)),
+        )
     config_files(
         name="apt and modprobe: wait for the dpkg lock, keep unattended upgrades off the driver, no nouveau",
         files=(

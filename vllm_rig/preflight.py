@@ -54,13 +54,15 @@ def verdict(
         check_ram(host, s),
         check_disk(host, s),
         check_pci_gpus(host, s),
-        check_secure_boot(host),
+        *check_pci_bar1(host, gpus, s),
+        check_secure_boot(host, s),
         check_nouveau(host),
         check_headers(host),
         check_existing_driver(host, gpus, s),
         check_dpkg_lock(host),
+        *check_cuda_sources(host),
     ]
-    checks += check_driver_gpus(gpus, s)
+    checks += check_driver_gpus(gpus, s, host["driver_loaded"], installed_driver_version(host))
     checks += check_links(gpus, topo, s)
     if model is not None:
         checks.append(check_model(model, s))
@@ -115,15 +117,105 @@ def check_pci_gpus(host: dict[str, Any], s: Settings) -> Check:
     return ok("pci", f"{found} NVIDIA GPUs on the PCI bus")
 
 
-def check_secure_boot(host: dict[str, Any]) -> Check:
-    if host["secure_boot"] is True:
+# How to make dkms's signing key where it is missing: Ubuntu's shim-signed tool, else what dkms >= 3.1.7
+# itself runs (RSA 2048, codeSigning; dkms-project/dkms README, "Module signing").
+MAKE_KEY = {
+    "ubuntu": "sudo update-secureboot-policy --new-key",
+    "debian": 'sudo openssl req -new -x509 -nodes -days 36500 -subj "/CN=DKMS module signing key" '
+    "-newkey rsa:2048 -addext extendedKeyUsage=codeSigning -keyout {key} -outform DER -out {cert}",
+}
+
+
+def enrollment_steps(host: dict[str, Any]) -> str:
+    """What the owner does at the box so that the DKMS-built module loads under Secure Boot."""
+    mok = host.get("mok") or {}
+    key, cert = mok.get("key") or "the dkms signing key", mok.get("cert") or "its certificate"
+    steps = []
+    if mok.get("state") == "missing" or not mok.get("key_present", True):
+        make = MAKE_KEY.get(host["os"]["id"], MAKE_KEY["debian"]).format(key=key, cert=cert)
+        steps.append(f"make the key: {make}")
+    steps += [
+        f"enroll it: sudo mokutil --import {cert} (choose a one-time password)",
+        "reboot at the console and choose Enroll MOK in MokManager, then Continue, Yes, the password",
+        "run the deploy again",
+    ]
+    numbered = "; ".join(f"{n}) {step}" for n, step in enumerate(steps, 1))
+    return (
+        f"{numbered}. Or set secure_boot_mok_enrollment=deploy_stages (with secure_boot_mok_password) to have "
+        "the deploy stage steps 1-2, or disable Secure Boot in the firmware setup"
+    )
+
+
+def check_secure_boot(host: dict[str, Any], s: Settings) -> Check:
+    """Under Secure Boot the DKMS module loads only when the key dkms signs with is enrolled."""
+    state, source = host["secure_boot"], host.get("secure_boot_source")
+    if state is None:
+        return ok("secure boot", "not reported (no mokutil and no readable SecureBoot EFI variable)")
+    if state is False:
+        return ok("secure boot", f"disabled ({source})" if source else "disabled")
+    mok = host.get("mok") or {}
+    cert, mok_state = mok.get("cert") or "the dkms certificate", mok.get("state", "unknown")
+    if mok_state == "enrolled" and mok.get("key_present", True):
+        return ok("secure boot", f"enabled; dkms signs with {cert}, which is enrolled")
+    if mok_state == "pending":
         return fail(
             "secure boot",
-            "enabled: a DKMS-built nvidia module will not load unless its key is enrolled",
-            "either disable Secure Boot in the firmware setup, or after the driver install enroll the DKMS key "
-            "(sudo mokutil --import /var/lib/dkms/mok.pub), reboot and confirm it in MokManager at the console",
+            f"enabled; {cert} waits to be enrolled at the next boot",
+            "reboot at the console and choose Enroll MOK in MokManager (Continue, Yes, the password given at "
+            "import), then run the deploy again",
         )
-    return ok("secure boot", "disabled" if host["secure_boot"] is False else "not reported (no EFI or no mokutil)")
+    if mok_state == "unknown":
+        return fail(
+            "secure boot",
+            f"enabled; cannot tell whether {cert} is enrolled ({mok.get('detail') or 'mokutil gave no answer'})",
+            "install mokutil (sudo apt-get install mokutil), then run the deploy again",
+        )
+    if mok_state == "enrolled":  # the certificate is, but its private key is gone: dkms would make a new pair
+        detail = f"enabled; {cert} is enrolled but {mok.get('key')} is missing, so dkms would sign with a new key"
+    else:
+        where = "not there yet" if mok_state == "missing" else "not enrolled"
+        detail = f"enabled; dkms signs with {cert}, which is {where}"
+    if s.secure_boot_mok_enrollment == "deploy_stages":
+        return warn("secure boot", detail, "the driver stage stages the enrollment, then stops for the console")
+    return fail("secure boot", detail + ": the DKMS-built module will not load", enrollment_steps(host))
+
+
+def check_pci_bar1(host: dict[str, Any], gpus: dict[str, Any] | None, s: Settings) -> list[Check]:
+    """Before any driver: the open modules refuse a card whose BAR1 cannot map all of its memory (static
+    BAR1 on Turing); lspci reads BAR1 from the PCI config space. nvidia-smi's check takes over once it answers."""
+    bars = host.get("pci_bar1_mib")
+    if s.nvidia_driver_flavor != "open" or not bars or (gpus and gpus.get("rc") == 0):
+        return []
+    small = {slot: mib for slot, mib in sorted(bars.items()) if mib < s.gpu_min_memory_mib}
+    if not small:
+        return [ok("bar1", ", ".join(f"{slot} {mib} MiB" for slot, mib in sorted(bars.items())))]
+    return [
+        fail(
+            "bar1",
+            "BAR1 (lspci Region 1) "
+            + ", ".join(f"{slot} {mib} MiB" for slot, mib in small.items())
+            + f" is smaller than the card's memory ({s.gpu_min_memory_mib} MiB or more)",
+            "the open kernel modules refuse such a card (kbusIsStaticBar1Supported_TU102): use "
+            "nvidia_driver_flavor=proprietary, or enable Resizable BAR / Above 4G decoding in the firmware",
+        )
+    ]
+
+
+def check_cuda_sources(host: dict[str, Any]) -> list[Check]:
+    """A hand-written source for NVIDIA's repository beside the keyring package's makes apt stop with
+    "Conflicting values set for option Signed-By" when the keys differ."""
+    extra = host.get("cuda_sources") or []
+    if not extra:
+        return []
+    files = ", ".join(e["file"] for e in extra)
+    return [
+        fail(
+            "apt sources",
+            f"{files} also name{'s' if len(extra) == 1 else ''} NVIDIA's CUDA repository",
+            f"remove {files}: the keyring package's cuda-<distro>-x86_64.list is the one apt uses, and two "
+            "entries with different Signed-By stop apt",
+        )
+    ]
 
 
 def check_nouveau(host: dict[str, Any]) -> Check:
@@ -171,13 +263,26 @@ def check_dpkg_lock(host: dict[str, Any]) -> Check:
     return ok("dpkg lock", "free")
 
 
-def check_driver_gpus(gpus: dict[str, Any] | None, s: Settings) -> list[Check]:
-    """What nvidia-smi says, once a driver is there."""
+def check_driver_gpus(
+    gpus: dict[str, Any] | None, s: Settings, host_loaded: str | None = None, installed: str | None = None
+) -> list[Check]:
+    """What nvidia-smi says, once a driver is there (host_loaded: the loaded module's version; installed:
+    the packaged driver's)."""
     if gpus is None:
         return [ok("nvidia-smi", "not installed yet (the driver stage installs it)")]
     if gpus["rc"] != 0:
         if MISMATCH in (gpus["error"] or ""):
             return [warn("nvidia-smi", gpus["error"], "a reboot loads the installed driver (the driver stage does it)")]
+        if not host_loaded and installed == s.nvidia_driver_version:
+            # The pinned driver is installed but no module is loaded: the driver stage reboots once for it,
+            # or says why it does not load (a plain FAIL here would hide that reason behind nvidia-smi's).
+            return [
+                warn(
+                    "nvidia-smi",
+                    gpus["error"] or "failed",
+                    "no nvidia module is loaded: the driver stage reboots once for it, or says why it does not load",
+                )
+            ]
         return [fail("nvidia-smi", gpus["error"] or "failed", "check `dmesg | grep -i nvidia` and the driver install")]
     found = gpus["gpus"]
     checks = [

@@ -33,7 +33,7 @@ SHA256 = re.compile(r"^[0-9a-f]{64}$")
 FLASHINFER_PATCHES = ("pr3621", "pr3526")
 
 # Settings that hold secrets: their values never appear in an error line or in output.
-SECRET_KEYS = frozenset({"hf_token"})
+SECRET_KEYS = frozenset({"hf_token", "secure_boot_mok_password"})
 
 # The model's max_position_embeddings (config.json of the Qwen3.6/3.8 27B family).
 MODEL_CONTEXT_LIMIT = 262144
@@ -77,6 +77,8 @@ class Settings(BaseModel):
     nvidia_driver_version: str = _allowed("an exact driver version such as 580.159.03")
     nvidia_driver_flavor: Literal["proprietary", "open"] = _allowed('"proprietary" or "open"')
     nvidia_driver_replace_existing: bool = _allowed("true or false")
+    secure_boot_mok_enrollment: Literal["by_hand", "deploy_stages"] = _allowed('"by_hand" or "deploy_stages"')
+    secure_boot_mok_password: str | None = _allowed("null or a one-time MokManager password (1 to 256 characters)")
     gpu_power_limit_w: int | None = _allowed("null (leave the card's default) or whole watts")
     gpu_power_limit_min_w: Annotated[int, Field(ge=1)] = _allowed("whole watts")
     gpu_power_limit_max_w: Annotated[int, Field(ge=1)] = _allowed("whole watts")
@@ -294,6 +296,14 @@ class Settings(BaseModel):
         # It goes into an EnvironmentFile= line: whitespace, quotes, $ or \ would change what systemd reads.
         if value is not None and not HF_TOKEN.match(value):
             raise ValueError("must be null or one word of letters, digits and - _ . (a Hugging Face token: hf_...)")
+        return value
+
+    @field_validator("secure_boot_mok_password")
+    @classmethod
+    def _mok_password(cls, value: str | None) -> str | None:
+        # mokutil reads it twice from stdin (PASSWORD_MIN 1, PASSWORD_MAX 256): one line, no line break.
+        if value is not None and not (1 <= len(value) <= 256 and "\n" not in value and "\r" not in value):
+            raise ValueError("must be null or one line of 1 to 256 characters")
         return value
 
     @field_validator("model_repo")
@@ -581,6 +591,11 @@ def _check_absolute(value: str) -> str:
 
 def _cross_rule_problems(s: Settings):
     """Yield (key, message) for each cross-field rule the settings break."""
+    if s.secure_boot_mok_enrollment == "deploy_stages" and s.secure_boot_mok_password is None:
+        yield (
+            "secure_boot_mok_password",
+            "must be set when secure_boot_mok_enrollment is deploy_stages (MokManager asks for it at the console)",
+        )
     if s.tensor_parallel_size > s.gpu_count:
         yield (
             "tensor_parallel_size",

@@ -203,7 +203,7 @@ def test_ubuntu_repo_uses_ubuntu_names(repo: Path) -> None:
         "linux-headers-generic",
     } <= names
     versions = {p["Version"] for p in packages_index(nvidia_repo.repo_dir("ubuntu2404"))}
-    assert f"{OLD}-1ubuntu1" in versions and "1:3.4.0-1ubuntu1" in versions
+    assert f"{OLD}-1ubuntu1" in versions and "1:3.4.0-2ubuntu1" in versions
 
 
 def test_every_deb_is_well_formed(repo: Path, tmp_path: Path) -> None:
@@ -554,10 +554,83 @@ def test_secure_boot_rejects_the_module_until_its_key_is_enrolled(machine: Machi
     assert "SHA1 Fingerprint" in machine.run("/usr/bin/mokutil", "--list-new").stdout
     machine.reboot()  # nobody at the console: MokManager times out, the request stays pending
     assert machine.smi("-L").returncode == 9
+    assert "Loading of module with unavailable key is rejected" in machine.state()["kernel"]["log"]
+    pending = machine.run("/usr/bin/mokutil", "--test-key", str(mok))
+    assert (pending.returncode, pending.stdout) == (1, f"{mok} is already in the enrollment request\n")
     machine.knobs(mok_console_confirms=True)
     machine.reboot()
     assert machine.smi("-L").returncode == 0
-    assert machine.run("/usr/bin/mokutil", "--test-key", str(mok)).stdout == f"{mok} is already enrolled\n"
+    enrolled = machine.run("/usr/bin/mokutil", "--test-key", str(mok))
+    assert (enrolled.returncode, enrolled.stdout) == (1, f"{mok} is already enrolled\n")  # mokutil's own codes
+    assert machine.state()["kernel"]["log"] == []
+
+
+def test_test_key_of_a_key_nobody_imported_exits_0(machine: Machine) -> None:
+    mok = machine.file("/var/lib/dkms/mok.pub")
+    out = machine.run("/usr/bin/mokutil", "--test-key", str(mok))
+    assert (out.returncode, out.stdout) == (0, f"{mok} is not enrolled\n")
+
+
+def test_dkms_signs_with_the_key_framework_conf_names(machine: Machine) -> None:
+    conf = machine.file("/etc/dkms/framework.conf")
+    conf.parent.mkdir(parents=True, exist_ok=True)
+    conf.write_text(catalog.UBUNTU_FRAMEWORK_CONF)
+    machine.dkms("remove", "-m", "nvidia", "-v", OLD, "--all")
+    built = machine.dkms("install", "-m", "nvidia", "-v", OLD)
+    assert "Signing key: /var/lib/shim-signed/mok/MOK.priv" in built.stdout
+    assert "Public certificate (MOK): /var/lib/shim-signed/mok/MOK.der" in built.stdout
+    der = machine.file("/var/lib/shim-signed/mok/MOK.der")
+    ko = machine.file(f"/lib/modules/{KERNEL}/updates/dkms/nvidia.ko").read_bytes()
+    assert kmod_elf.signature_key_id(ko) == hashlib.sha1(der.read_bytes()).hexdigest()
+
+
+def test_ubuntu_dkms_ships_shim_signed_paths(repo: Path) -> None:
+    ubuntu = nvidia_repo.repo_dir("ubuntu2404")
+    [dkms] = sorted(ubuntu.glob("dkms_*.deb"))
+    listing = subprocess.run(["dpkg-deb", "--fsys-tarfile", str(dkms)], check=True, capture_output=True).stdout
+    assert b'mok_signing_key="/var/lib/shim-signed/mok/MOK.priv"' in listing
+    [debian_dkms] = sorted(repo.glob("dkms_*.deb"))
+    contents = subprocess.run(["dpkg-deb", "-c", str(debian_dkms)], check=True, capture_output=True, text=True)
+    assert "framework.conf" not in contents.stdout  # upstream's defaults: /var/lib/dkms/mok.key, mok.pub
+
+
+def test_a_failed_build_leaves_its_make_log(machine: Machine) -> None:
+    machine.dkms("remove", "-m", "nvidia", "-v", OLD, "--all")
+    machine.knobs(dkms_build_fails=[OLD])
+    failed = machine.dkms("install", "-m", "nvidia", "-v", OLD)
+    assert failed.returncode == 10
+    log = machine.file(f"/var/lib/dkms/nvidia/{OLD}/build/make.log")
+    assert "Error 1" in log.read_text()
+
+
+def test_lspci_shows_both_cards_and_their_bar1(machine: Machine) -> None:
+    machine.unpack("nvidia-standin-machine")
+    mm = machine.run("/usr/bin/lspci", "-D", "-mm", "-n", "-d", "10de:").stdout.splitlines()
+    assert mm[0] == '0000:01:00.0 "0300" "10de" "1e07" -ra1 "19da" "1503"' and len(mm) == 4
+    assert (
+        "Region 1: Memory at e0000000 (64-bit, prefetchable) [size=32G]"
+        in machine.run("/usr/bin/lspci", "-D", "-vv", "-d", "10de:").stdout
+    )
+    machine.knobs(bar1_mib=256, missing_gpus=[1])
+    vv = machine.run("/usr/bin/lspci", "-D", "-vv", "-d", "10de:").stdout
+    assert "[size=256M]" in vv and "0000:02:00.0" not in vv
+
+
+def test_efi_variable_follows_the_secure_boot_knob(machine: Machine) -> None:
+    machine.unpack("nvidia-standin-machine")
+    var = machine.file("/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c")
+    machine.knobs(secure_boot=True)
+    machine.reboot()
+    machine.run("/usr/lib/nvidia-standin/gpu-boot")
+    assert var.read_bytes() == b"\x06\x00\x00\x00\x01"  # 4 attribute bytes, then the value
+    machine.knobs(secure_boot=False)
+    machine.reboot()
+    machine.run("/usr/lib/nvidia-standin/gpu-boot")
+    assert var.read_bytes()[4:] == b"\x00"
+    machine.knobs(efi=False)
+    machine.reboot()
+    machine.run("/usr/lib/nvidia-standin/gpu-boot")
+    assert not machine.file("/sys/firmware/efi").exists()
 
 
 def test_open_modules_drop_a_22gb_card_with_a_small_bar1(machine: Machine) -> None:
@@ -565,6 +638,10 @@ def test_open_modules_drop_a_22gb_card_with_a_small_bar1(machine: Machine) -> No
     machine.reboot()
     out = machine.smi("-L")
     assert (out.returncode, out.stdout) == (6, "No devices were found\n")
+    assert machine.state()["kernel"]["log"][0] == (
+        "NVRM: kbusIsStaticBar1Supported_TU102: BAR1 size 268435456 is not large enough to map FB size23622320128 "
+        "to force static BAR1"
+    )
     machine.dkms("remove", "-m", "nvidia", "-v", OLD, "--all")
     machine.unpack("nvidia-kernel-dkms", OLD)  # the proprietary flavour maps BAR1 dynamically
     machine.dkms("install", "-m", "nvidia", "-v", OLD)

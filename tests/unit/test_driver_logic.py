@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from vllm_rig.driver_packages import driver_set, repo_distro
 from vllm_rig.facts.cuda import CudaToolkit
+from vllm_rig.facts.driver import ModuleFailure
 from vllm_rig.facts.host import parse_holds, parse_packages
 from vllm_rig.operations.apt_pin import held_candidates, installed_at
 from vllm_rig.operations.keyring import parse_deb_filename
-from vllm_rig.operations.reboot import reboot_reasons
+from vllm_rig.operations.mok import enrollment_problem, mok_password_stdin, needs_staging
+from vllm_rig.operations.reboot import module_failure_reason, reboot_reasons
 
 
 def test_repo_distro_names() -> None:
@@ -100,3 +102,70 @@ def test_a_matching_driver_from_elsewhere_is_left_alone() -> None:
     loaded_not_packaged = ["@@packages", "@@loaded", "580.159.04", "@@nouveau", "@@boot_id", "b"]
     assert _plan_on_fake_host(loaded_not_packaged, "580.159.04") is False
     assert _plan_on_fake_host(loaded_not_packaged, "580.159.03") is True  # a replace (preflight guards it)
+
+
+# ---- a module that never loads: the one line after the one reboot -------------------------------------
+
+_DIAG = {
+    "kernel": "6.8.0-90-generic",
+    "module_file": "/lib/modules/6.8.0-90-generic/updates/dkms/nvidia.ko",
+    "dkms": ["nvidia/580.159.03, 6.8.0-90-generic, x86_64: installed"],
+    "make_log": [],
+    "journal": [],
+}
+
+
+def test_failure_reason_secure_boot_refusal_from_the_kernel_log() -> None:
+    diag = {**_DIAG, "journal": ["Loading of module with unavailable key is rejected"]}
+    reason = module_failure_reason(diag, "580.159.03")
+    assert "refused the module under Secure Boot (Loading of module with unavailable key is rejected)" in reason
+    assert "enroll the key" in reason
+
+
+def test_failure_reason_bar1_refusal() -> None:
+    line = "NVRM: kbusIsStaticBar1Supported_TU102: BAR1 size 266338304 is not large enough to map FB size23196598272"
+    reason = module_failure_reason({**_DIAG, "journal": [line]}, "580.159.03")
+    assert line in reason and "nvidia_driver_flavor=proprietary" in reason
+
+
+def test_failure_reason_dkms_build_log() -> None:
+    log = ["/var/lib/dkms/nvidia/580.159.03/build/make.log", "make: *** [Makefile:251: __sub-make] Error 2"]
+    diag = {**_DIAG, "module_file": None, "dkms": ["nvidia/580.159.03: added"], "make_log": log}
+    reason = module_failure_reason(diag, "580.159.03")
+    assert reason == (
+        "there is no nvidia module for kernel 6.8.0-90-generic: the DKMS build failed, see "
+        "/var/lib/dkms/nvidia/580.159.03/build/make.log (it ends: make: *** [Makefile:251: __sub-make] Error 2)"
+    )
+    no_log = module_failure_reason({**diag, "make_log": []}, "580.159.03")
+    assert "linux-headers-6.8.0-90-generic" in no_log and "dkms status: nvidia/580.159.03: added" in no_log
+
+
+def test_module_failure_fact_parses_its_sections() -> None:
+    out = [
+        "@@kernel",
+        "6.8.0-90-generic",
+        "@@module",
+        "modinfo: ERROR: Module nvidia not found.",
+        "@@dkms",
+        "@@makelog",
+        "@@journal",
+        "Loading of unsigned module is rejected",
+    ]
+    diag = ModuleFailure().process(out)
+    assert diag["module_file"] is None and diag["journal"] == ["Loading of unsigned module is rejected"]
+    assert "is rejected" in module_failure_reason(diag, "580.159.03")
+
+
+def test_staging_only_where_secure_boot_meets_a_key_not_enrolled() -> None:
+    mok = {"state": "not_enrolled", "key_present": True, "key": "/k", "cert": "/c"}
+    assert needs_staging({"secure_boot": True, "mok": mok})
+    assert needs_staging({"secure_boot": True, "mok": {**mok, "state": "missing", "key_present": False}})
+    assert needs_staging({"secure_boot": True, "mok": {**mok, "state": "enrolled", "key_present": False}})
+    assert not needs_staging({"secure_boot": True, "mok": {**mok, "state": "enrolled"}})
+    assert not needs_staging({"secure_boot": True, "mok": {**mok, "state": "pending"}})
+    assert not needs_staging({"secure_boot": False, "mok": mok})
+    assert not needs_staging(None)
+    assert mok_password_stdin("one-time") == "one-time\none-time\n"
+    pending = {"secure_boot": True, "mok": {**mok, "state": "pending"}}
+    assert "reboot the box at its console, choose Enroll MOK" in (enrollment_problem(pending) or "")
+    assert enrollment_problem({"secure_boot": True, "mok": {**mok, "state": "enrolled"}}) is None

@@ -67,3 +67,61 @@ def test_command_runs_for_real_on_this_machine(tmp_path: Path) -> None:
     assert state["os"]["id"] in ("debian", "ubuntu") and state["kernel"] and state["cpus"] >= 1
     assert state["ram_gb"] > 0 and state["disk_free_gb"] > 0
     assert len(state["boot_id"]) == 36
+
+
+def test_secure_boot_falls_back_to_the_efi_variable() -> None:
+    no_mokutil = ["sh: 1: mokutil: not found", "rc=127"]
+    assert facts.secure_boot_state(no_mokutil, ["   6   0   0   0   1"]) == {
+        "secure_boot": True,
+        "secure_boot_source": "the SecureBoot EFI variable",
+    }
+    assert facts.secure_boot_state(no_mokutil, ["   6   0   0   0   0"])["secure_boot"] is False
+    assert facts.secure_boot_state(no_mokutil, ["noefi"]) == {
+        "secure_boot": False,
+        "secure_boot_source": "no EFI: legacy boot",
+    }
+    assert facts.secure_boot_state(no_mokutil, ["novar"])["secure_boot"] is None
+    assert facts.secure_boot_state(["SecureBoot enabled"], ["noefi"])["secure_boot"] is True  # mokutil first
+
+
+def test_mok_test_key_answers() -> None:
+    head = ["key=/var/lib/shim-signed/mok/MOK.priv", "cert=/var/lib/shim-signed/mok/MOK.der", "key_present"]
+    cert = "/var/lib/shim-signed/mok/MOK.der"
+    assert facts.parse_mok([*head, f"{cert} is already enrolled", "rc=1"])["state"] == "enrolled"
+    assert facts.parse_mok([*head, f"{cert} is already in db", "rc=1"])["state"] == "enrolled"
+    assert facts.parse_mok([*head, f"{cert} is already in the enrollment request", "rc=1"])["state"] == "pending"
+    not_enrolled = facts.parse_mok([*head, f"{cert} is not enrolled", "rc=0"])
+    assert not_enrolled == {
+        "key": "/var/lib/shim-signed/mok/MOK.priv",
+        "cert": cert,
+        "key_present": True,
+        "state": "not_enrolled",
+        "detail": f"{cert} is not enrolled",
+    }
+    missing = facts.parse_mok(["key=/var/lib/dkms/mok.key", "cert=/var/lib/dkms/mok.pub", "cert_missing"])
+    assert (missing["state"], missing["key_present"]) == ("missing", False)
+    assert facts.parse_mok([*head, "sh: 1: mokutil: not found", "rc=127"])["state"] == "unknown"
+    no_tool = facts.parse_mok(["key=/var/lib/dkms/mok.key", "cert=/var/lib/dkms/mok.pub", "no_mokutil", "cert_missing"])
+    assert (no_tool["state"], no_tool["detail"]) == ("unknown", "mokutil is not installed")
+
+
+def test_bar1_from_lspci_region_lines() -> None:
+    # Region lines as pciutils prints them (GT710 on linux-arm-kernel, 2019-05-17); TU102 headers.
+    lines = [
+        "0000:06:00.0 VGA compatible controller: NVIDIA Corporation TU102 [GeForce RTX 2080 Ti Rev. A] (rev a1)",
+        "\tRegion 1: Memory at c0000000 (64-bit, prefetchable) [size=256M]",
+        "0000:06:00.1 Audio device: NVIDIA Corporation TU102 High Definition Audio Controller (rev a1)",
+        "0000:07:00.0 3D controller: NVIDIA Corporation TU102 (rev a1)",
+        "\tRegion 1: Memory at 38000000000 (64-bit, prefetchable) [size=32G]",
+    ]
+    assert facts.parse_lspci_bar1(lines) == {"0000:06:00.0": 256, "0000:07:00.0": 32768}
+    assert facts.parse_lspci_bar1(["sh: 1: lspci: not found"]) is None
+
+
+def test_cuda_sources_leave_out_the_keyrings_own_file() -> None:
+    lines = [
+        "/etc/apt/sources.list.d/cuda-ubuntu2404-x86_64.list:deb [signed-by=/usr/share/keyrings/cuda-archive-"
+        "keyring.gpg] https://repo.example/compute/cuda/repos/ubuntu2404/x86_64/ /",
+        "/etc/apt/sources.list.d/cuda.list:deb https://repo.example/compute/cuda/repos/ubuntu2404/x86_64/ /",
+    ]
+    assert [s["file"] for s in facts.parse_cuda_sources(lines)] == ["/etc/apt/sources.list.d/cuda.list"]

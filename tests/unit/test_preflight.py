@@ -29,6 +29,16 @@ HEALTHY_HOST: dict[str, Any] = {
         ],
     },
     "secure_boot": False,
+    "secure_boot_source": "mokutil --sb-state",
+    "mok": {
+        "key": "/var/lib/shim-signed/mok/MOK.priv",
+        "cert": "/var/lib/shim-signed/mok/MOK.der",
+        "key_present": True,
+        "state": "not_enrolled",
+        "detail": "/var/lib/shim-signed/mok/MOK.der is not enrolled",
+    },
+    "pci_bar1_mib": {"0000:06:00.0": 32768, "0000:07:00.0": 32768},
+    "cuda_sources": [],
     "modules": [],
     "driver_loaded": None,
     "headers": True,
@@ -116,6 +126,87 @@ def test_failures_name_their_way_out(changes: dict[str, Any], check: str, way_ou
 def test_secure_boot_gives_both_ways_out() -> None:
     [check] = _failed(preflight.verdict(_host(secure_boot=True), None, None, SETTINGS)).values()
     assert "disable Secure Boot" in check.way_out and "MokManager" in check.way_out
+    assert "sudo mokutil --import /var/lib/shim-signed/mok/MOK.der" in check.way_out  # Ubuntu's dkms key
+    assert "secure_boot_mok_enrollment=deploy_stages" in check.way_out
+
+
+def _mok(**changes: Any) -> dict[str, Any]:
+    return {**HEALTHY_HOST["mok"], **changes}
+
+
+def test_secure_boot_passes_when_the_signing_key_is_enrolled() -> None:
+    checks = {
+        c.name: c for c in preflight.verdict(_host(secure_boot=True, mok=_mok(state="enrolled")), None, None, SETTINGS)
+    }
+    assert checks["secure boot"].status == "ok" and "MOK.der, which is enrolled" in checks["secure boot"].detail
+
+
+def test_secure_boot_with_the_enrollment_pending_asks_for_the_console() -> None:
+    host = _host(secure_boot=True, mok=_mok(state="pending"))
+    [check] = _failed(preflight.verdict(host, None, None, SETTINGS)).values()
+    assert "waits to be enrolled" in check.detail and "Enroll MOK" in check.way_out
+
+
+def test_secure_boot_without_a_key_says_how_to_make_one_per_distribution() -> None:
+    ubuntu = _host(secure_boot=True, mok=_mok(state="missing", key_present=False))
+    [check] = _failed(preflight.verdict(ubuntu, None, None, SETTINGS)).values()
+    assert check.way_out.startswith("1) make the key: sudo update-secureboot-policy --new-key; 2) enroll it")
+    debian = _host(
+        secure_boot=True,
+        os={"id": "debian", "version_id": "12", "pretty": "Debian GNU/Linux 12 (bookworm)"},
+        mok=_mok(state="missing", key_present=False, key="/var/lib/dkms/mok.key", cert="/var/lib/dkms/mok.pub"),
+    )
+    [check] = _failed(preflight.verdict(debian, None, None, SETTINGS)).values()
+    assert "codeSigning -keyout /var/lib/dkms/mok.key -outform DER -out /var/lib/dkms/mok.pub" in check.way_out
+    assert "sudo mokutil --import /var/lib/dkms/mok.pub" in check.way_out
+
+
+def test_an_enrolled_certificate_without_its_private_key_fails() -> None:
+    host = _host(secure_boot=True, mok=_mok(state="enrolled", key_present=False))
+    [check] = _failed(preflight.verdict(host, None, None, SETTINGS)).values()
+    assert "MOK.priv is missing" in check.detail and "make the key" in check.way_out
+
+
+def test_secure_boot_unknown_key_state_needs_mokutil() -> None:
+    host = _host(secure_boot=True, secure_boot_source="the SecureBoot EFI variable", mok=_mok(state="unknown"))
+    [check] = _failed(preflight.verdict(host, None, None, SETTINGS)).values()
+    assert "apt-get install mokutil" in check.way_out
+
+
+def test_deploy_stages_the_enrollment_when_set() -> None:
+    staged = load_settings(
+        {**profile_data(), "secure_boot_mok_enrollment": "deploy_stages", "secure_boot_mok_password": "one-time"}
+    )
+    checks = {c.name: c for c in preflight.verdict(_host(secure_boot=True), None, None, staged)}
+    assert checks["secure boot"].status == "warn" and "stages the enrollment" in checks["secure boot"].way_out
+
+
+def test_secure_boot_read_from_the_efi_variable_says_so() -> None:
+    host = _host(secure_boot=False, secure_boot_source="the SecureBoot EFI variable")
+    checks = {c.name: c for c in preflight.verdict(host, None, None, SETTINGS)}
+    assert checks["secure boot"].detail == "disabled (the SecureBoot EFI variable)"
+
+
+def test_bar1_from_lspci_stops_the_open_flavour_before_any_driver() -> None:
+    small = _host(pci_bar1_mib={"0000:06:00.0": 256, "0000:07:00.0": 32768})
+    open_flavor = load_settings({**profile_data(), "nvidia_driver_flavor": "open"})
+    [check] = _failed(preflight.verdict(small, None, None, open_flavor)).values()
+    assert check.name == "bar1" and "0000:06:00.0 256 MiB" in check.detail and "07:00.0" not in check.detail
+    assert "nvidia_driver_flavor=proprietary" in check.way_out
+    assert "bar1" not in {c.name for c in preflight.verdict(small, None, None, SETTINGS)}  # proprietary: no check
+    roomy = {c.name: c.status for c in preflight.verdict(_host(), None, None, open_flavor)}
+    assert roomy["bar1"] == "ok"
+    assert "bar1" not in {c.name for c in preflight.verdict(small, GPUS, TOPO, open_flavor)}  # nvidia-smi's turn
+
+
+def test_a_hand_written_cuda_source_is_named() -> None:
+    entry = {
+        "file": "/etc/apt/sources.list.d/cuda.list",
+        "entry": "deb https://x/compute/cuda/repos/ubuntu2404/x86_64/ /",
+    }
+    [check] = _failed(preflight.verdict(_host(cuda_sources=[entry]), None, None, SETTINGS)).values()
+    assert check.name == "apt sources" and "/etc/apt/sources.list.d/cuda.list" in check.detail
+    assert check.way_out.startswith("remove /etc/apt/sources.list.d/cuda.list")
 
 
 def test_driver_vllm_rig_installed_may_move_to_a_new_pin() -> None:
@@ -179,3 +270,16 @@ def test_table_and_json() -> None:
     assert any(line.strip().startswith("FAIL secure boot") for line in table.splitlines())
     doc = json.loads(preflight.render_json("gpubox", checks))
     assert doc["go"] is False and {"name", "status", "detail", "way_out"} <= set(doc["checks"][0])
+
+
+def test_no_module_loaded_under_the_pinned_driver_is_the_driver_stages_to_explain() -> None:
+    gpus = {
+        "rc": 9,
+        "error": "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver",
+        "gpus": [],
+    }
+    pinned = _host(packages={"nvidia-driver-cuda": "580.159.03-1"}, rig_driver="580.159.03")
+    checks = {c.name: c for c in preflight.verdict(pinned, gpus, None, SETTINGS)}
+    assert checks["nvidia-smi"].status == "warn" and "reboots once" in checks["nvidia-smi"].way_out
+    loaded = _host(packages={"nvidia-driver-cuda": "580.159.03-1"}, driver_loaded="580.159.03")
+    assert _failed(preflight.verdict(loaded, gpus, None, SETTINGS))["nvidia-smi"].status == "fail"

@@ -36,6 +36,9 @@ RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
     ("nvidia_driver_version", "570.86.10", "575.57.08", {}),  # too old for CUDA 12.9
     ("nvidia_driver_flavor", "nouveau", "open", {}),
     ("nvidia_driver_replace_existing", "maybe", True, {}),
+    ("secure_boot_mok_enrollment", "auto", "deploy_stages", {"secure_boot_mok_password": "one-time"}),
+    ("secure_boot_mok_password", "two\nlines", "one-time", {}),
+    ("secure_boot_mok_password", None, "x" * 256, {"secure_boot_mok_enrollment": "deploy_stages"}),
     ("gpu_power_limit_w", 500, 250, {}),
     ("gpu_power_limit_w", 50, None, {}),
     ("gpu_power_limit_min_w", 400, 120, {}),

@@ -16,6 +16,37 @@ from pyinfra.api import FactBase
 NVIDIA_PCI_VENDOR = "10de"
 VGA_OR_3D = ("0300", "0302")
 
+# Secure Boot without mokutil: efivarfs shows the variable (EFI_GLOBAL_VARIABLE's GUID) as 4 attribute
+# bytes, then 1 data byte (1 = on).
+SECURE_BOOT_VAR = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
+
+# The key dkms signs modules with, where framework.conf names none: Ubuntu's dkms (also what NVIDIA's
+# ubuntu2404 repo ships) uses shim-signed's MOK; upstream's and Debian's make their own pair.
+DKMS_SIGNING_DEFAULTS = {
+    "ubuntu": ("/var/lib/shim-signed/mok/MOK.priv", "/var/lib/shim-signed/mok/MOK.der"),
+    "debian": ("/var/lib/dkms/mok.key", "/var/lib/dkms/mok.pub"),
+}
+
+
+def _mok_shell() -> str:
+    """The signing key and certificate dkms uses (framework.conf[.d] override the distribution's default),
+    and what `mokutil --test-key` says of the certificate. In a subshell: os-release sets variables."""
+    ubuntu_key, ubuntu_cert = DKMS_SIGNING_DEFAULTS["ubuntu"]
+    debian_key, debian_cert = DKMS_SIGNING_DEFAULTS["debian"]
+    return (
+        "( . /etc/os-release 2>/dev/null; "
+        f'case "$ID" in ubuntu) k={ubuntu_key}; c={ubuntu_cert};; *) k={debian_key}; c={debian_cert};; esac; '
+        'for f in /etc/dkms/framework.conf /etc/dkms/framework.conf.d/*.conf; do [ -f "$f" ] || continue; '
+        'v=$(sed -n \'s/^[[:space:]]*mok_signing_key=//p\' "$f" | tail -1 | tr -d "\\"\'"); '
+        '[ -n "$v" ] && k=$v; '
+        'v=$(sed -n \'s/^[[:space:]]*mok_certificate=//p\' "$f" | tail -1 | tr -d "\\"\'"); '
+        '[ -n "$v" ] && c=$v; done; '
+        'echo "key=$k"; echo "cert=$c"; [ -e "$k" ] && echo key_present; '
+        "command -v mokutil >/dev/null 2>&1 || echo no_mokutil; "
+        'if [ -e "$c" ]; then mokutil --test-key "$c" 2>&1; echo "rc=$?"; else echo cert_missing; fi )'
+    )
+
+
 # Shell for each section; stderr is folded in so "command not found" reaches the parser.
 SECTIONS: dict[str, str] = {
     "os": "cat /etc/os-release",
@@ -25,6 +56,18 @@ SECTIONS: dict[str, str] = {
     "meminfo": "head -1 /proc/meminfo",
     "lspci": "lspci -D -mm -n -d 10de: 2>&1 || echo rc=$?",
     "secureboot": "mokutil --sb-state 2>&1 || echo rc=$?",
+    "efi": (
+        f"if [ -d /sys/firmware/efi ]; then od -An -tu1 {SECURE_BOOT_VAR} 2>/dev/null || echo novar; "
+        "else echo noefi; fi"
+    ),
+    "mok": _mok_shell(),
+    # BAR1 is Region 1 of each NVIDIA function; lspci reads it from the PCI config space, no driver needed.
+    "lspci_vv": "lspci -D -vv -d 10de: 2>&1 | grep -E '^[0-9a-f]{4}:|Region 1:|not found' || true",
+    # apt sources naming NVIDIA's CUDA repository (comment lines left out).
+    "cuda_sources": (
+        "grep -sH -E '^[^#]*/cuda/repos/' /etc/apt/sources.list /etc/apt/sources.list.d/*.list "
+        "/etc/apt/sources.list.d/*.sources || true"
+    ),
     # /sys/module/<name> exists for every loaded module (and is there even where /proc/modules is not).
     "modules": "cd /sys/module 2>/dev/null && ls -d nvidia nvidia_* nouveau 2>/dev/null || true",
     "driver_loaded": "cat /proc/driver/nvidia/version 2>/dev/null || true",
@@ -61,7 +104,10 @@ class HostState(FactBase):
             "ram_gb": parse_meminfo_gb(raw.get("meminfo", [])),
             "disk_free_gb": parse_df_free_gb(raw.get("disk", [])),
             "pci_gpus": parse_lspci(raw.get("lspci", [])),
-            "secure_boot": parse_secure_boot(raw.get("secureboot", [])),
+            **secure_boot_state(raw.get("secureboot", []), raw.get("efi", [])),
+            "mok": parse_mok(raw.get("mok", [])),
+            "pci_bar1_mib": parse_lspci_bar1(raw.get("lspci_vv", [])),
+            "cuda_sources": parse_cuda_sources(raw.get("cuda_sources", [])),
             "modules": parse_modules(raw.get("modules", [])),
             "driver_loaded": parse_driver_version(raw.get("driver_loaded", [])),
             "headers": _first(raw.get("headers")) == "present",
@@ -130,6 +176,98 @@ def parse_secure_boot(lines: list[str]) -> bool | None:
     if "SecureBoot disabled" in text:
         return False
     return None
+
+
+def parse_efi_secure_boot(lines: list[str]) -> bool | None:
+    """The SecureBoot EFI variable as `od -An -tu1` prints it (4 attribute bytes, then the value); False
+    on a legacy BIOS boot (no /sys/firmware/efi); None when the variable cannot be read."""
+    text = " ".join(lines).split()
+    if text == ["noefi"]:
+        return False
+    if len(text) >= 5 and all(word.isdigit() for word in text):
+        return int(text[4]) == 1
+    return None
+
+
+def secure_boot_state(mokutil_lines: list[str], efi_lines: list[str]) -> dict[str, Any]:
+    """Secure Boot on or off and who said so: mokutil, else the EFI variable (so a box without mokutil
+    is never read as "not reported")."""
+    state = parse_secure_boot(mokutil_lines)
+    if state is not None:
+        return {"secure_boot": state, "secure_boot_source": "mokutil --sb-state"}
+    state = parse_efi_secure_boot(efi_lines)
+    if state is None:
+        return {"secure_boot": None, "secure_boot_source": None}
+    source = "no EFI: legacy boot" if " ".join(efi_lines).split() == ["noefi"] else "the SecureBoot EFI variable"
+    return {"secure_boot": state, "secure_boot_source": source}
+
+
+def parse_mok(lines: list[str]) -> dict[str, Any]:
+    """dkms's signing key and certificate and whether the firmware has the certificate, from
+    `mokutil --test-key CERT` (lcp/mokutil: "is not enrolled" exits 0; "is already enrolled", "is already
+    in db" and "is already in the enrollment request" exit 1)."""
+    fields = dict(line.split("=", 1) for line in lines if line.startswith(("key=", "cert=")))
+    text = " ".join(line.strip() for line in lines if not line.startswith(("key=", "cert=", "rc=")))
+    if "no_mokutil" in lines:
+        state, text = "unknown", "mokutil is not installed"
+    elif "cert_missing" in lines:
+        state = "missing"
+    elif "in the enrollment request" in text:
+        state = "pending"
+    elif "is already enrolled" in text or "is already in db" in text:
+        state = "enrolled"
+    elif "is not enrolled" in text:
+        state = "not_enrolled"
+    else:
+        state = "unknown"  # no mokutil, or no EFI variables to read
+    detail = " ".join(
+        w for w in text.replace("key_present", "").replace("cert_missing", "").split() if w != "no_mokutil"
+    )
+    return {
+        "key": fields.get("key", "").strip() or None,
+        "cert": fields.get("cert", "").strip() or None,
+        "key_present": "key_present" in lines,
+        "state": state,
+        "detail": detail,
+    }
+
+
+_REGION_SIZE = re.compile(r"Region 1: Memory at .*\[size=(\d+)([KMGT]?)\]")
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_lspci_bar1(lines: list[str]) -> dict[str, int] | None:
+    """{slot: BAR1 MiB} of each NVIDIA display controller, from `lspci -D -vv -d 10de:` (Region 1 lines);
+    None when lspci is not installed."""
+    if any("not found" in line for line in lines):
+        return None
+    bars: dict[str, int] = {}
+    slot = None
+    for line in lines:
+        if re.match(r"^[0-9a-f]{4}:", line):
+            head = line.split(" ", 1)
+            is_gpu = len(head) == 2 and head[1].startswith(("VGA compatible controller", "3D controller"))
+            slot = head[0] if is_gpu else None
+            continue
+        match = _REGION_SIZE.search(line)
+        if slot and match:
+            bars[slot] = int(match.group(1)) * _UNITS[match.group(2)] // (1 << 20)
+            slot = None
+    return bars
+
+
+# The file NVIDIA's keyring package installs: cuda-<distro>-x86_64.list (e.g. cuda-ubuntu2404-x86_64.list).
+KEYRING_LIST = re.compile(r"/cuda-[a-z]+\d+-x86_64\.list$")
+
+
+def parse_cuda_sources(lines: list[str]) -> list[dict[str, str]]:
+    """apt sources other than the keyring package's own file that name NVIDIA's CUDA repository."""
+    found: dict[str, str] = {}
+    for line in lines:
+        path, sep, entry = line.partition(":")
+        if sep and not KEYRING_LIST.search(path) and path not in found:
+            found[path] = entry.strip()
+    return [{"file": path, "entry": entry} for path, entry in found.items()]
 
 
 def parse_modules(lines: list[str]) -> list[str]:
