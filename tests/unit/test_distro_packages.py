@@ -43,5 +43,7 @@ def test_the_keyring_is_installed_unless_that_version_is() -> None:
     url = "https://example.invalid/repos/ubuntu2404/x86_64/cuda-keyring_1.1-1_all.deb"
     assert plan({"dpkg-query": ["cuda-keyring\t1.1-1\tii "]}, keyring_deb, url=url) == (False, [])
     changes, commands = plan({"dpkg-query": ["cuda-keyring\t1.0-1\tii "]}, keyring_deb, url=url)
-    assert changes and "dpkg -i /tmp/vllm-rig-cuda-keyring.deb" in commands[0]
+    # through apt, which waits for the dpkg lock (dpkg -i fails at once while unattended-upgrades holds it)
+    assert changes and "install --no-install-recommends /tmp/vllm-rig-cuda-keyring.deb" in commands[0]
+    assert "DPkg::Lock::Timeout=600" in commands[0] and "dpkg -i" not in commands[0]
     assert plan({}, keyring_deb, url=url)[0]  # a fresh box: dpkg knows no keyring
