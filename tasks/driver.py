@@ -8,7 +8,7 @@ hold again, one reboot.
 """
 
 from pyinfra.api import deploy
-from pyinfra.operations import apt, systemd
+from pyinfra.operations import systemd
 
 from vllm_rig.context import host_state, settings
 from vllm_rig.driver_packages import driver_set, repo_distro
@@ -16,7 +16,7 @@ from vllm_rig.layout import DRIVER_RECORD, ETC_DIR, GUARD_UNIT, STATE_DIR, Layou
 from vllm_rig.operations.apt_pin import hold_driver, pinned_driver
 from vllm_rig.operations.files import config_files, from_repo, rendered, text
 from vllm_rig.operations.keyring import keyring_deb
-from vllm_rig.operations.packages import distro_packages
+from vllm_rig.operations.packages import distro_packages, lists_fresh
 from vllm_rig.operations.reboot import reboot_if_needed
 from vllm_rig.operations.stamp import once_per_key
 from vllm_rig.operations.units import unit_enabled_and_started
@@ -43,11 +43,14 @@ def install_driver() -> None:
             text("/etc/modprobe.d/vllm-rig-blacklist-nouveau.conf", NOUVEAU_BLACKLIST),
         ),
     )
-    keyring = keyring_deb(
+    keyring_deb(
         name="NVIDIA CUDA repository (keyring package)",
         url=s.nvidia_repo_url.format(distro=distro) + KEYRING,
     )
-    apt.update(name="Refresh package lists for NVIDIA's repository", _if=keyring.did_change)
+    lists_fresh(
+        name="Package lists know the driver packages and are less than a day old",
+        packages=[driver.pinning, *driver.headers, "dkms", *driver.packages],
+    )
     distro_packages(name="Kernel headers (this kernel and future ones) and DKMS", packages=[*driver.headers, "dkms"])
     pinned_driver(
         name=f"NVIDIA driver {s.nvidia_driver_version} ({s.nvidia_driver_flavor})",
