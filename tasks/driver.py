@@ -23,6 +23,13 @@ from vllm_rig.operations.units import unit_enabled_and_started
 
 KEYRING = "cuda-keyring_1.1-1_all.deb"
 NOUVEAU_BLACKLIST = "blacklist nouveau\noptions nouveau modeset=0\n"
+PERSISTENCED_DROPIN = "/etc/systemd/system/nvidia-persistenced.service.d/vllm-rig.conf"
+# Ubuntu-style packaging runs the daemon with --no-persistence-mode; NVIDIA's own driver role replaces
+# ExecStart the same way, so the daemon (not a one-shot nvidia-smi -pm 1) holds persistence mode.
+PERSISTENCED_EXEC = (
+    "# Rendered by vllm-rig: the daemon holds persistence mode on.\n"
+    "[Service]\nExecStart=\nExecStart=/usr/bin/nvidia-persistenced --persistence-mode --verbose\n"
+)
 
 
 @deploy("Driver")
@@ -80,6 +87,7 @@ def install_driver() -> None:
                 gpu_count=s.gpu_count,
                 power_limit_w="" if s.gpu_power_limit_w is None else s.gpu_power_limit_w,
             ),
+            text(PERSISTENCED_DROPIN, PERSISTENCED_EXEC),
             rendered(
                 f"/etc/systemd/system/{GUARD_UNIT}",
                 "templates/gpu-guard.service.j2",
@@ -98,8 +106,12 @@ def install_driver() -> None:
         timeout=s.reboot_timeout_s,
     )
     unit_enabled_and_started(name="GPU guard enabled and done", unit=GUARD_UNIT)
+    # Restarting the daemon re-runs the guard too (PartOf): persistence from the daemon, then the power limit.
     systemd.service(
-        name="Re-run the GPU guard after its files changed", service=GUARD_UNIT, restarted=True, _if=guard.did_change
+        name="Restart nvidia-persistenced and the GPU guard after their files changed",
+        service="nvidia-persistenced.service",
+        restarted=True,
+        _if=guard.did_change,
     )
 
 
