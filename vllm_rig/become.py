@@ -32,6 +32,10 @@ def decide(host: Any) -> bool:
         ok, output = host.run_shell_command(StringCommand("id -u"), _sudo=False)
         if ok and parse_uid(output.stdout) == 0:
             host.data._sudo = False  # pyinfra keeps this as the host's override for every later operation
+            # A @deploy already running took its arguments from the host data when it began; they win
+            # over host data for the facts and operations inside it, so they are corrected too.
+            if getattr(host, "current_deploy_kwargs", None):
+                host.current_deploy_kwargs["_sudo"] = False
             wants = False
     _decided[host.name] = wants
     return wants
