@@ -11,7 +11,7 @@ from pyinfra.api import deploy
 from pyinfra.operations import systemd
 
 from vllm_rig.context import host_state, settings
-from vllm_rig.driver_packages import driver_set, repo_distro
+from vllm_rig.driver_packages import driver_set, kernel_compiler_package, repo_distro
 from vllm_rig.layout import DRIVER_RECORD, ETC_DIR, GUARD_UNIT, STATE_DIR, Layout
 from vllm_rig.operations.apt_pin import hold_driver, pinned_driver
 from vllm_rig.operations.files import config_files, from_repo, rendered, text
@@ -40,7 +40,8 @@ def install_driver() -> None:
     if not box:
         return  # the host's state could not be read: preflight has already failed it
     distro = repo_distro(box["os"]["id"], box["os"]["version_id"])
-    driver = driver_set(distro, s.nvidia_driver_flavor, s.nvidia_driver_version, box["kernel"])
+    driver = driver_set(distro, s.nvidia_driver_flavor, s.nvidia_driver_version, box["kernel"], box["packages"])
+    compiler = kernel_compiler_package(box["proc_version"])  # DKMS builds with the kernel's own gcc
 
     config_files(
         name="apt and modprobe: wait for the dpkg lock, keep unattended upgrades off the driver, no nouveau",
@@ -56,9 +57,12 @@ def install_driver() -> None:
     )
     lists_fresh(
         name="Package lists know the driver packages and are less than a day old",
-        packages=[driver.pinning, *driver.headers, "dkms", *driver.packages],
+        packages=[driver.pinning, *driver.headers, "dkms", *([compiler] if compiler else []), *driver.packages],
     )
-    distro_packages(name="Kernel headers (this kernel and future ones) and DKMS", packages=[*driver.headers, "dkms"])
+    distro_packages(
+        name="Kernel headers (this kernel and its track's future ones), DKMS and the kernel's compiler",
+        packages=[*driver.headers, "dkms", *([compiler] if compiler else [])],
+    )
     pinned_driver(
         name=f"NVIDIA driver {s.nvidia_driver_version} ({s.nvidia_driver_flavor})",
         driver=driver,

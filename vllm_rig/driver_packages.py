@@ -7,6 +7,8 @@ nvidia-smi, the persistence daemon and DKMS so every future kernel gets a module
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 # Packages whose versions must move together; held after install so only a planned upgrade moves them.
@@ -27,16 +29,38 @@ def repo_distro(os_id: str, version_id: str) -> str:
     return f"{os_id}{version_id.replace('.', '')}"
 
 
-def driver_set(distro: str, flavor: str, version: str, kernel: str) -> DriverSet:
+# linux-image-<flavour>: the metapackage that keeps a kernel track (generic, generic-hwe-24.04, lowlatency,
+# amd64, cloud-amd64...); versioned images start with a digit, and unsigned-/extra- ones are not tracks.
+_IMAGE_META = re.compile(r"^linux-image-(?!unsigned-|extra-|uc-)([a-z][a-z0-9.+-]*)$")
+
+
+def headers_metapackages(distro: str, installed: Iterable[str]) -> tuple[str, ...]:
+    """The headers metapackage of every kernel track the box follows, from its installed kernel image
+    metapackages: linux-image-generic-hwe-24.04 -> linux-headers-generic-hwe-24.04 (noble's GA
+    linux-headers-generic would leave the next HWE kernel without headers, so without a module). None
+    installed (a container, a hand-built kernel): the distribution's default track."""
+    metas = sorted({f"linux-headers-{m.group(1)}" for name in installed if (m := _IMAGE_META.match(name))})
+    return tuple(metas) or (("linux-headers-generic",) if distro.startswith("ubuntu") else ("linux-headers-amd64",))
+
+
+def kernel_compiler_package(proc_version: str) -> str | None:
+    """The versioned gcc the running kernel was built with, when /proc/version names one: noble's HWE
+    kernels say x86_64-linux-gnu-gcc-14 while noble's default gcc is 13, and DKMS builds modules with the
+    kernel's own compiler ("gcc-14: not found" otherwise). A plain "gcc (...)" needs nothing more."""
+    match = re.search(r"\bgcc-(\d+)\b", proc_version)
+    return f"gcc-{match.group(1)}" if match else None
+
+
+def driver_set(distro: str, flavor: str, version: str, kernel: str, kernel_images: Iterable[str] = ()) -> DriverSet:
+    """`kernel_images`: installed package names (the linux-image-* metapackages among them pick the headers)."""
     branch = version.split(".")[0]
+    tracks = headers_metapackages(distro, kernel_images)
     open_ = flavor == "open"
     pinning = f"nvidia-driver-pinning-{version}"
     if distro.startswith("ubuntu"):
         dkms = f"nvidia-dkms-{branch}-open" if open_ else f"nvidia-dkms-{branch}"
         packages = (f"libnvidia-compute-{branch}", dkms, f"nvidia-utils-{branch}", f"nvidia-compute-utils-{branch}")
-        return DriverSet(
-            distro, pinning, packages, (f"linux-headers-{kernel}", "linux-headers-generic"), f"nvidia-utils-{branch}"
-        )
+        return DriverSet(distro, pinning, packages, (f"linux-headers-{kernel}", *tracks), f"nvidia-utils-{branch}")
     dkms = "nvidia-kernel-open-dkms" if open_ else "nvidia-kernel-dkms"
     packages = ("nvidia-driver-cuda", dkms, "nvidia-smi", "nvidia-persistenced")
-    return DriverSet(distro, pinning, packages, (f"linux-headers-{kernel}", "linux-headers-amd64"), "nvidia-smi")
+    return DriverSet(distro, pinning, packages, (f"linux-headers-{kernel}", *tracks), "nvidia-smi")

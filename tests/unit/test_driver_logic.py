@@ -100,3 +100,34 @@ def test_a_matching_driver_from_elsewhere_is_left_alone() -> None:
     loaded_not_packaged = ["@@packages", "@@loaded", "580.159.04", "@@nouveau", "@@boot_id", "b"]
     assert _plan_on_fake_host(loaded_not_packaged, "580.159.04") is False
     assert _plan_on_fake_host(loaded_not_packaged, "580.159.03") is True  # a replace (preflight guards it)
+
+
+def test_headers_follow_the_installed_kernel_image_metapackage() -> None:
+    from vllm_rig.driver_packages import headers_metapackages
+
+    hwe = ["linux-image-generic-hwe-24.04", "linux-image-7.0.0-12-generic", "linux-image-unsigned-7.0.0-12-generic"]
+    d = driver_set("ubuntu2404", "proprietary", "580.159.03", "7.0.0-12-generic", hwe)
+    assert d.headers == ("linux-headers-7.0.0-12-generic", "linux-headers-generic-hwe-24.04")  # not the GA 6.8 track
+    assert headers_metapackages("ubuntu2404", ["linux-image-lowlatency", "linux-image-6.8.0-50-lowlatency"]) == (
+        "linux-headers-lowlatency",
+    )
+    assert headers_metapackages("debian12", ["linux-image-cloud-amd64", "linux-image-6.1.0-30-cloud-amd64"]) == (
+        "linux-headers-cloud-amd64",
+    )
+    # no image metapackage (a container, a hand-built kernel): the distribution's default track
+    assert headers_metapackages("ubuntu2404", ["linux-image-6.8.0-50-generic"]) == ("linux-headers-generic",)
+    assert headers_metapackages("debian12", []) == ("linux-headers-amd64",)
+
+
+def test_dkms_gets_the_compiler_the_kernel_was_built_with() -> None:
+    from vllm_rig.driver_packages import kernel_compiler_package
+
+    hwe = (
+        "Linux version 6.14.0-24-generic (buildd@lcy02-amd64-101) (x86_64-linux-gnu-gcc-14 "
+        "(Ubuntu 14.2.0-4ubuntu2~24.04) 14.2.0, GNU ld (GNU Binutils for Ubuntu) 2.42) #24~24.04.3-Ubuntu"
+    )
+    assert kernel_compiler_package(hwe) == "gcc-14"
+    ga = "Linux version 6.8.0-50-generic (buildd@x) (x86_64-linux-gnu-gcc-13 (Ubuntu 13.2.0-23ubuntu4) 13.2.0, ...)"
+    assert kernel_compiler_package(ga) == "gcc-13"
+    assert kernel_compiler_package("Linux version 6.1.0-30-amd64 (gcc-12 (Debian 12.2.0-14) 12.2.0, ...)") == "gcc-12"
+    assert kernel_compiler_package("Linux version 6.18.44 (builder@x) (gcc (GCC) 15.3.0, GNU ld 2.46)") is None
