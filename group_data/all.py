@@ -22,6 +22,7 @@ nvidia_repo_url = "https://developer.download.nvidia.com/compute/cuda/repos/{dis
 nvidia_driver_version = "580.159.03"  # exact driver version, pinned and held (the seed's)
 nvidia_driver_flavor = "proprietary"  # kernel module flavour: proprietary, or open (Turing+ only)
 nvidia_driver_replace_existing = False  # replace an installed driver of another version (never by default)
+nvidia_keep_archive_driver = False  # keep Ubuntu's archive driver + Canonical's signed modules: pinned, held, no DKMS
 gpu_power_limit_w = None  # power limit in W set at every boot; None keeps the card's default
 gpu_power_limit_min_w = 100  # lowest limit the card accepts (stock 2080 Ti BIOS)
 gpu_power_limit_max_w = 320  # highest limit the card accepts (stock 2080 Ti FE BIOS)

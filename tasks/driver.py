@@ -11,9 +11,15 @@ from pyinfra.api import deploy
 from pyinfra.operations import systemd
 
 from vllm_rig.context import host_state, settings
-from vllm_rig.driver_packages import driver_set, kernel_compiler_package, repo_distro
+from vllm_rig.driver_packages import (
+    ARCHIVE_HOLD_PATTERNS,
+    archive_driver,
+    driver_set,
+    kernel_compiler_package,
+    repo_distro,
+)
 from vllm_rig.layout import DRIVER_RECORD, ETC_DIR, GUARD_UNIT, STATE_DIR, Layout
-from vllm_rig.operations.apt_pin import hold_driver, pinned_driver
+from vllm_rig.operations.apt_pin import ARCHIVE_PIN_FILE, archive_pin, hold_driver, pinned_driver
 from vllm_rig.operations.files import config_files, from_repo, rendered, text
 from vllm_rig.operations.keyring import keyring_deb
 from vllm_rig.operations.packages import distro_packages, lists_fresh
@@ -42,6 +48,9 @@ def install_driver() -> None:
     distro = repo_distro(box["os"]["id"], box["os"]["version_id"])
     driver = driver_set(distro, s.nvidia_driver_flavor, s.nvidia_driver_version, box["kernel"], box["packages"])
     compiler = kernel_compiler_package(box["proc_version"])  # DKMS builds with the kernel's own gcc
+    # Ubuntu's archive driver with Canonical's signed modules, kept as it is when the settings say so.
+    archive = archive_driver(box["packages"]) if s.nvidia_keep_archive_driver else None
+    managed = archive or s.nvidia_driver_version
 
     config_files(
         name="apt and modprobe: wait for the dpkg lock, keep unattended upgrades off the driver, no nouveau",
@@ -55,23 +64,33 @@ def install_driver() -> None:
         name="NVIDIA CUDA repository (keyring package)",
         url=s.nvidia_repo_url.format(distro=distro) + KEYRING,
     )
-    lists_fresh(
-        name="Package lists know the driver packages and are less than a day old",
-        packages=[driver.pinning, *driver.headers, "dkms", *([compiler] if compiler else []), *driver.packages],
-    )
-    distro_packages(
-        name="Kernel headers (this kernel and its track's future ones), DKMS and the kernel's compiler",
-        packages=[*driver.headers, "dkms", *([compiler] if compiler else [])],
-    )
-    pinned_driver(
-        name=f"NVIDIA driver {s.nvidia_driver_version} ({s.nvidia_driver_flavor})",
-        driver=driver,
-        version=s.nvidia_driver_version,
-    )
-    hold_driver(name="Hold the driver packages")
+    if archive:
+        lists_fresh(name="Package lists are less than a day old", packages=[])
+        config_files(
+            name=f"Pin Ubuntu's archive driver {archive} as installed (no DKMS swap)",
+            files=(text(ARCHIVE_PIN_FILE, archive_pin(box["packages"], ARCHIVE_HOLD_PATTERNS)),),
+        )
+        hold_driver(
+            name="Hold the archive driver, its signed modules and the kernel track", patterns=ARCHIVE_HOLD_PATTERNS
+        )
+    else:
+        lists_fresh(
+            name="Package lists know the driver packages and are less than a day old",
+            packages=[driver.pinning, *driver.headers, "dkms", *([compiler] if compiler else []), *driver.packages],
+        )
+        distro_packages(
+            name="Kernel headers (this kernel and its track's future ones), DKMS and the kernel's compiler",
+            packages=[*driver.headers, "dkms", *([compiler] if compiler else [])],
+        )
+        pinned_driver(
+            name=f"NVIDIA driver {s.nvidia_driver_version} ({s.nvidia_driver_flavor})",
+            driver=driver,
+            version=s.nvidia_driver_version,
+        )
+        hold_driver(name="Hold the driver packages")
     config_files(
         name="Record the driver version vllm-rig manages",
-        files=(text(DRIVER_RECORD, f"{s.nvidia_driver_version}\n"),),
+        files=(text(DRIVER_RECORD, f"{managed}\n"),),
     )
     once_per_key(
         name="Rebuild the initramfs without nouveau",
@@ -106,7 +125,7 @@ def install_driver() -> None:
 
     reboot_if_needed(
         name="Reboot if the loaded driver is not the installed one",
-        version=s.nvidia_driver_version,
+        version=managed,
         timeout=s.reboot_timeout_s,
     )
     unit_enabled_and_started(name="GPU guard enabled and done", unit=GUARD_UNIT)

@@ -7,12 +7,54 @@ nvidia-smi, the persistence daemon and DKMS so every future kernel gets a module
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 # Packages whose versions must move together; held after install so only a planned upgrade moves them.
 HOLD_PATTERNS = ("nvidia-*", "libnvidia-*", "libcuda1", "firmware-nvidia-gsp", "cuda-drivers*")
+
+# Canonical's signed, prebuilt modules (linux-restricted-modules): linux-modules-nvidia-580-generic[-hwe-24.04]
+# and the per-kernel linux-modules-nvidia-580-<kver>, which need the archive's userspace at >= their version.
+ARCHIVE_MODULES = "linux-modules-nvidia-*"
+# A kept archive driver is held together with the kernel track: a kernel that lands without its
+# linux-modules-nvidia-* (held) would boot with no nvidia module at all.
+ARCHIVE_HOLD_PATTERNS = (
+    *HOLD_PATTERNS,
+    ARCHIVE_MODULES,
+    "linux-generic*",
+    "linux-image-generic*",
+    "linux-headers-generic*",
+)
+# Ubuntu's archive revisions (580.173.02-0ubuntu0.24.04.1); NVIDIA's repo builds say -1ubuntu1.
+_ARCHIVE_REVISION = re.compile(r"-0ubuntu\d")
+
+
+def archive_driver(packages: dict[str, str]) -> str | None:
+    """The upstream version of a driver that came from Ubuntu's archive (its nvidia-utils-<branch> carries an
+    archive revision, or Canonical's signed modules are installed), else None."""
+    utils = sorted(n for n in packages if re.fullmatch(r"nvidia-utils-\d+(-server)?", n))
+    from_archive = [n for n in utils if _ARCHIVE_REVISION.search(packages[n])]
+    modules = [n for n in packages if fnmatch.fnmatch(n, ARCHIVE_MODULES)]
+    if not from_archive and not modules:
+        return None
+    name = (from_archive or utils or [None])[0]
+    return packages[name].split("-", 1)[0] if name else None
+
+
+def archive_only(packages: dict[str, str], driver: DriverSet) -> list[str]:
+    """What replacing an archive driver removes first: Canonical's modules (they need the archive's
+    userspace and would shadow nothing but block the move) and archive metapackages outside our set."""
+    names = [n for n in packages if fnmatch.fnmatch(n, ARCHIVE_MODULES)]
+    names += [
+        n
+        for n, v in packages.items()
+        if _ARCHIVE_REVISION.search(v)
+        and re.fullmatch(r"nvidia-(driver|headless)(-no-dkms)?-\d+(-server)?(-open)?", n)
+        and n not in driver.packages
+    ]
+    return sorted(names)
 
 
 @dataclass(frozen=True)

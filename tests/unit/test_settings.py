@@ -35,6 +35,8 @@ RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
     ("nvidia_driver_version", "570.86.10", "575.57.08", {}),  # too old for CUDA 12.9
     ("nvidia_driver_flavor", "nouveau", "open", {}),
     ("nvidia_driver_replace_existing", "maybe", True, {}),
+    ("nvidia_keep_archive_driver", "maybe", True, {}),
+    ("nvidia_keep_archive_driver", True, False, {"nvidia_driver_replace_existing": True}),
     ("gpu_power_limit_w", 500, 250, {}),
     ("gpu_power_limit_w", 50, None, {}),
     ("gpu_power_limit_min_w", 400, 120, {}),

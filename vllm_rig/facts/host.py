@@ -32,7 +32,8 @@ SECTIONS: dict[str, str] = {
     "headers": 'test -e "/lib/modules/$(uname -r)/build" && echo present || echo missing',
     "packages": (
         "dpkg-query -W -f='${binary:Package}\\t${Version}\\t${db:Status-Abbrev}\\n' "
-        "'nvidia-*' 'libnvidia-*' 'cuda-*' 'libcuda1' 'linux-headers-*' 'linux-image-*' 2>/dev/null || true"
+        "'nvidia-*' 'libnvidia-*' 'cuda-*' 'libcuda1' 'linux-headers-*' 'linux-image-*' 'linux-modules-nvidia-*' "
+        "2>/dev/null || true"
     ),
     "dpkg_lock": "fuser /var/lib/dpkg/lock-frontend /var/lib/dpkg/lock 2>/dev/null || true",
     "nouveau_blacklist": "cat /etc/modprobe.d/*nouveau* 2>/dev/null | grep -E '^blacklist nouveau' || true",
