@@ -43,6 +43,19 @@ def archive_driver(packages: dict[str, str]) -> str | None:
     return packages[name].split("-", 1)[0] if name else None
 
 
+def archive_moves(packages: dict[str, str], driver: DriverSet, leaving: list[str]) -> list[str]:
+    """Other archive builds of driver packages that stay installed (nvidia-modprobe, nvidia-kernel-common-580...):
+    moved with the driver to the pinned version, so no archive build is left beside NVIDIA's."""
+    return sorted(
+        n
+        for n, v in packages.items()
+        if _ARCHIVE_REVISION.search(v)
+        and n not in leaving
+        and n not in driver.packages
+        and any(fnmatch.fnmatch(n, p) for p in HOLD_PATTERNS)
+    )
+
+
 def archive_only(packages: dict[str, str], driver: DriverSet) -> list[str]:
     """What replacing an archive driver removes first: Canonical's modules (they need the archive's
     userspace and would shadow nothing but block the move) and archive metapackages outside our set."""

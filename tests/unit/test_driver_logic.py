@@ -191,3 +191,4 @@ def test_replacing_an_archive_driver_purges_canonicals_modules_first() -> None:
     )
     assert commands[3].endswith("install nvidia-driver-pinning-580.159.03")
     assert "--allow-downgrades" in commands[4] and "nvidia-dkms-580" in commands[4]
+    assert commands[4].endswith(" nvidia-kernel-common-580")  # archive builds left beside ours move too

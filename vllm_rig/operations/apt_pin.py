@@ -8,7 +8,7 @@ import shlex
 from pyinfra import host
 from pyinfra.api import operation
 
-from vllm_rig.driver_packages import ARCHIVE_HOLD_PATTERNS, HOLD_PATTERNS, DriverSet, archive_only
+from vllm_rig.driver_packages import ARCHIVE_HOLD_PATTERNS, HOLD_PATTERNS, DriverSet, archive_moves, archive_only
 from vllm_rig.facts.driver import DriverState
 
 ARCHIVE_PIN_FILE = "/etc/apt/preferences.d/vllm-rig-archive-driver"
@@ -62,7 +62,7 @@ def pinned_driver(driver: DriverSet, version: str):
         yield f"{APT} purge " + " ".join(shlex.quote(n) for n in leaving)
         yield f"rm -f {ARCHIVE_PIN_FILE}"
     yield f"{APT} install {shlex.quote(driver.pinning)}"
-    names = " ".join(shlex.quote(n) for n in driver.packages)
+    names = " ".join(shlex.quote(n) for n in (*driver.packages, *archive_moves(state["packages"], driver, leaving)))
     yield f"{APT} install --allow-downgrades --allow-change-held-packages {names}"
 
 
