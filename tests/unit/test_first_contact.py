@@ -95,3 +95,32 @@ def test_every_tool_package_is_in_the_host_packages_list() -> None:
         if line.strip() and not line.startswith("#")
     }
     assert set(host_tools.PROGRAMS.values()) - {"dpkg"} <= listed
+
+
+def test_bin_deploy_without_hosts_or_host_tools_says_what_it_needs(tmp_path: Path) -> None:
+    """The README's first command on a machine without apt and without the sandbox's tools: one line, rc 1."""
+    if (REPO / "inventory" / "hosts.yml").exists():
+        pytest.skip("this checkout has an inventory/hosts.yml: bin/deploy would deploy to it")
+    stub = _stub_bin(tmp_path)
+    (stub / "apt-get").unlink()
+    (stub / "id").unlink()
+    (stub / "id").write_text("#!/bin/bash\necho 0\n")  # as root, so the host-tools step is reached
+    (stub / "id").chmod(0o755)
+    env = {"PATH": str(stub), "HOME": str(tmp_path)}
+    run = subprocess.run(["bash", "bin/deploy"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    lines = [line for line in run.stderr.splitlines() if line.strip()]
+    assert run.returncode == 1, run.stderr
+    assert lines[-1].startswith("deploy: the simulated rig needs a Debian or Ubuntu machine with: ")
+    assert "debootstrap" in lines[-1] and "Traceback" not in run.stderr and len(lines) == 2
+
+
+def test_bin_deploy_as_a_user_says_the_simulated_rig_needs_root(tmp_path: Path) -> None:
+    if (REPO / "inventory" / "hosts.yml").exists():
+        pytest.skip("this checkout has an inventory/hosts.yml")
+    stub = _stub_bin(tmp_path)
+    (stub / "id").unlink()
+    (stub / "id").write_text("#!/bin/bash\necho 1000\n")
+    (stub / "id").chmod(0o755)
+    env = {"PATH": str(stub), "HOME": str(tmp_path)}
+    run = subprocess.run(["bash", "bin/deploy"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1 and "needs root" in run.stderr.splitlines()[-1] and "Traceback" not in run.stderr
