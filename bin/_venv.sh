@@ -16,3 +16,25 @@ ensure_venv() {
     fi
 }
 [ "$(id -u)" = 0 ] || SUDO=sudo
+
+# The Debian packages the sandbox rig needs on this machine (tests/sandbox/host-packages.txt), installed
+# when missing. Says in one line what it needs where it cannot install them (no apt, no root or sudo).
+# Usage: ensure_host_tools WHO   (WHO names the caller in messages: deploy, test)
+ensure_host_tools() {
+    local who=$1 missing p
+    missing=$(for p in $(grep -v '^#' tests/sandbox/host-packages.txt); do
+        dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q 'install ok installed' || echo "$p"; done)
+    [ -z "$missing" ] && return 0
+    missing=$(echo $missing)
+    if ! command -v apt-get >/dev/null 2>&1; then
+        echo "$who: the simulated rig needs a Debian or Ubuntu machine with: $missing" >&2; return 1
+    fi
+    if [ "$(id -u)" != 0 ] && ! command -v sudo >/dev/null 2>&1; then
+        echo "$who: the simulated rig needs these packages; as root run: apt-get install $missing" >&2; return 1
+    fi
+    echo "$who: installing host tools for the simulated rig: $missing" >&2
+    ${SUDO:-} apt-get update -q >/dev/null
+    # shellcheck disable=SC2086
+    ${SUDO:-} apt-get install -y -q $missing >/dev/null || {
+        echo "$who: could not install $missing; run 'sudo apt-get install $missing' and try again" >&2; return 1; }
+}

@@ -1,7 +1,10 @@
 #!/bin/sh
 # vllm-rig boot-time GPU guard (oneshot, before the vLLM service). Settings: /etc/vllm-rig/gpu-guard.env.
 #  1. the nvidia module exists for the running kernel (else rebuild it with DKMS) and is loaded;
-#  2. persistence mode on; 3. the power limit from the settings; 4. wait until GPU_COUNT GPUs answer.
+#  2. wait until GPU_COUNT GPUs answer; 3. persistence mode held by nvidia-persistenced (started here
+#  once the module is loaded; NVIDIA's legacy `nvidia-smi -pm 1` only where no daemon unit exists);
+#  4. the power limit from the settings. The unit is PartOf the daemon: a restart of the daemon (which
+#  drops persistence and, with it, the power limit) runs this again.
 # Every failure ends with one journal line starting "vllm-rig-gpu-guard:" that says what to do.
 set -u
 GPU_COUNT=${GPU_COUNT:-2}
@@ -23,6 +26,8 @@ waited=0
 while :; do
     seen=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
     [ "$seen" -ge "$GPU_COUNT" ] && break
+    # An upgrade within this boot (its postinst restarts the daemon, and this unit with it): no wait helps.
+    nvidia-smi -L 2>&1 | grep -q 'version mismatch' && die "the loaded nvidia module is older than the installed driver: reboot"
     if [ "$waited" -ge "$WAIT_S" ]; then
         detail=$(nvidia-smi -L 2>&1 | head -1)
         # The open modules log why they refuse a card whose BAR1 cannot map its memory.
@@ -34,7 +39,13 @@ while :; do
     waited=$((waited + 2))
 done
 
-nvidia-smi -pm 1 >/dev/null || die "could not enable persistence mode"
+if systemctl cat nvidia-persistenced.service >/dev/null 2>&1; then
+    systemctl start nvidia-persistenced.service || die "nvidia-persistenced did not start (systemctl status nvidia-persistenced)"
+    off=$(nvidia-smi --query-gpu=persistence_mode --format=csv,noheader | grep -vc Enabled)
+    [ "$off" -eq 0 ] || die "nvidia-persistenced runs but $off GPU(s) have persistence mode off: its unit must run it with --persistence-mode (systemctl cat nvidia-persistenced)"
+else
+    nvidia-smi -pm 1 >/dev/null || die "could not enable persistence mode"
+fi
 if [ -n "$POWER_LIMIT_W" ]; then
     nvidia-smi -pl "$POWER_LIMIT_W" >/dev/null || die "the cards refused a power limit of ${POWER_LIMIT_W} W (see nvidia-smi -q -d POWER)"
 fi

@@ -24,6 +24,7 @@ nvidia_driver_flavor = "proprietary"  # kernel module flavour: proprietary, or o
 nvidia_driver_replace_existing = False  # replace an installed driver of another version (never by default)
 secure_boot_mok_enrollment = "by_hand"  # Secure Boot, DKMS key not enrolled: by_hand (stop with steps) or deploy_stages
 secure_boot_mok_password = None  # one-time MokManager password for deploy_stages; kept secret
+nvidia_keep_archive_driver = False  # keep Ubuntu's archive driver + Canonical's signed modules: pinned, held, no DKMS
 gpu_power_limit_w = None  # power limit in W set at every boot; None keeps the card's default
 gpu_power_limit_min_w = 100  # lowest limit the card accepts (stock 2080 Ti BIOS)
 gpu_power_limit_max_w = 320  # highest limit the card accepts (stock 2080 Ti FE BIOS)

@@ -40,7 +40,8 @@ def _host(m: _machine.Machine) -> tuple[str, dict]:
         {
             "ssh_hostname": "127.0.0.1",
             "ssh_port": m.port,
-            "ssh_user": "rig",
+            # VLLM_RIG_SANDBOX_SSH_USER=root: a root login (tests: a box without sudo)
+            "ssh_user": os.environ.get("VLLM_RIG_SANDBOX_SSH_USER") or "rig",
             "ssh_key": str(_paths.KEYS / _machine.KEY_NAME),  # made by `up`
             "ssh_allow_agent": False,
             "ssh_look_for_keys": False,

@@ -9,7 +9,7 @@ from vllm_rig.facts.cuda import CudaToolkit
 from vllm_rig.operations.alternatives import alternative
 from vllm_rig.operations.checks import require
 from vllm_rig.operations.files import config_files, rendered
-from vllm_rig.operations.packages import distro_packages
+from vllm_rig.operations.packages import distro_packages, lists_fresh
 
 
 def toolkit_problem(cuda_home: str, release: str) -> str | None:
@@ -30,6 +30,7 @@ def toolkit_problem(cuda_home: str, release: str) -> str | None:
 def install_cuda() -> None:
     s = settings()
     package = f"cuda-toolkit-{s.cuda_version.replace('.', '-')}"
+    lists_fresh(name=f"Package lists know {package} and are less than a day old", packages=[package])
     distro_packages(name=f"CUDA toolkit {s.cuda_version}", packages=[package])
     alternative(name=f"/usr/local/cuda stays on {s.cuda_version}", link_name="cuda", path=s.cuda_home)
     config_files(

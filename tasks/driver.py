@@ -9,24 +9,37 @@ hold again, one reboot.
 
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.operations import apt, systemd
+from pyinfra.operations import systemd
 
 from vllm_rig.context import host_state, settings
-from vllm_rig.driver_packages import driver_set, repo_distro
+from vllm_rig.driver_packages import (
+    ARCHIVE_HOLD_PATTERNS,
+    archive_driver,
+    driver_set,
+    kernel_compiler_package,
+    repo_distro,
+)
 from vllm_rig.facts.host import HostState
 from vllm_rig.layout import DRIVER_RECORD, ETC_DIR, GUARD_UNIT, STATE_DIR, Layout
-from vllm_rig.operations.apt_pin import hold_driver, pinned_driver
+from vllm_rig.operations.apt_pin import ARCHIVE_PIN_FILE, archive_pin, hold_driver, pinned_driver
 from vllm_rig.operations.checks import require
 from vllm_rig.operations.files import config_files, from_repo, rendered, text
 from vllm_rig.operations.keyring import keyring_deb
 from vllm_rig.operations.mok import enrollment_problem, mok_enrollment_staged, mok_password_stdin
-from vllm_rig.operations.packages import distro_packages
+from vllm_rig.operations.packages import distro_packages, lists_fresh
 from vllm_rig.operations.reboot import reboot_if_needed
 from vllm_rig.operations.stamp import once_per_key
 from vllm_rig.operations.units import unit_enabled_and_started
 
 KEYRING = "cuda-keyring_1.1-1_all.deb"
 NOUVEAU_BLACKLIST = "blacklist nouveau\noptions nouveau modeset=0\n"
+PERSISTENCED_DROPIN = "/etc/systemd/system/nvidia-persistenced.service.d/vllm-rig.conf"
+# Ubuntu-style packaging runs the daemon with --no-persistence-mode; NVIDIA's own driver role replaces
+# ExecStart the same way, so the daemon (not a one-shot nvidia-smi -pm 1) holds persistence mode.
+PERSISTENCED_EXEC = (
+    "# Rendered by vllm-rig: the daemon holds persistence mode on.\n"
+    "[Service]\nExecStart=\nExecStart=/usr/bin/nvidia-persistenced --persistence-mode --verbose\n"
+)
 
 
 @deploy("Driver")
@@ -37,7 +50,11 @@ def install_driver() -> None:
     if not box:
         return  # the host's state could not be read: preflight has already failed it
     distro = repo_distro(box["os"]["id"], box["os"]["version_id"])
-    driver = driver_set(distro, s.nvidia_driver_flavor, s.nvidia_driver_version, box["kernel"])
+    driver = driver_set(distro, s.nvidia_driver_flavor, s.nvidia_driver_version, box["kernel"], box["packages"])
+    compiler = kernel_compiler_package(box["proc_version"])  # DKMS builds with the kernel's own gcc
+    # Ubuntu's archive driver with Canonical's signed modules, kept as it is when the settings say so.
+    archive = archive_driver(box["packages"]) if s.nvidia_keep_archive_driver else None
+    managed = archive or s.nvidia_driver_version
 
     if s.secure_boot_mok_enrollment == "deploy_stages":
         mok_enrollment_staged(
@@ -57,21 +74,37 @@ def install_driver() -> None:
             text("/etc/modprobe.d/vllm-rig-blacklist-nouveau.conf", NOUVEAU_BLACKLIST),
         ),
     )
-    keyring = keyring_deb(
+    keyring_deb(
         name="NVIDIA CUDA repository (keyring package)",
         url=s.nvidia_repo_url.format(distro=distro) + KEYRING,
     )
-    apt.update(name="Refresh package lists for NVIDIA's repository", _if=keyring.did_change)
-    distro_packages(name="Kernel headers (this kernel and future ones) and DKMS", packages=[*driver.headers, "dkms"])
-    pinned_driver(
-        name=f"NVIDIA driver {s.nvidia_driver_version} ({s.nvidia_driver_flavor})",
-        driver=driver,
-        version=s.nvidia_driver_version,
-    )
-    hold_driver(name="Hold the driver packages")
+    if archive:
+        lists_fresh(name="Package lists are less than a day old", packages=[])
+        config_files(
+            name=f"Pin Ubuntu's archive driver {archive} as installed (no DKMS swap)",
+            files=(text(ARCHIVE_PIN_FILE, archive_pin(box["packages"], ARCHIVE_HOLD_PATTERNS)),),
+        )
+        hold_driver(
+            name="Hold the archive driver, its signed modules and the kernel track", patterns=ARCHIVE_HOLD_PATTERNS
+        )
+    else:
+        lists_fresh(
+            name="Package lists know the driver packages and are less than a day old",
+            packages=[driver.pinning, *driver.headers, "dkms", *([compiler] if compiler else []), *driver.packages],
+        )
+        distro_packages(
+            name="Kernel headers (this kernel and its track's future ones), DKMS and the kernel's compiler",
+            packages=[*driver.headers, "dkms", *([compiler] if compiler else [])],
+        )
+        pinned_driver(
+            name=f"NVIDIA driver {s.nvidia_driver_version} ({s.nvidia_driver_flavor})",
+            driver=driver,
+            version=s.nvidia_driver_version,
+        )
+        hold_driver(name="Hold the driver packages")
     config_files(
         name="Record the driver version vllm-rig manages",
-        files=(text(DRIVER_RECORD, f"{s.nvidia_driver_version}\n"),),
+        files=(text(DRIVER_RECORD, f"{managed}\n"),),
     )
     once_per_key(
         name="Rebuild the initramfs without nouveau",
@@ -91,6 +124,7 @@ def install_driver() -> None:
                 gpu_count=s.gpu_count,
                 power_limit_w="" if s.gpu_power_limit_w is None else s.gpu_power_limit_w,
             ),
+            text(PERSISTENCED_DROPIN, PERSISTENCED_EXEC),
             rendered(
                 f"/etc/systemd/system/{GUARD_UNIT}",
                 "templates/gpu-guard.service.j2",
@@ -105,12 +139,16 @@ def install_driver() -> None:
 
     reboot_if_needed(
         name="Reboot if the loaded driver is not the installed one",
-        version=s.nvidia_driver_version,
+        version=managed,
         timeout=s.reboot_timeout_s,
     )
     unit_enabled_and_started(name="GPU guard enabled and done", unit=GUARD_UNIT)
+    # Restarting the daemon re-runs the guard too (PartOf): persistence from the daemon, then the power limit.
     systemd.service(
-        name="Re-run the GPU guard after its files changed", service=GUARD_UNIT, restarted=True, _if=guard.did_change
+        name="Restart nvidia-persistenced and the GPU guard after their files changed",
+        service="nvidia-persistenced.service",
+        restarted=True,
+        _if=guard.did_change,
     )
 
 

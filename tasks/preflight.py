@@ -5,6 +5,7 @@ table in the output, or one JSON line with `--data preflight_report=json`.
 """
 
 from pyinfra import host, logger
+from pyinfra import state as run_state
 from pyinfra.api import deploy
 
 from vllm_rig import preflight
@@ -34,6 +35,9 @@ def check_host() -> None:
     if preflight.has_failures(checks):
         failed = "; ".join(f"{c.name}: {c.detail} -> {c.way_out}" for c in checks if c.status == "fail")
         require(name="Preflight verdict: FAIL", problem=lambda: f"preflight failed: {failed}")
+        # The verdict is known now, while the run is planned: a --dry run (which executes nothing, so the
+        # check above never runs) still ends non-zero for this host, as the real run would.
+        run_state.failed_hosts.add(run_state.inventory.get_host(host.name))
 
 
 check_host()

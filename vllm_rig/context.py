@@ -6,6 +6,7 @@ import sys
 
 from pyinfra import host, logger, state
 
+from vllm_rig import become
 from vllm_rig.settings import Settings
 from vllm_rig.validation import SettingsError, load_settings
 
@@ -37,6 +38,7 @@ def settings() -> Settings:
     """The current host's settings (validated; stages call this instead of reading host.data)."""
     if host.name not in _validated:
         stop_on_bad_settings()
+    become.decide(host)  # root without sudo: sudo off before the first fact (once per host)
     return _validated[host.name]
 
 

@@ -10,6 +10,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from vllm_rig.driver_packages import archive_driver
 from vllm_rig.settings import Settings
 
 # PCI device ids of TU102 (RTX 2080 Ti, TITAN RTX, Quadro RTX 6000/8000).
@@ -244,6 +245,20 @@ def check_existing_driver(host: dict[str, Any], gpus: dict[str, Any] | None, s: 
         found = found or gpus["gpus"][0]["driver_version"]
     if found is None:
         return ok("driver", "none installed")
+    archive = archive_driver(host["packages"])
+    if archive:
+        signed = any(n.startswith("linux-modules-nvidia-") for n in host["packages"])
+        what = f"{archive} from Ubuntu's archive" + (" with Canonical's signed modules" if signed else "")
+        if s.nvidia_keep_archive_driver:
+            return ok("driver", f"{what}: kept as it is (pinned and held, no DKMS)")
+        if s.nvidia_driver_replace_existing:
+            return warn("driver", what, f"it will be replaced by NVIDIA's {s.nvidia_driver_version} (DKMS)")
+        return fail(
+            "driver",
+            f"{what} is installed, settings ask for NVIDIA's {s.nvidia_driver_version}",
+            "keep it as it is: set nvidia_keep_archive_driver=true; "
+            "or replace it: set nvidia_driver_replace_existing=true",
+        )
     if found == s.nvidia_driver_version:
         return ok("driver", f"{found} (the pinned version)")
     if found == host.get("rig_driver"):

@@ -79,6 +79,7 @@ class Settings(BaseModel):
     nvidia_driver_replace_existing: bool = _allowed("true or false")
     secure_boot_mok_enrollment: Literal["by_hand", "deploy_stages"] = _allowed('"by_hand" or "deploy_stages"')
     secure_boot_mok_password: str | None = _allowed("null or a one-time MokManager password (1 to 256 characters)")
+    nvidia_keep_archive_driver: bool = _allowed("true or false")
     gpu_power_limit_w: int | None = _allowed("null (leave the card's default) or whole watts")
     gpu_power_limit_min_w: Annotated[int, Field(ge=1)] = _allowed("whole watts")
     gpu_power_limit_max_w: Annotated[int, Field(ge=1)] = _allowed("whole watts")
@@ -643,6 +644,8 @@ def _cross_rule_problems(s: Settings):
             f"has no entry in flashinfer_requirement_overrides (releases whose requirement set pip resolves beside "
             f"the fork's: {', '.join(known) or 'none'}); add one after checking it with the real-resolver test",
         )
+    if s.nvidia_keep_archive_driver and s.nvidia_driver_replace_existing:
+        yield "nvidia_keep_archive_driver", "cannot be true together with nvidia_driver_replace_existing: pick one"
     min_driver = MIN_DRIVER_FOR_CUDA.get(s.cuda_version)
     if min_driver and Version(s.nvidia_driver_version) < min_driver:
         yield "nvidia_driver_version", f"must be >= {min_driver} for CUDA {s.cuda_version}"

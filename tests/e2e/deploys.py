@@ -7,7 +7,9 @@ import os
 import re
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from tests.conftest import Rig
 from tests.sandbox import machine, paths, services
@@ -65,11 +67,16 @@ def deploy(
     return DeployRun(run.returncode, changed, results.get("failed_hosts", []), run.stderr)
 
 
-def fresh(rig: Rig, name: str = "rig1", **knobs: object) -> machine.Machine:
-    """A machine as new (tree from the image), with NVIDIA stand-in knobs set before its first boot."""
+def fresh(
+    rig: Rig, name: str = "rig1", before_boot: Callable[[Path], None] | None = None, **knobs: object
+) -> machine.Machine:
+    """A machine as new (tree from the image), with NVIDIA stand-in knobs set before its first boot;
+    `before_boot(tree)` lays more into the tree first (tests/sandbox/first_boot.py)."""
     m = rig.machine(name)
     machine.down(m)
     machine.create(m, fresh=True)
+    if before_boot:
+        before_boot(m.dir)
     if knobs:
         nvidia_repo.set_knobs(m.dir, **knobs)
     machine.start(m)

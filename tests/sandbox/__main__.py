@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from tests.sandbox import machine, paths, rootfs, services
+from tests.sandbox import host_tools, machine, paths, rootfs, services
 
 T = TypeVar("T")
 
@@ -119,6 +119,10 @@ def main(argv: list[str]) -> int:
         print("the sandbox needs root (debootstrap, systemd-nspawn)", file=sys.stderr)
         return 1
     if args.cmd == "up":
+        need = host_tools.problem()
+        if need:
+            print(f"sandbox: {need}", file=sys.stderr)
+            return 1
         up(args.machines, fresh=args.fresh)
     elif args.cmd == "down":
         down(wipe=args.wipe)

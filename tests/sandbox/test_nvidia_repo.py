@@ -201,6 +201,8 @@ def test_ubuntu_repo_uses_ubuntu_names(repo: Path) -> None:
         "cuda-drivers-580",
         "nvidia-open-580",
         "linux-headers-generic",
+        "linux-headers-generic-hwe-24.04",  # noble's HWE track beside the GA one
+        "linux-image-generic-hwe-24.04",
     } <= names
     versions = {p["Version"] for p in packages_index(nvidia_repo.repo_dir("ubuntu2404"))}
     assert f"{OLD}-1ubuntu1" in versions and "1:3.4.0-2ubuntu1" in versions

@@ -43,5 +43,51 @@ def test_the_keyring_is_installed_unless_that_version_is() -> None:
     url = "https://example.invalid/repos/ubuntu2404/x86_64/cuda-keyring_1.1-1_all.deb"
     assert plan({"dpkg-query": ["cuda-keyring\t1.1-1\tii "]}, keyring_deb, url=url) == (False, [])
     changes, commands = plan({"dpkg-query": ["cuda-keyring\t1.0-1\tii "]}, keyring_deb, url=url)
-    assert changes and "dpkg -i /tmp/vllm-rig-cuda-keyring.deb" in commands[0]
+    # through apt, which waits for the dpkg lock (dpkg -i fails at once while unattended-upgrades holds it)
+    assert changes and "install --no-install-recommends /tmp/vllm-rig-cuda-keyring.deb" in commands[0]
+    assert "DPkg::Lock::Timeout=600" in commands[0] and "dpkg -i" not in commands[0]
     assert plan({}, keyring_deb, url=url)[0]  # a fresh box: dpkg knows no keyring
+
+
+POLICY = [
+    "nvidia-driver-pinning-580.159.03:",
+    "  Installed: (none)",
+    "  Candidate: 580.159.03-1",
+    "  Version table:",
+    "dkms:",
+    "  Installed: 3.4.0-1",
+    "  Candidate: (none)",
+]
+
+
+def test_lists_are_refreshed_when_a_needed_package_is_not_in_them() -> None:
+    from vllm_rig.operations.packages import lists_fresh
+
+    fresh_lists = {"apt-cache policy": ["@@age", "60", "@@policy", *POLICY]}
+    names = ["nvidia-driver-pinning-580.159.03", "dkms"]
+    assert plan(fresh_lists, lists_fresh, packages=names) == (False, [])  # known (or installed), an hour old
+    # a driver version published after the box's last refresh: its pinning package is not in the lists yet
+    changes, commands = plan(fresh_lists, lists_fresh, packages=[*names, "nvidia-driver-pinning-580.159.05"])
+    assert changes and commands[0].startswith("apt-get -q -o DPkg::Lock::Timeout=600 update")
+    assert "touch /var/lib/vllm-rig/apt-lists.stamp" in commands[0]
+
+
+def test_lists_older_than_a_day_are_refreshed() -> None:
+    from vllm_rig.facts.apt_lists import AptLists, refresh_reason
+
+    old = AptLists().process(["@@age", str(2 * 86400), "@@policy", *POLICY])
+    assert refresh_reason(old, ("dkms",), 86400) == "the package lists are 48 h old"
+    never = AptLists().process(["@@age", "@@policy", *POLICY])
+    assert refresh_reason(never, ("dkms",), 86400) == "the package lists were never refreshed"
+
+
+def test_the_lists_fact_runs_on_this_machine() -> None:
+    from vllm_rig.facts.apt_lists import AptLists
+
+    fact = AptLists()
+    out = subprocess.run(
+        fact.command(packages=("dpkg", "no-such-package-vllm-rig")), shell=True, capture_output=True, text=True
+    )
+    found = fact.process(out.stdout.splitlines())
+    assert found["packages"]["dpkg"]["installed"] and "no-such-package-vllm-rig" not in found["packages"]
+    assert found["age_s"] is None or found["age_s"] >= 0

@@ -169,3 +169,95 @@ def test_staging_only_where_secure_boot_meets_a_key_not_enrolled() -> None:
     pending = {"secure_boot": True, "mok": {**mok, "state": "pending"}}
     assert "reboot the box at its console, choose Enroll MOK" in (enrollment_problem(pending) or "")
     assert enrollment_problem({"secure_boot": True, "mok": {**mok, "state": "enrolled"}}) is None
+
+
+def test_headers_follow_the_installed_kernel_image_metapackage() -> None:
+    from vllm_rig.driver_packages import headers_metapackages
+
+    hwe = ["linux-image-generic-hwe-24.04", "linux-image-7.0.0-12-generic", "linux-image-unsigned-7.0.0-12-generic"]
+    d = driver_set("ubuntu2404", "proprietary", "580.159.03", "7.0.0-12-generic", hwe)
+    assert d.headers == ("linux-headers-7.0.0-12-generic", "linux-headers-generic-hwe-24.04")  # not the GA 6.8 track
+    assert headers_metapackages("ubuntu2404", ["linux-image-lowlatency", "linux-image-6.8.0-50-lowlatency"]) == (
+        "linux-headers-lowlatency",
+    )
+    assert headers_metapackages("debian12", ["linux-image-cloud-amd64", "linux-image-6.1.0-30-cloud-amd64"]) == (
+        "linux-headers-cloud-amd64",
+    )
+    # no image metapackage (a container, a hand-built kernel): the distribution's default track
+    assert headers_metapackages("ubuntu2404", ["linux-image-6.8.0-50-generic"]) == ("linux-headers-generic",)
+    assert headers_metapackages("debian12", []) == ("linux-headers-amd64",)
+
+
+def test_dkms_gets_the_compiler_the_kernel_was_built_with() -> None:
+    from vllm_rig.driver_packages import kernel_compiler_package
+
+    hwe = (
+        "Linux version 6.14.0-24-generic (buildd@lcy02-amd64-101) (x86_64-linux-gnu-gcc-14 "
+        "(Ubuntu 14.2.0-4ubuntu2~24.04) 14.2.0, GNU ld (GNU Binutils for Ubuntu) 2.42) #24~24.04.3-Ubuntu"
+    )
+    assert kernel_compiler_package(hwe) == "gcc-14"
+    ga = "Linux version 6.8.0-50-generic (buildd@x) (x86_64-linux-gnu-gcc-13 (Ubuntu 13.2.0-23ubuntu4) 13.2.0, ...)"
+    assert kernel_compiler_package(ga) == "gcc-13"
+    assert kernel_compiler_package("Linux version 6.1.0-30-amd64 (gcc-12 (Debian 12.2.0-14) 12.2.0, ...)") == "gcc-12"
+    assert kernel_compiler_package("Linux version 6.18.44 (builder@x) (gcc (GCC) 15.3.0, GNU ld 2.46)") is None
+
+
+ARCHIVE = {
+    "nvidia-driver-580": "580.173.02-0ubuntu0.24.04.1",
+    "nvidia-utils-580": "580.173.02-0ubuntu0.24.04.1",
+    "libnvidia-compute-580": "580.173.02-0ubuntu0.24.04.1",
+    "nvidia-kernel-common-580": "580.173.02-0ubuntu0.24.04.1",
+    "linux-modules-nvidia-580-generic": "6.8.0-50.51+1",
+    "linux-modules-nvidia-580-6.8.0-50-generic": "6.8.0-50.51+1",
+    "linux-generic": "6.8.0-50.51",
+}
+
+
+def test_an_archive_driver_is_told_from_nvidias_repo_build() -> None:
+    from vllm_rig.driver_packages import archive_driver
+
+    assert archive_driver(ARCHIVE) == "580.173.02"
+    nvidia_repo = {"nvidia-utils-580": "580.159.03-1ubuntu1", "libnvidia-compute-580": "580.159.03-1ubuntu1"}
+    assert archive_driver(nvidia_repo) is None
+    assert archive_driver({"nvidia-smi": "580.159.03-1"}) is None  # Debian names from NVIDIA's repo
+
+
+def test_a_kept_archive_driver_is_pinned_at_its_versions_with_its_modules_and_kernel_track() -> None:
+    from vllm_rig.driver_packages import ARCHIVE_HOLD_PATTERNS
+    from vllm_rig.operations.apt_pin import archive_pin, held_candidates
+
+    pin = archive_pin(ARCHIVE, ARCHIVE_HOLD_PATTERNS)
+    assert "Pin: version 580.173.02-0ubuntu0.24.04.1\nPin-Priority: 1000" in pin
+    assert "Package: libnvidia-compute-580 nvidia-driver-580 nvidia-kernel-common-580 nvidia-utils-580\n" in pin
+    assert (
+        "linux-modules-nvidia-580-6.8.0-50-generic linux-modules-nvidia-580-generic\nPin: version 6.8.0-50.51+1" in pin
+    )
+    # the kernel track is held with the signed modules: a kernel without its module never lands alone
+    assert {"linux-generic", "linux-modules-nvidia-580-generic"} <= set(held_candidates(ARCHIVE, ARCHIVE_HOLD_PATTERNS))
+
+
+def test_replacing_an_archive_driver_purges_canonicals_modules_first() -> None:
+    lines = ["@@packages", *(f"{n}\t{v}\thi " for n, v in ARCHIVE.items()), "@@loaded", "580.173.02", "@@boot_id", "b"]
+    from pyinfra.api import Config, Inventory, State
+    from pyinfra.api.connect import connect_all
+    from pyinfra.api.operation import add_op
+    from pyinfra.context import ctx_host, ctx_state
+
+    from vllm_rig.operations.apt_pin import pinned_driver
+
+    inventory = Inventory((["@fake/box"], {"fake_responses": {"@@packages": lines}}))
+    state = State(inventory, Config())
+    connect_all(state)
+    box = inventory.get_host("@fake/box")
+    driver = driver_set("ubuntu2404", "proprietary", "580.159.03", "6.8.0-50-generic")
+    meta = add_op(state, pinned_driver, driver=driver, version="580.159.03")[box]
+    with ctx_state.use(state), ctx_host.use(box):
+        commands = [str(c) for c in state.ops[box][meta._hash].command_generator()]
+    assert commands[0].startswith("apt-mark unhold") and "linux-modules-nvidia-580-generic" in commands[0]
+    assert (
+        "purge linux-modules-nvidia-580-6.8.0-50-generic linux-modules-nvidia-580-generic nvidia-driver-580"
+        in commands[1]
+    )
+    assert commands[3].endswith("install nvidia-driver-pinning-580.159.03")
+    assert "--allow-downgrades" in commands[4] and "nvidia-dkms-580" in commands[4]
+    assert commands[4].endswith(" nvidia-kernel-common-580")  # archive builds left beside ours move too

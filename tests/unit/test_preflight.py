@@ -283,3 +283,25 @@ def test_no_module_loaded_under_the_pinned_driver_is_the_driver_stages_to_explai
     assert checks["nvidia-smi"].status == "warn" and "reboots once" in checks["nvidia-smi"].way_out
     loaded = _host(packages={"nvidia-driver-cuda": "580.159.03-1"}, driver_loaded="580.159.03")
     assert _failed(preflight.verdict(loaded, gpus, None, SETTINGS))["nvidia-smi"].status == "fail"
+
+
+def test_an_archive_driver_is_kept_or_replaced_only_by_choice() -> None:
+    from vllm_rig.preflight import check_existing_driver
+
+    host = {
+        "packages": {
+            "nvidia-utils-580": "580.173.02-0ubuntu0.24.04.1",
+            "linux-modules-nvidia-580-generic": "6.8.0-50.51+1",
+        },
+        "driver_loaded": "580.173.02",
+        "rig_driver": None,
+    }
+    refuse = check_existing_driver(host, None, load_settings(profile_data()))
+    assert refuse.status == "fail" and "nvidia_keep_archive_driver=true" in refuse.way_out
+    assert "Canonical's signed modules" in refuse.detail
+    keep = check_existing_driver(host, None, load_settings({**profile_data(), "nvidia_keep_archive_driver": True}))
+    assert keep.status == "ok" and "kept as it is" in keep.detail
+    replace = check_existing_driver(
+        host, None, load_settings({**profile_data(), "nvidia_driver_replace_existing": True})
+    )
+    assert replace.status == "warn" and "replaced by NVIDIA's 580.159.03" in replace.way_out

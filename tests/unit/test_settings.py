@@ -39,6 +39,8 @@ RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
     ("secure_boot_mok_enrollment", "auto", "deploy_stages", {"secure_boot_mok_password": "one-time"}),
     ("secure_boot_mok_password", "two\nlines", "one-time", {}),
     ("secure_boot_mok_password", None, "x" * 256, {"secure_boot_mok_enrollment": "deploy_stages"}),
+    ("nvidia_keep_archive_driver", "maybe", True, {}),
+    ("nvidia_keep_archive_driver", True, False, {"nvidia_driver_replace_existing": True}),
     ("gpu_power_limit_w", 500, 250, {}),
     ("gpu_power_limit_w", 50, None, {}),
     ("gpu_power_limit_min_w", 400, 120, {}),

@@ -13,7 +13,8 @@ from vllm_rig.facts.host import parse_holds, parse_packages, split_sections
 SECTIONS = {
     "packages": (
         "dpkg-query -W -f='${binary:Package}\\t${Version}\\t${db:Status-Abbrev}\\n' "
-        "'nvidia-*' 'libnvidia-*' 'libcuda1' 'cuda-*' 'dkms' 'linux-headers-*' 2>/dev/null || true"
+        "'nvidia-*' 'libnvidia-*' 'libcuda1' 'cuda-*' 'dkms' 'linux-headers-*' "
+        "'linux-modules-nvidia-*' 'linux-generic*' 'linux-image-generic*' 2>/dev/null || true"
     ),
     "loaded": "cat /sys/module/nvidia/version 2>/dev/null || true",
     "nouveau": "test -d /sys/module/nouveau && echo loaded || true",

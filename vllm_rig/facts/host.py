@@ -51,6 +51,7 @@ def _mok_shell() -> str:
 SECTIONS: dict[str, str] = {
     "os": "cat /etc/os-release",
     "kernel": "uname -r",
+    "proc_version": "cat /proc/version",
     "arch": "uname -m",
     "cpus": "nproc",
     "meminfo": "head -1 /proc/meminfo",
@@ -74,7 +75,8 @@ SECTIONS: dict[str, str] = {
     "headers": 'test -e "/lib/modules/$(uname -r)/build" && echo present || echo missing',
     "packages": (
         "dpkg-query -W -f='${binary:Package}\\t${Version}\\t${db:Status-Abbrev}\\n' "
-        "'nvidia-*' 'libnvidia-*' 'cuda-*' 'libcuda1' 'linux-headers-*' 2>/dev/null || true"
+        "'nvidia-*' 'libnvidia-*' 'cuda-*' 'libcuda1' 'linux-headers-*' 'linux-image-*' 'linux-modules-nvidia-*' "
+        "2>/dev/null || true"
     ),
     "dpkg_lock": "fuser /var/lib/dpkg/lock-frontend /var/lib/dpkg/lock 2>/dev/null || true",
     "nouveau_blacklist": "cat /etc/modprobe.d/*nouveau* 2>/dev/null | grep -E '^blacklist nouveau' || true",
@@ -99,6 +101,7 @@ class HostState(FactBase):
         return {
             "os": parse_os_release(raw.get("os", [])),
             "kernel": _first(raw.get("kernel")),
+            "proc_version": _first(raw.get("proc_version")) or "",
             "arch": _first(raw.get("arch")),
             "cpus": int(_first(raw.get("cpus")) or 0),
             "ram_gb": parse_meminfo_gb(raw.get("meminfo", [])),

@@ -8,9 +8,10 @@ import shlex
 from pyinfra import host
 from pyinfra.api import operation
 
-from vllm_rig.driver_packages import HOLD_PATTERNS, DriverSet
+from vllm_rig.driver_packages import ARCHIVE_HOLD_PATTERNS, HOLD_PATTERNS, DriverSet, archive_moves, archive_only
 from vllm_rig.facts.driver import DriverState
 
+ARCHIVE_PIN_FILE = "/etc/apt/preferences.d/vllm-rig-archive-driver"
 APT = (
     "DEBIAN_FRONTEND=noninteractive apt-get -y -q -o DPkg::Lock::Timeout=600 "
     '-o Dpkg::Options::="--force-confdef" -o Dpkg::Options::="--force-confold"'
@@ -22,8 +23,22 @@ def installed_at(packages: dict[str, str], names: tuple[str, ...], version: str)
     return all(packages.get(n, "").split("-", 1)[0] == version for n in names)
 
 
-def held_candidates(packages: dict[str, str]) -> list[str]:
-    return sorted(n for n in packages if any(fnmatch.fnmatch(n, p) for p in HOLD_PATTERNS))
+def held_candidates(packages: dict[str, str], patterns: tuple[str, ...] = HOLD_PATTERNS) -> list[str]:
+    return sorted(n for n in packages if any(fnmatch.fnmatch(n, p) for p in patterns))
+
+
+def archive_pin(packages: dict[str, str], patterns: tuple[str, ...]) -> str:
+    """apt preferences that keep a kept archive driver at the versions installed: priority 1000 beats the
+    NVIDIA repo's pin-600 (which the CUDA stage's keyring brings) and any newer archive build."""
+    by_version: dict[str, list[str]] = {}
+    for name in held_candidates(packages, patterns):
+        by_version.setdefault(packages[name], []).append(name)
+    stanzas = [
+        f"Package: {' '.join(names)}\nPin: version {version}\nPin-Priority: 1000\n"
+        for version, names in sorted(by_version.items())
+    ]
+    head = "# Written by vllm-rig: Ubuntu's archive driver stays as installed (nvidia_keep_archive_driver).\n"
+    return head + "\n".join(stanzas)
 
 
 @operation()
@@ -38,20 +53,25 @@ def pinned_driver(driver: DriverSet, version: str):
         # The right driver, installed some other way (runfile, a container host): never install over it.
         host.noop(f"NVIDIA driver {version} is loaded but not from packages; left alone")
         return
-    held = [n for n in state["holds"] if n in held_candidates(state["packages"])]
+    held = [n for n in state["holds"] if n in held_candidates(state["packages"], ARCHIVE_HOLD_PATTERNS)]
     if held:
         yield "apt-mark unhold " + " ".join(shlex.quote(n) for n in held)
+    # Replacing Ubuntu's archive driver: Canonical's modules need the archive's userspace, so they go first.
+    leaving = archive_only(state["packages"], driver)
+    if leaving:
+        yield f"{APT} purge " + " ".join(shlex.quote(n) for n in leaving)
+        yield f"rm -f {ARCHIVE_PIN_FILE}"
     yield f"{APT} install {shlex.quote(driver.pinning)}"
-    names = " ".join(shlex.quote(n) for n in driver.packages)
+    names = " ".join(shlex.quote(n) for n in (*driver.packages, *archive_moves(state["packages"], driver, leaving)))
     yield f"{APT} install --allow-downgrades --allow-change-held-packages {names}"
 
 
 @operation()
-def hold_driver():
+def hold_driver(patterns: tuple[str, ...] = HOLD_PATTERNS):
     """apt-mark hold every installed driver package that is not held yet (unattended or careless upgrades
     would otherwise move userspace away from the loaded module)."""
     state = host.get_fact(DriverState)
-    missing = [n for n in held_candidates(state["packages"]) if n not in state["holds"]]
+    missing = [n for n in held_candidates(state["packages"], patterns) if n not in state["holds"]]
     if not missing:
         host.noop("driver packages are held")
         return

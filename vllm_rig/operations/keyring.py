@@ -1,5 +1,9 @@
 """Install a repository's keyring .deb from its URL once; no download when that version is installed.
 
+The .deb goes in through apt (`apt-get install /path.deb`), not `dpkg -i`: dpkg fails at once while
+another process holds the dpkg lock (unattended-upgrades on a fresh box's first boot, for minutes), apt
+waits for it as long as DPkg::Lock::Timeout says.
+
 pyinfra's apt.deb downloads to /tmp on every run where the file is gone (after any reboot), which makes
 a re-run report a change. The keyring's name and version are in its file name (name_version_arch.deb).
 """
@@ -12,6 +16,7 @@ from pyinfra import host
 from pyinfra.api import operation
 
 from vllm_rig.facts.packages import PackageVersions
+from vllm_rig.operations.packages import APT_INSTALL
 
 
 def parse_deb_filename(url: str) -> tuple[str, str]:
@@ -27,4 +32,4 @@ def keyring_deb(url: str):
         host.noop(f"{name} {version} is installed")
         return
     tmp, src = f"/tmp/vllm-rig-{name}.deb", shlex.quote(url)
-    yield f"(curl -fsSL -o {tmp} {src} || wget -q -O {tmp} {src}) && dpkg -i {tmp} && rm -f {tmp}"
+    yield f"(curl -fsSL -o {tmp} {src} || wget -q -O {tmp} {src}) && {APT_INSTALL} {tmp} && rm -f {tmp}"

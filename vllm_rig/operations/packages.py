@@ -22,3 +22,18 @@ def distro_packages(packages: Sequence[str]):
         host.noop(f"{len(packages)} package(s) installed: {', '.join(packages)}")
         return
     yield f"{APT_INSTALL} {shlex.join(missing)}"
+
+
+@operation()
+def lists_fresh(packages: Sequence[str], max_age_s: int = 86400):
+    """`apt-get update` when a package about to be installed is not in the lists (a version published after
+    the last refresh, a repository just added) or the lists are older than `max_age_s`; else nothing."""
+    from vllm_rig.facts.apt_lists import LISTS_STAMP, AptLists, refresh_reason
+
+    reason = refresh_reason(host.get_fact(AptLists, packages=tuple(packages)), tuple(packages), max_age_s)
+    if reason is None:
+        host.noop(f"package lists are fresh and know {', '.join(packages)}")
+        return
+    stamp = shlex.quote(LISTS_STAMP)
+    # `|| :` is not there on purpose: a failed refresh (a repo down, a bad signature) stops the host here.
+    yield f"apt-get -q -o DPkg::Lock::Timeout=600 update && mkdir -p $(dirname {stamp}) && touch {stamp}"

@@ -13,6 +13,8 @@ import shlex
 from pyinfra import host
 from pyinfra.api import FactBase, FunctionCommand, StringCommand, operation
 
+from vllm_rig.become import sudo_args
+
 
 class Proof(FactBase):
     """{"stamp": text of the stamp file or None, "current": where the runtime link points or None}."""
@@ -49,5 +51,5 @@ def streamed(command: str):
 
 
 def _run_streamed(state, host, probe: str) -> bool:  # noqa: ARG001 - pyinfra passes state and host by name
-    ok, _ = host.run_shell_command(StringCommand(probe), print_output=True, _sudo=True)
+    ok, _ = host.run_shell_command(StringCommand(probe), print_output=True, **sudo_args(host))
     return ok
