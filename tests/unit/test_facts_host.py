@@ -109,13 +109,23 @@ def test_bar1_from_lspci_region_lines() -> None:
     # Region lines as pciutils prints them (GT710 on linux-arm-kernel, 2019-05-17); TU102 headers.
     lines = [
         "0000:06:00.0 VGA compatible controller: NVIDIA Corporation TU102 [GeForce RTX 2080 Ti Rev. A] (rev a1)",
+        "\tRegion 0: Memory at f6000000 (32-bit, non-prefetchable) [size=16M]",
         "\tRegion 1: Memory at c0000000 (64-bit, prefetchable) [size=256M]",
+        "\tRegion 3: Memory at d0000000 (64-bit, prefetchable) [size=32M]",
         "0000:06:00.1 Audio device: NVIDIA Corporation TU102 High Definition Audio Controller (rev a1)",
+        "\tRegion 0: Memory at f7080000 (32-bit, non-prefetchable) [size=16K]",
         "0000:07:00.0 3D controller: NVIDIA Corporation TU102 (rev a1)",
+        "\tRegion 0: Memory at f4000000 (32-bit, non-prefetchable) [size=16M]",
         "\tRegion 1: Memory at 38000000000 (64-bit, prefetchable) [size=32G]",
     ]
     assert facts.parse_lspci_bar1(lines) == {"0000:06:00.0": 256, "0000:07:00.0": 32768}
     assert facts.parse_lspci_bar1(["sh: 1: lspci: not found"]) is None
+
+
+def test_bar1_of_a_64_bit_bar0_card_is_region_2_real_h200() -> None:
+    """A real `lspci -vv` (an H200): BAR0 is 64-bit, so the aperture is Region 2, 256G (nvidia-smi's BAR1)."""
+    lines = (H200 / "lspci_vv_nvidia.out").read_text().splitlines()
+    assert facts.parse_lspci_bar1(lines) == {"00:06.0": 256 * 1024}
 
 
 def test_cuda_sources_leave_out_the_keyrings_own_file() -> None:

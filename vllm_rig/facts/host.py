@@ -62,8 +62,8 @@ SECTIONS: dict[str, str] = {
         "else echo noefi; fi"
     ),
     "mok": _mok_shell(),
-    # BAR1 is Region 1 of each NVIDIA function; lspci reads it from the PCI config space, no driver needed.
-    "lspci_vv": "lspci -D -vv -d 10de: 2>&1 | grep -E '^[0-9a-f]{4}:|Region 1:|not found' || true",
+    # BAR1 is the second memory Region of each NVIDIA function; lspci reads the PCI config space, no driver needed.
+    "lspci_vv": "lspci -D -vv -d 10de: 2>&1 | grep -E '^[0-9a-f]{4}:|Region [0-9]: Memory|not found' || true",
     # apt sources naming NVIDIA's CUDA repository (comment lines left out).
     "cuda_sources": (
         "grep -sH -E '^[^#]*/cuda/repos/' /etc/apt/sources.list /etc/apt/sources.list.d/*.list "
@@ -235,28 +235,33 @@ def parse_mok(lines: list[str]) -> dict[str, Any]:
     }
 
 
-_REGION_SIZE = re.compile(r"Region 1: Memory at .*\[size=(\d+)([KMGT]?)\]")
+# A memory BAR line of `lspci -vv`. BAR1 (the aperture the open modules need as large as the memory) is the
+# function's second memory region: "Region 1" where BAR0 is 32-bit (a 2080 Ti: Regions 0, 1, 3), "Region 2"
+# where BAR0 is 64-bit and takes two slots (an H200: Regions 0, 2, 4; tests/unit/fixtures/tool_outputs/h200).
+_REGION_SIZE = re.compile(r"Region (\d): Memory at .*\[size=(\d+)([KMGT]?)\]")
+_SLOT = re.compile(r"^((?:[0-9a-f]{4}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]) ")
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
 def parse_lspci_bar1(lines: list[str]) -> dict[str, int] | None:
-    """{slot: BAR1 MiB} of each NVIDIA display controller, from `lspci -D -vv -d 10de:` (Region 1 lines);
-    None when lspci is not installed."""
+    """{slot: BAR1 MiB} of each NVIDIA display controller, from `lspci -D -vv -d 10de:` (its memory Region
+    lines: BAR1 is the second one); None when lspci is not installed."""
     if any("not found" in line for line in lines):
         return None
-    bars: dict[str, int] = {}
+    regions: dict[str, list[int]] = {}
     slot = None
     for line in lines:
-        if re.match(r"^[0-9a-f]{4}:", line):
-            head = line.split(" ", 1)
-            is_gpu = len(head) == 2 and head[1].startswith(("VGA compatible controller", "3D controller"))
-            slot = head[0] if is_gpu else None
+        head = _SLOT.match(line)
+        if head:
+            kind = line[head.end() :]
+            slot = head.group(1) if kind.startswith(("VGA compatible controller", "3D controller")) else None
+            if slot:
+                regions[slot] = []
             continue
         match = _REGION_SIZE.search(line)
         if slot and match:
-            bars[slot] = int(match.group(1)) * _UNITS[match.group(2)] // (1 << 20)
-            slot = None
-    return bars
+            regions[slot].append(int(match.group(2)) * _UNITS[match.group(3)] // (1 << 20))
+    return {slot: sizes[1] for slot, sizes in regions.items() if len(sizes) > 1}
 
 
 # The file NVIDIA's keyring package installs: cuda-<distro>-x86_64.list (e.g. cuda-ubuntu2404-x86_64.list).
