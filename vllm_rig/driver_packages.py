@@ -36,11 +36,15 @@ def archive_driver(packages: dict[str, str]) -> str | None:
     archive revision, or Canonical's signed modules are installed), else None."""
     utils = sorted(n for n in packages if re.fullmatch(r"nvidia-utils-\d+(-server)?", n))
     from_archive = [n for n in utils if _ARCHIVE_REVISION.search(packages[n])]
-    modules = [n for n in packages if fnmatch.fnmatch(n, ARCHIVE_MODULES)]
-    if not from_archive and not modules:
+    if not from_archive and not archive_modules(packages):
         return None
     name = (from_archive or utils or [None])[0]
     return packages[name].split("-", 1)[0] if name else None
+
+
+def archive_modules(packages: dict[str, str]) -> list[str]:
+    """Canonical's signed precompiled module packages that are installed (linux-modules-nvidia-*)."""
+    return sorted(n for n in packages if fnmatch.fnmatch(n, ARCHIVE_MODULES))
 
 
 def archive_moves(packages: dict[str, str], driver: DriverSet, leaving: list[str]) -> list[str]:

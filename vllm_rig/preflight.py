@@ -10,7 +10,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from vllm_rig.driver_packages import archive_driver
+from vllm_rig.driver_packages import archive_driver, archive_modules
 from vllm_rig.settings import Settings
 
 # PCI device ids of TU102 (RTX 2080 Ti, TITAN RTX, Quadro RTX 6000/8000).
@@ -154,6 +154,9 @@ def check_secure_boot(host: dict[str, Any], s: Settings) -> Check:
         return ok("secure boot", "not reported (no mokutil and no readable SecureBoot EFI variable)")
     if state is False:
         return ok("secure boot", f"disabled ({source})" if source else "disabled")
+    if s.nvidia_keep_archive_driver and archive_modules(host.get("packages") or {}):
+        # Canonical signs linux-modules-nvidia-* with its own key, which the shim trusts: no MOK, no DKMS.
+        return ok("secure boot", "enabled; the kept archive driver's modules are Canonical-signed (no MOK needed)")
     mok = host.get("mok") or {}
     cert, mok_state = mok.get("cert") or "the dkms certificate", mok.get("state", "unknown")
     if mok_state == "enrolled" and mok.get("key_present", True):

@@ -305,3 +305,19 @@ def test_an_archive_driver_is_kept_or_replaced_only_by_choice() -> None:
         host, None, load_settings({**profile_data(), "nvidia_driver_replace_existing": True})
     )
     assert replace.status == "warn" and "replaced by NVIDIA's 580.159.03" in replace.way_out
+
+
+def test_secure_boot_passes_a_kept_archive_driver_whose_modules_canonical_signed() -> None:
+    from vllm_rig.preflight import check_secure_boot
+
+    host = {
+        "secure_boot": True,
+        "secure_boot_source": "mokutil",
+        "mok": {"state": "not_enrolled", "cert": "/var/lib/shim-signed/mok/MOK.der", "key_present": True},
+        "packages": {"linux-modules-nvidia-580-generic": "6.8.0-50.51+1"},
+    }
+    kept = check_secure_boot(host, load_settings({**profile_data(), "nvidia_keep_archive_driver": True}))
+    assert kept.status == "ok" and "Canonical-signed" in kept.detail
+    # replacing it means DKMS-built modules again: the MOK question comes back
+    replaced = check_secure_boot(host, load_settings({**profile_data(), "nvidia_driver_replace_existing": True}))
+    assert replaced.status == "fail" and "MOK.der" in replaced.detail
