@@ -14,7 +14,7 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import files
 
-from vllm_rig.context import settings
+from vllm_rig.context import preflight_failed, settings
 from vllm_rig.layout import STATE_DIR, Layout
 from vllm_rig.operations.files import config_files, from_repo
 from vllm_rig.operations.proof import streamed
@@ -23,6 +23,8 @@ from vllm_rig.operations.proof import streamed
 @deploy("Bench")
 def bench() -> None:
     s = settings()
+    if preflight_failed():
+        return
     layout = Layout.of(s)
     script = f"{layout.bin_dir}/bench.py"
     result = f"{STATE_DIR}/bench-{s.bench_label}.json"

@@ -4,7 +4,7 @@ needs are there."""
 
 from pyinfra.api import deploy
 
-from vllm_rig.context import settings
+from vllm_rig.context import preflight_failed, settings
 from vllm_rig.facts.cuda import CudaToolkit
 from vllm_rig.operations.alternatives import alternative
 from vllm_rig.operations.checks import require
@@ -29,6 +29,8 @@ def toolkit_problem(cuda_home: str, release: str) -> str | None:
 @deploy("CUDA")
 def install_cuda() -> None:
     s = settings()
+    if preflight_failed():
+        return
     package = f"cuda-toolkit-{s.cuda_version.replace('.', '-')}"
     lists_fresh(name=f"Package lists know {package} and are less than a day old", packages=[package])
     distro_packages(name=f"CUDA toolkit {s.cuda_version}", packages=[package])

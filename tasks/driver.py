@@ -11,7 +11,7 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import systemd
 
-from vllm_rig.context import host_state, settings
+from vllm_rig.context import host_state, preflight_failed, settings
 from vllm_rig.driver_packages import (
     ARCHIVE_HOLD_PATTERNS,
     archive_driver,
@@ -45,6 +45,8 @@ PERSISTENCED_EXEC = (
 @deploy("Driver")
 def install_driver() -> None:
     s = settings()
+    if preflight_failed():
+        return
     layout = Layout.of(s)
     box = host_state()  # OS and kernel: the run does not change them
     if not box:

@@ -5,7 +5,7 @@ continues it. Runs alone too: it then only checks (and waits for a download that
 
 from pyinfra.api import deploy
 
-from vllm_rig.context import settings
+from vllm_rig.context import preflight_failed, settings
 from vllm_rig.operations.model import FetchSpec, model_fetched
 
 # Beyond download_timeout_s (the unit's RuntimeMaxSec), the time its stop and the final check may take.
@@ -15,6 +15,8 @@ WAIT_GRACE_S = 120
 @deploy("Model (finish)")
 def finish_model_download() -> None:
     s = settings()
+    if preflight_failed():
+        return
     spec = FetchSpec.of(s)
     model_fetched(
         name=f"Model {spec.name} downloaded and verified",

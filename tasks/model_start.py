@@ -9,7 +9,7 @@ tasks/model_finish.py waits for it later.
 
 from pyinfra.api import deploy
 
-from vllm_rig.context import settings
+from vllm_rig.context import preflight_failed, settings
 from vllm_rig.layout import HF_TOKEN_FILE, Layout
 from vllm_rig.operations.files import config_files, from_repo
 from vllm_rig.operations.model import FetchSpec, model_fetch_started, secret_env_file
@@ -24,6 +24,8 @@ HF_HUB_VERSION = "2.4.0"
 @deploy("Model (start)")
 def start_model_download() -> None:
     s = settings()
+    if preflight_failed():
+        return
     layout = Layout.of(s)
     spec = FetchSpec.of(s)
     tools_venv(

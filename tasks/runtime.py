@@ -19,7 +19,7 @@ from pyinfra import host
 from pyinfra.api import deploy
 
 from vllm_rig import runtime
-from vllm_rig.context import host_state, settings
+from vllm_rig.context import host_state, preflight_failed, settings
 from vllm_rig.facts.driver import FileText
 from vllm_rig.facts.runtime import RuntimeState
 from vllm_rig.layout import STATE_DIR, Layout
@@ -73,6 +73,8 @@ def flashqla_warm_command(s: Settings, layout: Layout) -> str:
 @deploy("Runtime")
 def install_runtime() -> None:
     s = settings()
+    if preflight_failed():
+        return
     layout = Layout.of(s)
     box = host_state()  # CPUs and RAM: the run does not change them
     if not box:

@@ -12,7 +12,7 @@ from pyinfra.api import deploy
 from pyinfra.operations import systemd
 
 from vllm_rig import runtime
-from vllm_rig.context import host_state, settings
+from vllm_rig.context import host_state, preflight_failed, settings
 from vllm_rig.layout import STATE_DIR, Layout
 from vllm_rig.operations.files import config_files, from_repo, text
 from vllm_rig.operations.proof import proven
@@ -26,6 +26,8 @@ from vllm_rig.unit import render_unit
 @deploy("Service")
 def install_service() -> None:
     s = settings()
+    if preflight_failed():
+        return
     layout = Layout.of(s)
     box = host_state()
     if not box:

@@ -10,7 +10,7 @@ import hashlib
 
 from pyinfra.api import deploy
 
-from vllm_rig.context import settings
+from vllm_rig.context import preflight_failed, settings
 from vllm_rig.layout import DRIVER_RECORD, STATE_DIR, Layout
 from vllm_rig.operations.files import config_files, from_repo
 from vllm_rig.operations.proof import proven
@@ -45,6 +45,8 @@ def verdict_command(s, layout: Layout) -> str:
 @deploy("Verify")
 def verify_gpus() -> None:
     s = settings()
+    if preflight_failed():
+        return
     layout = Layout.of(s)
     config_files(
         name="GPU verdict script",

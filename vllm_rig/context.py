@@ -42,6 +42,12 @@ def settings() -> Settings:
     return _validated[host.name]
 
 
+def preflight_failed() -> bool:
+    """This host's preflight verdict failed while the run was planned (tasks/preflight.py marks it): later
+    stages plan nothing for it, so their facts never ask a host that will not be deployed."""
+    return host in state.failed_hosts
+
+
 def host_state() -> dict | None:
     """The batched HostState fact (OS, kernel, disk, GPUs on the bus...), read once per host per run:
     stages that need the OS or kernel share one remote command instead of each asking again."""
