@@ -1,7 +1,7 @@
 """files/bench.py against the stand-in vLLM server (tests/sandbox/fixtures/forge/standin_fork).
 
 The server runs from a copy of the stand-in's source on PYTHONPATH, with what its start-up checks want put
-around it: a stub nvidia-smi listing two GPUs, a stub torch, a tiny model directory and a stub vllm._C
+around it: a stub nvidia-smi listing two GPUs, a stub torch and torchvision, a tiny model directory and a stub vllm._C
 (building the real extension is test_forge's business, and takes a venv and a pip run). Its speeds come
 from a knob file; the benchmark must read them back from the outside, like it would on the real box.
 """
@@ -81,6 +81,8 @@ def _runtime(root: Path) -> dict[str, str]:
     (src / "vllm" / "_C.py").write_text('"""Stub of the compiled extension (test_forge builds the real one)."""\n')
     (root / "site" / "torch").mkdir(parents=True)
     (root / "site" / "torch" / "__init__.py").write_text('__version__ = "2.11.0+cu128"\n')
+    (root / "site" / "torchvision").mkdir()  # the Qwen3.5/3.6 processor needs it (standin/checks.py)
+    (root / "site" / "torchvision" / "__init__.py").write_text('__version__ = "0.26.0+cu128"\n')
     gpus = "".join(
         f"echo 'GPU {i}: NVIDIA GeForce RTX 2080 Ti (UUID: GPU-{i}0000000-0000-0000-0000-000000000000)'\n"
         for i in range(2)
