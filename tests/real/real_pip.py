@@ -19,7 +19,6 @@ the same versions (PyPI's torch 2.11.0 is the CUDA 13.0 build: its nvidia-* depe
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -27,11 +26,11 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from tests import host_scripts
 from vllm_rig import runtime
 from vllm_rig.settings import Settings
 
@@ -49,13 +48,8 @@ class Resolution:
     output: str  # pip's own words: the conflict, when not ok
 
 
-@cache
 def build_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("runtime_build", REPO / "files" / "runtime_build.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return host_scripts.runtime_build()
 
 
 def fork_requirement_lines(root: Path = FORK_REQUIREMENTS) -> list[str]:

@@ -12,6 +12,7 @@ import pytest
 
 from tests.real import real_pip
 from tests.unit.groupdata import profile_data
+from vllm_rig import runtime
 from vllm_rig.settings import Settings
 from vllm_rig.validation import load_settings
 
@@ -49,15 +50,8 @@ def test_every_profile_and_release_resolves_to_our_pins(
     result = _resolve(resolved, s)
     assert result.ok, f"pip cannot install the runtime for FlashInfer {release}:\n{result.output[-3000:]}"
     got = result.installs
-    for name, version in {
-        "torch": s.torch_version,
-        "torchvision": s.torchvision_version,
-        "torchaudio": s.torchaudio_version,
-        "triton": s.triton_version,
-        "transformers": s.transformers_version,
-        "numpy": s.numpy_version,
-        "flashinfer-python": release,
-    }.items():
+    assert runtime.runtime_pins(s)["flashinfer-python"] == release
+    for name, version in runtime.runtime_pins(s).items():
         assert got.get(name) == version, f"{name}: resolved {got.get(name)}, pinned {version}"
     for name, spec in s.requirement_overrides().items():
         assert name in got, f"override {name}{spec} is not in the resolved set"

@@ -11,16 +11,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
+from tests import host_scripts
 from tests.sandbox.fixtures import forge
 from tests.sandbox.fixtures.pkg_index import standins
 
@@ -28,15 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 DISCONNECTED = "-DFETCHCONTENT_FULLY_DISCONNECTED=ON"
 
 
-def _runtime_build() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("runtime_build", REPO / "files" / "runtime_build.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-rb = _runtime_build()
+rb = host_scripts.runtime_build()
 
 
 def _copy(tree: Path, dest: Path) -> Path:

@@ -4,7 +4,6 @@ fix put in place and verified by outcome (against the sandbox's stand-in headers
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import shutil
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from types import ModuleType
 
 import pytest
 
+from tests import host_scripts
 from tests.sandbox.fixtures.pkg_index import fixes, standins
 
 REPO = Path(__file__).resolve().parents[2]
@@ -20,15 +20,7 @@ PREFILL = "include/flashinfer/attention/prefill.cuh"
 PERSISTENT = "include/flashinfer/attention/persistent.cuh"
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("runtime_build", REPO / "files" / "runtime_build.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-rb = _load()
+rb = host_scripts.runtime_build()
 
 
 def _sha(data: bytes) -> str:
