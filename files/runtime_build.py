@@ -424,10 +424,12 @@ class Build:
 
     def step_venv(self) -> None:
         if self.python.exists():
-            probe = subprocess.run([str(self.python), "-c", "import pip, sys; print(sys.version)"], check=False)
+            # `-m pip --version` loads pip's internals: a venv whose ensurepip was cut short (a reboot or kill
+            # while `python -m venv` ran) still imports `pip`, but cannot run it.
+            probe = subprocess.run([str(self.python), "-m", "pip", "--version"], check=False)
             if probe.returncode == 0:
                 return
-            say(f"{self.venv} is broken; making it again")
+            say(f"{self.venv} is broken (its pip does not run); making it again")
             shutil.rmtree(self.venv)
         interpreter = shutil.which(self.spec["python"])
         if interpreter is None:

@@ -444,3 +444,17 @@ def test_the_validate_step_runs_the_forks_script_as_build_sh_does(
     assert env["TRITON_KERNELS_SRC_DIR"] == spec["sources"]["triton"] + "/python/triton_kernels/triton_kernels"
     (fork / "tools/validate_runtime_components.py").unlink()
     build.step_validate()  # an older tree without the script: nothing to run
+
+
+def test_a_venv_whose_pip_was_cut_short_is_made_again(tmp_path: Path) -> None:
+    """A reboot while `python -m venv` ran ensurepip (seen in the whole-rig reboot scenario) leaves a venv
+    that imports `pip` but cannot run it; the resumed build must not take it as done."""
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    spec = {"runtime": str(tmp_path / "rt"), "cache": str(tmp_path / "cache"), "python": sys.executable}
+    build = rb.Build({**spec, "python_version": version, "fingerprint": "f" * 64, "name": "x"})
+    subprocess.run([sys.executable, "-m", "venv", str(build.venv)], check=True)
+    internals = next(build.venv.glob("lib/python*/site-packages/pip/_internal/utils"))
+    shutil.rmtree(internals)  # what an interrupted ensurepip leaves: pip/__init__.py, no internals
+    assert subprocess.run([str(build.python), "-c", "import pip"], check=False).returncode == 0
+    build.step_venv()
+    assert subprocess.run([str(build.python), "-m", "pip", "--version"], check=False).returncode == 0
