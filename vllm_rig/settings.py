@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -260,29 +261,17 @@ class Settings(BaseModel):
     @field_validator("flashinfer_requirement_overrides")
     @classmethod
     def _overrides(cls, value: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
-        for version, packages in value.items():
-            problem = _override_entry_problem(version, packages)
-            if problem:
-                raise ValueError(f"entry {version!r}: {problem}")
-        return value
+        return _each_entry(value, _override_entry_problem)
 
     @field_validator("flashinfer_sm75_patches")
     @classmethod
     def _patches(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        for version, entry in value.items():
-            problem = _patch_entry_problem(version, entry)
-            if problem:
-                raise ValueError(f"entry {version!r}: {problem}")
-        return value
+        return _each_entry(value, _patch_entry_problem)
 
     @field_validator("fetchcontent_sources")
     @classmethod
     def _fetchcontent(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        for name, entry in value.items():
-            problem = _fetchcontent_problem(entry)
-            if problem:
-                raise ValueError(f"entry {name!r}: {problem}")
-        return value
+        return _each_entry(value, lambda _name, entry: _fetchcontent_problem(entry))
 
     @field_validator("model_revision")
     @classmethod
@@ -522,6 +511,15 @@ class CrossRuleErrors(ValueError):
     def __init__(self, problems: list[tuple[str, str]]):
         super().__init__("; ".join(f"{key}: {msg}" for key, msg in problems))
         self.problems = problems
+
+
+def _each_entry(value: dict[str, Any], problem_of: Callable[[str, Any], str | None]) -> dict[str, Any]:
+    """A mapping setting is valid when every entry is: the first entry with a problem is the one line."""
+    for key, entry in value.items():
+        problem = problem_of(key, entry)
+        if problem:
+            raise ValueError(f"entry {key!r}: {problem}")
+    return value
 
 
 def _check_url(value: str) -> str:
