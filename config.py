@@ -1,6 +1,6 @@
 """pyinfra project config: loaded by the pyinfra CLI before the inventory and before connecting."""
 
-from vllm_rig import op_order, ssh_nodelay
+from vllm_rig.core import op_order, ssh_nodelay
 
 # Remove the ~40 ms Nagle/delayed-ACK stall from every remote command (vllm_rig/ssh_nodelay.py).
 ssh_nodelay.install()

@@ -6,7 +6,7 @@ pyinfra inventory.py deploy.py
 import sys
 from pathlib import Path
 
-from vllm_rig import op_order, ssh_nodelay
+from vllm_rig.core import op_order, ssh_nodelay
 from vllm_rig.inventory_file import InventoryError, load_groups
 
 ssh_nodelay.install()  # also when pyinfra runs from another directory (config.py is per cwd)

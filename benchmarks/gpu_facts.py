@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vllm_rig.facts.host import HostState  # noqa: E402
-from vllm_rig.facts.nvidia_smi import GPU_FIELDS, NvidiaGpus, NvidiaTopology  # noqa: E402
+from vllm_rig.stages.preflight.facts import HostState  # noqa: E402
+from vllm_rig.stages.preflight.gpu_facts import GPU_FIELDS, NvidiaGpus, NvidiaTopology  # noqa: E402
 
 SMI_CALLS = {
     "nvidia-smi --query-gpu (preflight's fields)": f"nvidia-smi --query-gpu={','.join(GPU_FIELDS)} "

@@ -25,8 +25,8 @@ from tests.sandbox import paths as _paths  # noqa: E402
 from tests.sandbox.fixtures import forge as _forge  # noqa: E402
 from tests.sandbox.fixtures import nvidia_repo as _nvidia_repo  # noqa: E402
 from tests.sandbox.fixtures import pkg_index as _pkg_index  # noqa: E402
-from vllm_rig import op_order as _op_order  # noqa: E402
-from vllm_rig import ssh_nodelay as _ssh_nodelay  # noqa: E402
+from vllm_rig.core import op_order as _op_order  # noqa: E402
+from vllm_rig.core import ssh_nodelay as _ssh_nodelay  # noqa: E402
 
 _ssh_nodelay.install()
 _op_order.install()

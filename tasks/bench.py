@@ -1,44 +1,8 @@
 """Bench (on demand, not part of deploy.py): the first seed's benchmark against the running service.
 
-    pyinfra inventory.py tasks/bench.py --data bench_label=FP8-KV
+The stage lives in vllm_rig/stages/bench/; this file is its entry (it also runs alone)."""
 
-Random-UUID prompts, the seed's warm-ups, 20K x3 at 256 tokens and 60K x2 at 128 (bench_sizes), streaming;
-prints the seed's table and keeps the JSON on the host and in ./bench-results/<host>-<label>.json here.
-For an A/B (e.g. FP8 against FP16 KV cache): bench, deploy with the other setting, bench with another
-label, then `python files/bench.py compare bench-results/<host>-A.json bench-results/<host>-B.json`.
-"""
+from vllm_rig.context import settings
+from vllm_rig.stages.bench.deploy import bench
 
-from pathlib import Path
-
-from pyinfra import host
-from pyinfra.api import deploy
-from pyinfra.operations import files
-
-from vllm_rig.context import preflight_failed, settings
-from vllm_rig.layout import STATE_DIR, Layout
-from vllm_rig.operations.files import config_files, from_repo
-from vllm_rig.operations.proof import streamed
-
-
-@deploy("Bench")
-def bench() -> None:
-    s = settings()
-    if preflight_failed():
-        return
-    layout = Layout.of(s)
-    script = f"{layout.bin_dir}/bench.py"
-    result = f"{STATE_DIR}/bench-{s.bench_label}.json"
-    config_files(name="Benchmark script", files=(from_repo(script, "files/bench.py", mode="755"),))
-    streamed(
-        name=f"Benchmark {s.bench_label}: {s.bench_sizes}",
-        command=(
-            f"python3 {script} run --base-url http://127.0.0.1:{s.vllm_port} --model {s.served_model_name} "
-            f"--api-key-file {layout.env_file} --sizes {s.bench_sizes} --label {s.bench_label} "
-            f"--json-out {result}"
-        ),
-    )
-    Path("bench-results").mkdir(exist_ok=True)  # here, on the control side
-    files.get(name="Results to bench-results/", src=result, dest=f"bench-results/{host.name}-{s.bench_label}.json")
-
-
-bench()
+bench(settings())

@@ -1,48 +1,10 @@
 """CUDA: the pinned toolkit (cuda-toolkit-<major>-<minor>, no driver metapackages), /usr/local/cuda held on
 it, CUDA_HOME and PATH for login shells, and a check that nvcc and the static libraries the fork's build
-needs are there."""
+needs are there.
 
-from pyinfra.api import deploy
+The stage lives in vllm_rig/stages/cuda/; this file is its entry (it also runs alone)."""
 
-from vllm_rig.context import preflight_failed, settings
-from vllm_rig.facts.cuda import CudaToolkit
-from vllm_rig.operations.alternatives import alternative
-from vllm_rig.operations.checks import require
-from vllm_rig.operations.files import config_files, rendered
-from vllm_rig.operations.packages import distro_packages, lists_fresh
+from vllm_rig.context import settings
+from vllm_rig.stages.cuda.deploy import install_cuda
 
-
-def toolkit_problem(cuda_home: str, release: str) -> str | None:
-    from pyinfra import host
-
-    found = host.get_fact(CudaToolkit, cuda_home=cuda_home)
-    if found["release"] != release:
-        return f"nvcc in {cuda_home} reports release {found['release']}, want {release}"
-    if found["missing_libs"]:
-        return (
-            f"{cuda_home}/lib64 lacks {', '.join(found['missing_libs'])}: "
-            f"apt-get install --reinstall cuda-cudart-dev-{release.replace('.', '-')}"
-        )
-    return None
-
-
-@deploy("CUDA")
-def install_cuda() -> None:
-    s = settings()
-    if preflight_failed():
-        return
-    package = f"cuda-toolkit-{s.cuda_version.replace('.', '-')}"
-    lists_fresh(name=f"Package lists know {package} and are less than a day old", packages=[package])
-    distro_packages(name=f"CUDA toolkit {s.cuda_version}", packages=[package])
-    alternative(name=f"/usr/local/cuda stays on {s.cuda_version}", link_name="cuda", path=s.cuda_home)
-    config_files(
-        name="CUDA_HOME and PATH for login shells",
-        files=(rendered("/etc/profile.d/vllm-rig-cuda.sh", "templates/profile-cuda.sh.j2", cuda_home=s.cuda_home),),
-    )
-    require(
-        name=f"nvcc {s.cuda_version} and the static libraries are there",
-        problem=lambda: toolkit_problem(s.cuda_home, s.cuda_version),
-    )
-
-
-install_cuda()
+install_cuda(settings())

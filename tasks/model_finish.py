@@ -1,28 +1,11 @@
 """Model (finish): wait for the download tasks/model_start.py started, with a progress line (bytes of the
 total) and a timeout, then trust only `model_fetch.py check` (the marker written after every file's sha256
 matched). A failed or killed download fails the host with the fetch's own last message; the next run
-continues it. Runs alone too: it then only checks (and waits for a download that is running)."""
+continues it. Runs alone too: it then only checks (and waits for a download that is running).
 
-from pyinfra.api import deploy
+The stage lives in vllm_rig/stages/model/; this file is its entry (it also runs alone)."""
 
-from vllm_rig.context import preflight_failed, settings
-from vllm_rig.operations.model import FetchSpec, model_fetched
+from vllm_rig.context import settings
+from vllm_rig.stages.model.finish import finish_model_download
 
-# Beyond download_timeout_s (the unit's RuntimeMaxSec), the time its stop and the final check may take.
-WAIT_GRACE_S = 120
-
-
-@deploy("Model (finish)")
-def finish_model_download() -> None:
-    s = settings()
-    if preflight_failed():
-        return
-    spec = FetchSpec.of(s)
-    model_fetched(
-        name=f"Model {spec.name} downloaded and verified",
-        spec=spec,
-        timeout_s=s.download_timeout_s + WAIT_GRACE_S,
-    )
-
-
-finish_model_download()
+finish_model_download(settings())

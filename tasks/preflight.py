@@ -1,43 +1,8 @@
 """Preflight: every read-only check before anything changes, one verdict per host.
 
-A failing host stops here with the reason and the way out; the others carry on. The verdict is a
-table in the output, or one JSON line with `--data preflight_report=json`.
-"""
+The stage lives in vllm_rig/stages/preflight/; this file is its entry (it also runs alone)."""
 
-from pyinfra import host, logger
-from pyinfra import state as run_state
-from pyinfra.api import deploy
+from vllm_rig.context import settings
+from vllm_rig.stages.preflight.deploy import check_host
 
-from vllm_rig import preflight
-from vllm_rig.context import host_state, settings
-from vllm_rig.facts.model import ModelPreflight, preflight_stdin
-from vllm_rig.facts.nvidia_smi import NvidiaGpus, NvidiaTopology
-from vllm_rig.operations.checks import require
-
-
-@deploy("Preflight")
-def check_host() -> None:
-    s = settings()
-    state = host_state()
-    gpus = host.get_fact(NvidiaGpus)
-    topo = host.get_fact(NvidiaTopology) if gpus and gpus["rc"] == 0 and s.gpu_count > 1 else None
-    model = host.get_fact(
-        ModelPreflight,
-        endpoint=s.hf_endpoint,
-        repo=s.model_repo,
-        revision=s.model_revision,
-        dest=s.model_dir,
-        _stdin=preflight_stdin(s.hf_token),  # the checker and the token go on stdin, never on a command line
-    )
-    checks = preflight.verdict(state, gpus, topo, s, model=model)
-    report = preflight.render_json if s.preflight_report == "json" else preflight.render_table
-    logger.info(report(host.name, checks))
-    if preflight.has_failures(checks):
-        failed = "; ".join(f"{c.name}: {c.detail} -> {c.way_out}" for c in checks if c.status == "fail")
-        require(name="Preflight verdict: FAIL", problem=lambda: f"preflight failed: {failed}")
-        # The verdict is known now, while the run is planned: a --dry run (which executes nothing, so the
-        # check above never runs) still ends non-zero for this host, as the real run would.
-        run_state.failed_hosts.add(run_state.inventory.get_host(host.name))
-
-
-check_host()
+check_host(settings())

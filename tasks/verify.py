@@ -1,66 +1,8 @@
-"""Verify: the GPU/NVLink/P2P/NCCL verdict (files/gpu_verdict.py) in the runtime venv, after a change.
+"""Verify: the GPU/NVLink/P2P/NCCL verdict (vllm_rig/host/gpu_verdict.py) in the runtime venv, after a change.
 
-It runs when the driver, the runtime or the thresholds changed (a stamp records what was verified),
-with both GPUs free: a running service is stopped for the measurement and started again. The JSON
-verdict stays on the host (/var/lib/vllm-rig/gpu-verdict.json). Exit 1 (a failed gate) stops the host
-unless verify_gate is "warn"; exit 2 (could not run) always does.
-"""
+The stage lives in vllm_rig/stages/verify/; this file is its entry (it also runs alone)."""
 
-import hashlib
+from vllm_rig.context import settings
+from vllm_rig.stages.verify.deploy import verify_gpus
 
-from pyinfra.api import deploy
-
-from vllm_rig.context import preflight_failed, settings
-from vllm_rig.layout import DRIVER_RECORD, STATE_DIR, Layout
-from vllm_rig.operations.files import config_files, from_repo
-from vllm_rig.operations.proof import proven
-
-
-def verdict_command(s, layout: Layout) -> str:
-    script = f"{layout.bin_dir}/gpu_verdict.py"
-    args = [
-        f"--expect-gpus {s.gpu_count}",
-        f"--driver-version {s.nvidia_driver_version}",
-        f"--min-memory-mib {s.gpu_min_memory_mib}",
-        f"--compute-cap {s.gpu_compute_capability}",
-        f"--json-out {STATE_DIR}/gpu-verdict.json",
-    ]
-    if s.gpu_power_limit_w is not None:
-        args.append(f"--power-limit-w {s.gpu_power_limit_w}")
-    if s.verify_bandwidth:
-        args += [f"--min-p2p-gbps {s.verify_min_p2p_gbps}", f"--min-allreduce-gbps {s.verify_min_allreduce_gbps}"]
-    else:
-        args.append("--skip-bandwidth")
-    accept = "0|1" if s.verify_gate == "warn" else "0"
-    unit = f"{s.service_name}.service"
-    running = "active|activating|reloading"  # a server still loading holds GPU memory too
-    return (
-        f'was=$(systemctl is-active {unit}); case "$was" in {running}) systemctl stop {unit};; esac; '
-        f"{layout.python} {script} {' '.join(args)}; rc=$?; "
-        f'case "$was" in {running}) systemctl start {unit};; esac; '
-        f'case $rc in {accept}) exit 0;; *) echo "gpu verdict: exit $rc"; exit 1;; esac'
-    )
-
-
-@deploy("Verify")
-def verify_gpus() -> None:
-    s = settings()
-    if preflight_failed():
-        return
-    layout = Layout.of(s)
-    config_files(
-        name="GPU verdict script",
-        files=(from_repo(f"{layout.bin_dir}/gpu_verdict.py", "files/gpu_verdict.py", mode="755"),),
-    )
-    command = verdict_command(s, layout)
-    proven(
-        name="GPU verdict: GPUs, NVLink, P2P, NCCL all-reduce",
-        probe=command,
-        stamp=f"{STATE_DIR}/gpu-verdict-proven",
-        link=layout.current,
-        # The driver record too: a driver upgrade must be verified again even on the same runtime.
-        fingerprint=hashlib.sha256(f"{command}|{DRIVER_RECORD}:{s.nvidia_driver_version}".encode()).hexdigest(),
-    )
-
-
-verify_gpus()
+verify_gpus(settings())

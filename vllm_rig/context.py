@@ -6,7 +6,7 @@ import sys
 
 from pyinfra import host, logger, state
 
-from vllm_rig import become
+from vllm_rig.core import become
 from vllm_rig.settings import Settings
 from vllm_rig.validation import SettingsError, load_settings
 
@@ -51,7 +51,7 @@ def preflight_failed() -> bool:
 def host_state() -> dict | None:
     """The batched HostState fact (OS, kernel, disk, GPUs on the bus...), read once per host per run:
     stages that need the OS or kernel share one remote command instead of each asking again."""
-    from vllm_rig.facts.host import HostState
+    from vllm_rig.stages.preflight.facts import HostState
 
     if host.name not in _host_states:
         _host_states[host.name] = host.get_fact(HostState, path=settings().install_root)

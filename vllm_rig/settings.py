@@ -18,7 +18,8 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from vllm_rig import flashinfer_fix, fork_interface
+from vllm_rig.stages.runtime import flashinfer_fix
+from vllm_rig.stages.service import fork_interface
 
 SHA40 = re.compile(r"^[0-9a-f]{40}$")
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -676,7 +677,7 @@ def _patch_data_problems(s: Settings):
 
 def rendered_flag_names(s: Settings) -> set[str]:
     """Flags the unit already renders from settings (imported late: the renderer imports this module)."""
-    from vllm_rig.vllm_command import settings_args
+    from vllm_rig.stages.service.command import settings_args
 
     return {arg for arg in settings_args(s, model_path="/m") if arg.startswith("--")}
 

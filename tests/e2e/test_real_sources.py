@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import Rig
 from tests.e2e.deploys import deploy, fresh
-from vllm_rig.systemd_quote import unquote_words
+from vllm_rig.core.systemd_quote import unquote_words
 
 pytestmark = pytest.mark.sandbox
 REAL_OUTPUTS = Path(__file__).resolve().parents[1] / "sandbox" / "fixtures" / "forge" / "real_parser_outputs"

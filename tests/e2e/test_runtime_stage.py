@@ -28,7 +28,7 @@ from tests.e2e.deploys import DeployRun, deploy, fresh
 from tests.sandbox import paths
 from tests.sandbox.fixtures import forge, pkg_index
 from tests.sandbox.fixtures.pkg_index import fixes
-from vllm_rig import runtime
+from vllm_rig.stages.runtime import plan as runtime
 
 pytestmark = pytest.mark.sandbox
 

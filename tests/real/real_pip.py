@@ -1,6 +1,6 @@
 """The runtime's requirement set as the build computes it, resolved by pip's real resolver against PyPI.
 
-The set is what files/runtime_build.py installs on a host: the fork's real requirement files at fork_ref
+The set is what vllm_rig/host/runtime_build.py installs on a host: the fork's real requirement files at fork_ref
 (../shared/real-sources/fork-requirements/, each with its source line), merged by the build's own
 merge_requirements with the spec vllm_rig.runtime.build_spec writes (our exact pins, the per-release
 overrides, FlashInfer's line replaced, flashinfer-cubin/-jit-cache dropped).
@@ -31,8 +31,8 @@ from types import ModuleType
 from typing import Any
 
 from tests import host_scripts
-from vllm_rig import runtime
 from vllm_rig.settings import Settings
+from vllm_rig.stages.runtime import plan as runtime
 
 REPO = Path(__file__).resolve().parents[2]
 FORK_REQUIREMENTS = REPO.parent / "shared" / "real-sources" / "fork-requirements"

@@ -12,8 +12,8 @@ import pytest
 
 from tests.real import real_pip
 from tests.unit.groupdata import profile_data
-from vllm_rig import runtime
 from vllm_rig.settings import Settings
+from vllm_rig.stages.runtime import plan as runtime
 from vllm_rig.validation import load_settings
 
 PROFILES = (None, "qwen38", "fork_validated")

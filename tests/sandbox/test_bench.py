@@ -1,4 +1,4 @@
-"""files/bench.py against the stand-in vLLM server (tests/sandbox/fixtures/forge/standin_fork).
+"""vllm_rig/host/bench.py against the stand-in vLLM server (tests/sandbox/fixtures/forge/standin_fork).
 
 The server runs from a copy of the stand-in's source on PYTHONPATH, with what its start-up checks want put
 around it: a stub nvidia-smi listing two GPUs, a stub torch and torchvision, a tiny model directory and a stub vllm._C
@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-BENCH = ROOT / "files" / "bench.py"
+BENCH = ROOT / "vllm_rig" / "host" / "bench.py"
 STANDIN = ROOT / "tests" / "sandbox" / "fixtures" / "forge" / "standin_fork"
 API_KEY = "bench-key"
 # Prefill at 5000 tok/s, not faster: a request costs the stand-in ~5 ms before its prefill clock starts

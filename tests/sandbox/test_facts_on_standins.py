@@ -11,8 +11,8 @@ import subprocess
 
 from tests.sandbox.test_nvidia_repo import NEW, OLD, Machine, machine, repo  # noqa: F401 - fixtures
 from tests.unit.groupdata import profile_data
-from vllm_rig import preflight
-from vllm_rig.facts.nvidia_smi import NvidiaGpus, NvidiaTopology
+from vllm_rig.stages.preflight import checks as preflight
+from vllm_rig.stages.preflight.gpu_facts import NvidiaGpus, NvidiaTopology
 from vllm_rig.validation import load_settings
 
 SETTINGS = load_settings(profile_data())

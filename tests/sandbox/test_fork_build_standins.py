@@ -6,7 +6,7 @@
 - tools/validate_runtime_components.py has the real one's interface (OK/FAIL lines, exit 0/1) and checks the
   stand-in's modules: it passes on a complete runtime, and fails only on flashinfer-cubin (which the rig
   never installs, and waives) when that is missing;
-- the fork's tools/flashqla_sm75_patches are what files/runtime_build.py copies into FlashQLA.
+- the fork's tools/flashqla_sm75_patches are what vllm_rig/host/runtime_build.py copies into FlashQLA.
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ def _validate(fork: Path, env: dict[str, str]) -> subprocess.CompletedProcess[st
 
 @pytest.fixture
 def runtime(tmp_path: Path, toolchain: dict[str, str], sources: dict[str, str]) -> tuple[Path, dict[str, str]]:
-    """A built stand-in fork, a FlashQLA prepared as files/runtime_build.py does, and the validate env."""
+    """A built stand-in fork, a FlashQLA prepared as vllm_rig/host/runtime_build.py does, and the validate env."""
     fork = _copy(forge.FORK_TREE, tmp_path / "fork")
     assert _build(fork, {**toolchain, **sources, "CMAKE_ARGS": DISCONNECTED}).returncode == 0
     flashqla = _copy(forge.FLASHQLA_TREE, tmp_path / "flashqla")

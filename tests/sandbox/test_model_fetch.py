@@ -1,4 +1,4 @@
-"""files/model_fetch.py against the HF mirror stand-in, with the real `hf` client (huggingface_hub 2.4.0).
+"""vllm_rig/host/model_fetch.py against the HF mirror stand-in, with the real `hf` client (huggingface_hub 2.4.0).
 
 The script runs as a subprocess with this venv's python, as the deploy runs it with the tools venv's; the
 mirror runs in this process on a free port with its own knobs and request log.
@@ -29,7 +29,7 @@ from tests.sandbox import paths
 from tests.sandbox.fixtures import hf_mirror
 from tests.sandbox.fixtures.hf_mirror import server as mirror_server
 
-SCRIPT = paths.REPO / "files" / "model_fetch.py"
+SCRIPT = paths.REPO / "vllm_rig" / "host" / "model_fetch.py"
 REPO = "nerkyor/Qwen3.6-27B-DSV4Pro-Thinking-Distill-FP8"
 BIG_SHARD = "model-00001-of-00003.safetensors"
 SMALL_SHARD = "model-00002-of-00003.safetensors"

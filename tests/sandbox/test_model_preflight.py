@@ -1,4 +1,4 @@
-"""files/model_preflight.py (stdlib only) against the HF mirror stand-in, run the way the preflight fact runs
+"""vllm_rig/host/model_preflight.py (stdlib only) against the HF mirror stand-in, run the way the preflight fact runs
 it: the host's python3 reading the token line and the script from stdin."""
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import pytest
 from tests.sandbox import paths
 from tests.sandbox.fixtures import hf_mirror
 from tests.sandbox.fixtures.hf_mirror import server as mirror_server
-from vllm_rig.facts.model import ModelPreflight, parse_preflight, preflight_stdin
+from vllm_rig.stages.model.facts import ModelPreflight, parse_preflight, preflight_stdin
 
-SCRIPT = paths.REPO / "files" / "model_preflight.py"
+SCRIPT = paths.REPO / "vllm_rig" / "host" / "model_preflight.py"
 REPO = "nerkyor/Qwen3.6-27B-DSV4Pro-Thinking-Distill-FP8"
 BIG_SHARD = "model-00001-of-00003.safetensors"
 HEADROOM = 256 << 20

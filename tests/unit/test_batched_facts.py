@@ -5,9 +5,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from vllm_rig.facts.files import FilesState
-from vllm_rig.operations.alternatives import Alternative
-from vllm_rig.operations.files import _differs, rendered, text
+from vllm_rig.core.alternatives import Alternative
+from vllm_rig.core.files import FilesState, _differs, rendered, text
 
 
 def _run(command: str) -> list[str]:
@@ -33,7 +32,9 @@ def test_a_file_differs_on_content_mode_or_owner() -> None:
 
 
 def test_templates_render_like_pyinfra_does() -> None:
-    f = rendered("/etc/profile.d/x.sh", "templates/profile-cuda.sh.j2", cuda_home="/usr/local/cuda-12.9")
+    f = rendered(
+        "/etc/profile.d/x.sh", "vllm_rig/stages/cuda/templates/profile-cuda.sh.j2", cuda_home="/usr/local/cuda-12.9"
+    )
     assert b"export CUDA_HOME=/usr/local/cuda-12.9" in f.content
 
 

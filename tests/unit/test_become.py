@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from vllm_rig import become
+from vllm_rig.core import become
 
 
 class _Data(dict):

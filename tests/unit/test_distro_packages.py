@@ -5,9 +5,8 @@ from __future__ import annotations
 import subprocess
 
 from tests.unit.fake_host import plan
-from vllm_rig.facts.packages import PackageVersions
-from vllm_rig.operations.keyring import keyring_deb
-from vllm_rig.operations.packages import distro_packages
+from vllm_rig.core.packages import PackageVersions, distro_packages
+from vllm_rig.stages.driver.keyring import keyring_deb
 
 
 def test_the_fact_reads_real_dpkg_for_the_names_asked() -> None:
@@ -61,7 +60,7 @@ POLICY = [
 
 
 def test_lists_are_refreshed_when_a_needed_package_is_not_in_them() -> None:
-    from vllm_rig.operations.packages import lists_fresh
+    from vllm_rig.core.packages import lists_fresh
 
     fresh_lists = {"apt-cache policy": ["@@age", "60", "@@policy", *POLICY]}
     names = ["nvidia-driver-pinning-580.159.03", "dkms"]
@@ -73,7 +72,7 @@ def test_lists_are_refreshed_when_a_needed_package_is_not_in_them() -> None:
 
 
 def test_lists_older_than_a_day_are_refreshed() -> None:
-    from vllm_rig.facts.apt_lists import AptLists, refresh_reason
+    from vllm_rig.core.apt_lists import AptLists, refresh_reason
 
     old = AptLists().process(["@@age", str(2 * 86400), "@@policy", *POLICY])
     assert refresh_reason(old, ("dkms",), 86400) == "the package lists are 48 h old"
@@ -82,7 +81,7 @@ def test_lists_older_than_a_day_are_refreshed() -> None:
 
 
 def test_the_lists_fact_runs_on_this_machine() -> None:
-    from vllm_rig.facts.apt_lists import AptLists
+    from vllm_rig.core.apt_lists import AptLists
 
     fact = AptLists()
     out = subprocess.run(

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from vllm_rig.driver_packages import driver_set, repo_distro
-from vllm_rig.facts.cuda import CudaToolkit
-from vllm_rig.facts.driver import ModuleFailure
-from vllm_rig.facts.host import parse_holds, parse_packages
-from vllm_rig.operations.apt_pin import held_candidates, installed_at
-from vllm_rig.operations.keyring import parse_deb_filename
-from vllm_rig.operations.mok import enrollment_problem, mok_password_stdin, needs_staging
-from vllm_rig.operations.reboot import module_failure_reason, reboot_reasons
+from vllm_rig.core.packages import parse_packages
+from vllm_rig.stages.cuda.facts import CudaToolkit
+from vllm_rig.stages.driver.apt_pin import held_candidates, installed_at
+from vllm_rig.stages.driver.facts import ModuleFailure
+from vllm_rig.stages.driver.keyring import parse_deb_filename
+from vllm_rig.stages.driver.mok import enrollment_problem, mok_password_stdin, needs_staging
+from vllm_rig.stages.driver.packages import driver_set, repo_distro
+from vllm_rig.stages.driver.reboot import module_failure_reason, reboot_reasons
+from vllm_rig.stages.preflight.facts import parse_holds
 
 
 def test_repo_distro_names() -> None:
@@ -89,7 +90,7 @@ def _plan_on_fake_host(driver_state_output: list[str], version: str) -> bool:
     from pyinfra.api.connect import connect_all
     from pyinfra.api.operation import add_op
 
-    from vllm_rig.operations.apt_pin import pinned_driver
+    from vllm_rig.stages.driver.apt_pin import pinned_driver
 
     inventory = Inventory((["@fake/box"], {"fake_responses": {"@@packages": driver_state_output}}))
     state = State(inventory, Config())
@@ -172,7 +173,7 @@ def test_staging_only_where_secure_boot_meets_a_key_not_enrolled() -> None:
 
 
 def test_headers_follow_the_installed_kernel_image_metapackage() -> None:
-    from vllm_rig.driver_packages import headers_metapackages
+    from vllm_rig.stages.driver.packages import headers_metapackages
 
     hwe = ["linux-image-generic-hwe-24.04", "linux-image-7.0.0-12-generic", "linux-image-unsigned-7.0.0-12-generic"]
     d = driver_set("ubuntu2404", "proprietary", "580.159.03", "7.0.0-12-generic", hwe)
@@ -189,7 +190,7 @@ def test_headers_follow_the_installed_kernel_image_metapackage() -> None:
 
 
 def test_dkms_gets_the_compiler_the_kernel_was_built_with() -> None:
-    from vllm_rig.driver_packages import kernel_compiler_package
+    from vllm_rig.stages.driver.packages import kernel_compiler_package
 
     hwe = (
         "Linux version 6.14.0-24-generic (buildd@lcy02-amd64-101) (x86_64-linux-gnu-gcc-14 "
@@ -214,7 +215,7 @@ ARCHIVE = {
 
 
 def test_an_archive_driver_is_told_from_nvidias_repo_build() -> None:
-    from vllm_rig.driver_packages import archive_driver
+    from vllm_rig.stages.driver.packages import archive_driver
 
     assert archive_driver(ARCHIVE) == "580.173.02"
     nvidia_repo = {"nvidia-utils-580": "580.159.03-1ubuntu1", "libnvidia-compute-580": "580.159.03-1ubuntu1"}
@@ -223,8 +224,8 @@ def test_an_archive_driver_is_told_from_nvidias_repo_build() -> None:
 
 
 def test_a_kept_archive_driver_is_pinned_at_its_versions_with_its_modules_and_kernel_track() -> None:
-    from vllm_rig.driver_packages import ARCHIVE_HOLD_PATTERNS
-    from vllm_rig.operations.apt_pin import archive_pin, held_candidates
+    from vllm_rig.stages.driver.apt_pin import archive_pin, held_candidates
+    from vllm_rig.stages.driver.packages import ARCHIVE_HOLD_PATTERNS
 
     pin = archive_pin(ARCHIVE, ARCHIVE_HOLD_PATTERNS)
     assert "Pin: version 580.173.02-0ubuntu0.24.04.1\nPin-Priority: 1000" in pin
@@ -243,7 +244,7 @@ def test_replacing_an_archive_driver_purges_canonicals_modules_first() -> None:
     from pyinfra.api.operation import add_op
     from pyinfra.context import ctx_host, ctx_state
 
-    from vllm_rig.operations.apt_pin import pinned_driver
+    from vllm_rig.stages.driver.apt_pin import pinned_driver
 
     inventory = Inventory((["@fake/box"], {"fake_responses": {"@@packages": lines}}))
     state = State(inventory, Config())

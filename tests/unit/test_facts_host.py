@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from vllm_rig.facts import host as facts
+from vllm_rig.stages.preflight import facts
 
 H200 = Path(__file__).parent / "fixtures" / "tool_outputs" / "h200"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vllm_rig.facts.nvidia_smi import GPU_FIELDS as NvidiaGpus_FIELDS
-from vllm_rig.facts.nvidia_smi import (
+from vllm_rig.stages.preflight.gpu_facts import GPU_FIELDS as NvidiaGpus_FIELDS
+from vllm_rig.stages.preflight.gpu_facts import (
     NvidiaGpus,
     NvidiaTopology,
     parse_bar1,

@@ -1,4 +1,4 @@
-"""files/gpu_verdict.py: parsing on real nvidia-smi outputs (H200 box) and on two-GPU NVLink shapes, and the
+"""vllm_rig/host/gpu_verdict.py: parsing on real nvidia-smi outputs (H200 box) and on two-GPU NVLink shapes, and the
 gate logic, with nvidia-smi and the torch measurements faked. The script is loaded by path, as uploaded."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ H200 = ROOT / "tests" / "unit" / "fixtures" / "tool_outputs" / "h200"
 
 
 def _load() -> Any:
-    spec = importlib.util.spec_from_file_location("gpu_verdict", ROOT / "files" / "gpu_verdict.py")
+    spec = importlib.util.spec_from_file_location("gpu_verdict", ROOT / "vllm_rig" / "host" / "gpu_verdict.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules["gpu_verdict"] = module  # dataclasses look their module up while the class is built
     spec.loader.exec_module(module)

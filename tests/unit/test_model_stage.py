@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.unit.groupdata import profile_data
-from vllm_rig import preflight
-from vllm_rig.facts.model import (
+from vllm_rig.core.secrets import Secret, SecretStdin
+from vllm_rig.stages.model.facts import (
     ModelFetch,
     ModelPreflight,
     SecretFile,
@@ -23,9 +23,9 @@ from vllm_rig.facts.model import (
     parse_preflight,
     preflight_stdin,
 )
-from vllm_rig.facts.venv import ToolsVenv
-from vllm_rig.operations.model import FetchSpec, failure_line, progress_line
-from vllm_rig.secret import Secret, SecretStdin
+from vllm_rig.stages.model.operations import FetchSpec, failure_line, progress_line
+from vllm_rig.stages.model.tools_venv import ToolsVenv
+from vllm_rig.stages.preflight import checks as preflight
 from vllm_rig.validation import load_settings
 
 SETTINGS = load_settings(profile_data())

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from vllm_rig import op_order
+from vllm_rig.core import op_order
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = Path(__file__).parent / "fixtures" / "op_order"

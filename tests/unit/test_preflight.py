@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.unit.groupdata import profile_data
-from vllm_rig import preflight
+from vllm_rig.stages.preflight import checks as preflight
 from vllm_rig.validation import load_settings
 
 SETTINGS = load_settings(profile_data())
@@ -286,7 +286,7 @@ def test_no_module_loaded_under_the_pinned_driver_is_the_driver_stages_to_explai
 
 
 def test_an_archive_driver_is_kept_or_replaced_only_by_choice() -> None:
-    from vllm_rig.preflight import check_existing_driver
+    from vllm_rig.stages.preflight.checks import check_existing_driver
 
     host = {
         "packages": {
@@ -308,7 +308,7 @@ def test_an_archive_driver_is_kept_or_replaced_only_by_choice() -> None:
 
 
 def test_secure_boot_passes_a_kept_archive_driver_whose_modules_canonical_signed() -> None:
-    from vllm_rig.preflight import check_secure_boot
+    from vllm_rig.stages.preflight.checks import check_secure_boot
 
     host = {
         "secure_boot": True,

@@ -1,4 +1,4 @@
-"""files/runtime_build.py without a host: the fork's requirements with our pins winning, and FlashInfer's
+"""vllm_rig/host/runtime_build.py without a host: the fork's requirements with our pins winning, and FlashInfer's
 fix put in place and verified by outcome (against the sandbox's stand-in headers, served as raw files are)."""
 
 from __future__ import annotations

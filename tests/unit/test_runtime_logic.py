@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from tests.unit.groupdata import profile_data
-from vllm_rig import runtime
-from vllm_rig.facts.runtime import (
+from vllm_rig.settings import Settings
+from vllm_rig.stages.runtime import plan as runtime
+from vllm_rig.stages.runtime.facts import (
     HostFingerprint,
     LogProgress,
     checkout_matches,
@@ -18,8 +19,7 @@ from vllm_rig.facts.runtime import (
     parse_runtime_state,
     restart_needed,
 )
-from vllm_rig.operations.runtime import _worth_showing, start_command
-from vllm_rig.settings import Settings
+from vllm_rig.stages.runtime.operations import _worth_showing, start_command
 from vllm_rig.validation import load_settings
 
 FP = "ab" * 32

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from tests.unit.fake_host import plan as _plan
-from vllm_rig.facts.runtime import GitCheckouts, checkout_matches
-from vllm_rig.operations.git import GitSource, checkout_script, fetch_script, git_checkouts
-from vllm_rig.operations.runtime import (
+from vllm_rig.core.git import GitSource, checkout_script, fetch_script, git_checkouts
+from vllm_rig.stages.runtime.facts import GitCheckouts, checkout_matches
+from vllm_rig.stages.runtime.operations import (
     Directory,
     build_runtime,
     clear_host_caches,
@@ -238,7 +238,7 @@ class _Host:
 
 
 def test_a_build_stopped_by_its_timeout_says_so(caplog: pytest.LogCaptureFixture) -> None:
-    from vllm_rig.operations.runtime import _verdict
+    from vllm_rig.stages.runtime.operations import _verdict
 
     found = {"complete": False, "unit": {"Result": "timeout"}, "status": {"state": "running"}}
     assert _verdict(_Host(), found, "/r", "u.service", "/l.log") is False

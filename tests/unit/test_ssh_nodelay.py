@@ -16,7 +16,7 @@ import pytest
 from pyinfra.api import Config, Inventory, State
 from pyinfra.api.connect import connect_all, disconnect_all
 
-from vllm_rig import ssh_nodelay
+from vllm_rig.core import ssh_nodelay
 
 
 class _AcceptAll(paramiko.ServerInterface):

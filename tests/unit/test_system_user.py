@@ -5,8 +5,7 @@ from __future__ import annotations
 import subprocess
 
 from tests.unit.fake_host import plan
-from vllm_rig.facts.users import SystemUser
-from vllm_rig.operations.users import system_user
+from vllm_rig.core.users import SystemUser, system_user
 
 USER = dict(user="vllm", home="/var/lib/vllm", shell="/usr/sbin/nologin", groups=["video", "render"])
 PASSWD = "vllm:x:998:998::/var/lib/vllm:/usr/sbin/nologin"

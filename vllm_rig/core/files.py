@@ -1,0 +1,99 @@
+"""Small configuration files, several per operation, checked with one remote command.
+
+pyinfra's files.put/files.template cost three remote commands per file on every run (stat the file,
+stat its directory, hash it); a stage with eight small files paid ~24 commands for a no-op. Here a
+group of files is one operation and one FilesState fact; only changed files are uploaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+from dataclasses import dataclass
+from io import BytesIO
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from pyinfra import host
+from pyinfra.api import FactBase, FileUploadCommand, operation
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class ConfigFile:
+    dest: str
+    content: bytes
+    mode: str = "644"  # octal, as stat %a prints it
+    user: str = "root"
+    group: str = "root"
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.content).hexdigest()
+
+
+def text(dest: str, content: str, mode: str = "644") -> ConfigFile:
+    return ConfigFile(dest, content.encode(), mode)
+
+
+def from_repo(dest: str, src: str, mode: str = "644") -> ConfigFile:
+    """A file shipped in the repo (vllm_rig/host/...), uploaded as is."""
+    return ConfigFile(dest, (REPO / src).read_bytes(), mode)
+
+
+def rendered(dest: str, template: str, mode: str = "644", **variables: Any) -> ConfigFile:
+    """A jinja2 template of a stage (stages/<stage>/templates/), rendered here (StrictUndefined)."""
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True)
+    body = env.from_string((REPO / template).read_text()).render(**variables)
+    return ConfigFile(dest, body.encode(), mode)
+
+
+@operation()
+def config_files(files: tuple[ConfigFile, ...]):
+    """Each file with exactly this content, mode and owner; uploads only what differs."""
+    current = host.get_fact(FilesState, paths=tuple(f.dest for f in files)) or {}
+    stale = [f for f in files if _differs(f, current.get(f.dest))]
+    if not stale:
+        host.noop(f"{len(files)} file(s) up to date")
+        return
+    directories = sorted({f.dest.rsplit("/", 1)[0] for f in stale})
+    yield "mkdir -p " + " ".join(shlex.quote(d) for d in directories)
+    for f in stale:
+        yield FileUploadCommand(BytesIO(f.content), f.dest, remote_temp_filename=host.get_temp_filename(f.dest))
+        yield f"chown {f.user}:{f.group} {shlex.quote(f.dest)} && chmod {f.mode} {shlex.quote(f.dest)}"
+
+
+def _differs(wanted: ConfigFile, found: dict[str, str] | None) -> bool:
+    if found is None:
+        return True
+    return (found["sha256"], found["mode"], found["user"], found["group"]) != (
+        wanted.sha256,
+        wanted.mode,
+        wanted.user,
+        wanted.group,
+    )
+
+
+# Many files' state in one remote command: sha256, mode, owner (None where missing).
+class FilesState(FactBase):
+    def command(self, paths: tuple[str, ...]) -> str:
+        # One line per path: "<path>\t<sha256>\t<mode> <user> <group>", or "<path>\t-" when missing.
+        script = (
+            'for p in "$@"; do if [ -f "$p" ]; then '
+            'printf "%s\\t%s\\t%s\\n" "$p" "$(sha256sum "$p" | cut -d" " -f1)" "$(stat -c "%a %U %G" "$p")"; '
+            'else printf "%s\\t-\\n" "$p"; fi; done'
+        )
+        return f"sh -c {shlex.quote(script)} files " + " ".join(shlex.quote(p) for p in paths)
+
+    def process(self, output: list[str]) -> dict[str, Any]:
+        state: dict[str, Any] = {}
+        for line in output:
+            parts = line.split("\t")
+            if len(parts) == 2 and parts[1] == "-":
+                state[parts[0]] = None
+            elif len(parts) == 3 and len(parts[2].split()) == 3:
+                mode, user, group = parts[2].split()
+                state[parts[0]] = {"sha256": parts[1], "mode": mode, "user": user, "group": group}
+        return state

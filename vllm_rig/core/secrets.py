@@ -1,0 +1,84 @@
+"""Values that must never reach pyinfra's output: operation arguments are recorded with str(), and at -vv a fact
+is logged with every keyword it was given, `_stdin` included."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterator
+
+from pyinfra import host
+from pyinfra.api import FactBase, operation
+
+
+class Secret:
+    """A value that prints as <hidden> (or <none>); `reveal()` gives it to the code that needs it."""
+
+    def __init__(self, value: str | None) -> None:
+        self._value = value
+
+    def reveal(self) -> str | None:
+        return self._value
+
+    def __str__(self) -> str:
+        return "<hidden>" if self._value else "<none>"
+
+    __repr__ = __str__
+
+
+class SecretStdin:
+    """Text for a command's stdin that prints as <stdin>. pyinfra writes whatever `readlines()` returns, which
+    here is the whole text every time (a retried command gets it again)."""
+
+    def __init__(self, text: str) -> None:
+        self._lines = text.splitlines(keepends=True)
+
+    def readlines(self) -> list[str]:
+        return list(self._lines)
+
+    def __iter__(self) -> Iterator[str]:  # pyinfra checks `_stdin` is str, a list or an iterable of str
+        return iter(self._lines)
+
+    def __str__(self) -> str:
+        return "<stdin>"
+
+    __repr__ = __str__
+
+
+# The service's API key: made once on the host, kept in a root-owned env file readable by the service.
+class KeyFile(FactBase):
+    """{"exists", "has_key", "mode", "group"} for an env file, without reading the key itself."""
+
+    def command(self, path: str) -> str:
+        p = shlex.quote(path)
+        script = (
+            f'if [ -f {p} ]; then echo "exists=1"; echo "has_key=$(grep -c "^VLLM_API_KEY=." {p})"; '
+            f'stat --printf "mode=%a\ngroup=%G\n" {p}; else echo exists=0; fi'
+        )
+        return f"sh -c {shlex.quote(script)}"
+
+    def process(self, output: list[str]) -> dict:
+        values = dict(line.split("=", 1) for line in output if "=" in line)
+        return {
+            "exists": values.get("exists") == "1",
+            "has_key": int(values.get("has_key") or 0) > 0,
+            "mode": values.get("mode"),
+            "group": values.get("group"),
+        }
+
+
+GENERATE = "python3 -c 'import secrets; print(\"VLLM_API_KEY=\" + secrets.token_urlsafe(32))'"
+
+
+@operation()
+def api_key_file(path: str, group: str, enabled: bool):
+    """With `enabled`, the file holds a VLLM_API_KEY made once (kept across runs); without, none."""
+    found = host.get_fact(KeyFile, path=path)
+    p, tmp = shlex.quote(path), shlex.quote(path + ".new")
+    if enabled and not found["has_key"]:
+        yield f"umask 077; mkdir -p $(dirname {p}) && {GENERATE} > {tmp} && mv {tmp} {p}"
+    elif not enabled and (found["has_key"] or not found["exists"]):
+        yield f"umask 077; mkdir -p $(dirname {p}) && echo '# vllm_api_key: none' > {tmp} && mv {tmp} {p}"
+    elif found["mode"] == "640" and found["group"] == group:
+        host.noop(f"{path} is in place")
+        return
+    yield f"chown root:{shlex.quote(group)} {p} && chmod 640 {p}"

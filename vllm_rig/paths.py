@@ -1,0 +1,181 @@
+"""Where things live on a host. One place, so stages, templates and checks agree.
+
+<install_root>/runtimes/<build fingerprint>/   a built runtime: venv/, src/vllm (the fork), src/flashqla
+<install_root>/current -> runtimes/<fp>         the runtime the service runs; previous -> the last good one
+<install_root>/tools/venv/                      host tools (huggingface_hub for `hf download`)
+<install_root>/bin/                             host programs from vllm_rig/host/
+/var/lib/vllm-rig/                              state: fingerprints, markers, background job logs
+/etc/vllm-rig/                                  config: the service's env file with the API key (0600)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vllm_rig.settings import Settings
+
+STATE_DIR = "/var/lib/vllm-rig"
+ETC_DIR = "/etc/vllm-rig"
+GUARD_UNIT = "vllm-rig-gpu-guard.service"
+# The driver version vllm-rig installed: a different pin on the next run is a planned upgrade, while a
+# driver without this record is someone else's and is never replaced unless the settings say so.
+DRIVER_RECORD = f"{STATE_DIR}/driver-version"
+FLASHINFER_CHECK = "check-flashinfer-pr3621-sm75.sh"
+# The model download: one transient unit per host (one model_dir), its progress file, and the HF token
+# (0600, read by systemd through EnvironmentFile= so it is never on a command line).
+MODEL_FETCH_UNIT = "vllm-rig-model-fetch.service"
+MODEL_FETCH_STATUS = f"{STATE_DIR}/model-fetch.json"
+HF_TOKEN_FILE = f"{ETC_DIR}/hf-token.env"
+HF_HOME = f"{STATE_DIR}/hf-home"  # the fetch's own HF_HOME: no token or cache from root's home is used
+# The runtime stage's state and markers.
+HOST_FINGERPRINT = f"{STATE_DIR}/host-fingerprint"  # kernel and driver the caches were made with
+SWITCHED_STAMP = f"{STATE_DIR}/runtime-switched"  # touched when `current` moves
+FLASHQLA_STAMP = f"{STATE_DIR}/flashqla-extension"  # the runtime whose FlashQLA extension is built
+LOG_DIR = f"{STATE_DIR}/logs"
+APT_LISTS_STAMP = f"{STATE_DIR}/apt-lists.stamp"  # when vllm-rig last refreshed the apt lists
+
+
+@dataclass(frozen=True)
+class Layout:
+    root: str
+    service_name: str
+    service_user: str
+
+    @classmethod
+    def of(cls, s: Settings) -> Layout:
+        return cls(s.install_root, s.service_name, s.service_user)
+
+    @property
+    def current(self) -> str:
+        return f"{self.root}/current"
+
+    @property
+    def venv_bin(self) -> str:
+        return f"{self.current}/venv/bin"
+
+    @property
+    def python(self) -> str:
+        return f"{self.venv_bin}/python"
+
+    @property
+    def fork_src(self) -> str:
+        return f"{self.current}/src/vllm"
+
+    @property
+    def flashqla_src(self) -> str:
+        return f"{self.current}/src/flashqla"
+
+    @property
+    def bin_dir(self) -> str:
+        return f"{self.root}/bin"
+
+    @property
+    def tools_venv(self) -> str:
+        return f"{self.root}/tools/venv"
+
+    @property
+    def tools_python(self) -> str:
+        """The tools venv's python (huggingface_hub 2.x; the runtime venv cannot hold it)."""
+        return f"{self.root}/tools/venv/bin/python"
+
+    @property
+    def model_fetch(self) -> str:
+        return f"{self.bin_dir}/model_fetch.py"
+
+    @property
+    def flashinfer_check(self) -> str:
+        return f"{self.bin_dir}/{FLASHINFER_CHECK}"
+
+    @property
+    def env_file(self) -> str:
+        return f"{ETC_DIR}/{self.service_name}.env"
+
+    @property
+    def service_home(self) -> str:
+        """The service user's home: its caches (HF, FlashInfer, Triton, torch extensions) live here."""
+        return f"/var/lib/{self.service_user}"
+
+    @property
+    def torch_extensions_dir(self) -> str:
+        return f"{self.service_home}/torch_extensions"
+
+    @property
+    def unit_path(self) -> str:
+        return f"/etc/systemd/system/{self.service_name}.service"
+
+
+@dataclass(frozen=True)
+class RuntimeDirs:
+    """Paths of one runtime (<install_root>/runtimes/<name>) and the shared places around it."""
+
+    root: str
+    name: str
+
+    @property
+    def runtimes(self) -> str:
+        return f"{self.root}/runtimes"
+
+    @property
+    def dir(self) -> str:
+        return f"{self.runtimes}/{self.name}"
+
+    @property
+    def venv_python(self) -> str:
+        return f"{self.dir}/venv/bin/python"
+
+    @property
+    def fork(self) -> str:
+        return f"{self.dir}/src/vllm"
+
+    @property
+    def flashqla(self) -> str:
+        return f"{self.dir}/src/flashqla"
+
+    @property
+    def cutlass(self) -> str:
+        return f"{self.dir}/src/deps/cutlass"
+
+    @property
+    def triton(self) -> str:
+        return f"{self.dir}/src/deps/triton"
+
+    def dep(self, name: str) -> str:
+        """Checkout of a source the fork's CMake would fetch (fetchcontent_sources)."""
+        return f"{self.dir}/src/deps/{name}"
+
+    @property
+    def fingerprint_file(self) -> str:
+        return f"{self.dir}/fingerprint"
+
+    @property
+    def spec(self) -> str:
+        return f"{self.dir}/build-spec.json"
+
+    @property
+    def marker(self) -> str:
+        """Written last by the build, after every check passed: the runtime is complete."""
+        return f"{self.dir}/runtime.json"
+
+    @property
+    def unit(self) -> str:
+        return f"vllm-rig-build-{self.name}.service"
+
+    @property
+    def log(self) -> str:
+        return f"{LOG_DIR}/build-{self.name}.log"
+
+    @property
+    def cache(self) -> str:
+        return f"{self.root}/cache"
+
+    @property
+    def previous(self) -> str:
+        return f"{self.root}/previous"
+
+    @property
+    def build_script(self) -> str:
+        return f"{self.root}/bin/vllm-rig-runtime-build.py"
+
+    @property
+    def rollback_script(self) -> str:
+        return f"{self.root}/bin/vllm-rig-rollback"

@@ -1,0 +1,143 @@
+"""Reboot a host only when the driver needs it, know it happened by its boot id, and never twice for
+the same driver and kernel.
+
+pyinfra's server.reboot always reboots and confirms with uptime, which does not reset inside containers
+and is fragile elsewhere; /proc/sys/kernel/random/boot_id changes on every boot, everywhere.
+
+Before it reboots, the host records what it reboots for ("<driver version> <kernel>"). When the module
+is still not loaded after that reboot, another reboot would not help: the host stops with the reason
+it can read (no module: the DKMS build and its make.log; the kernel's Secure Boot refusal; the open
+modules' BAR1 refusal), and so does every later run until the module loads or the driver or kernel
+changes.
+"""
+
+from __future__ import annotations
+
+import time
+
+from pyinfra import host, logger
+from pyinfra.api import FunctionCommand, StringCommand, operation
+from pyinfra.connectors.local import LocalConnector
+
+from vllm_rig.core.checks import fail_host
+from vllm_rig.core.facts import BootId, FileText
+from vllm_rig.paths import STATE_DIR
+from vllm_rig.stages.driver.facts import DriverState, ModuleFailure
+
+REBOOTED_FOR = f"{STATE_DIR}/rebooted-for-driver"  # "<version> <kernel>" of the last driver reboot
+
+
+def reboot_reasons(state: dict, version: str) -> list[str]:
+    """Why this host must boot again before the driver works ([] when it need not)."""
+    reasons = []
+    installed = any(v.split("-", 1)[0] == version for v in state["packages"].values())
+    if state["nouveau_loaded"]:
+        reasons.append("nouveau is loaded")
+    if installed and state["loaded_version"] != version:
+        reasons.append(f"the loaded module is {state['loaded_version'] or 'none'}, installed is {version}")
+    return reasons
+
+
+def module_failure_reason(diag: dict, version: str) -> str:
+    """One line on why nvidia.ko is not there after a reboot, from ModuleFailure, with the way out."""
+    kernel = diag.get("kernel") or "the running kernel"
+    for line in diag.get("journal", []):
+        if "is rejected" in line or "Key was rejected" in line or "verification failed" in line:
+            return (
+                f"the kernel refused the module under Secure Boot ({line}): enroll the key dkms signs with "
+                "(the preflight's secure boot line gives the steps), or disable Secure Boot"
+            )
+    for line in diag.get("journal", []):
+        if "kbusIsStaticBar1Supported" in line or "RmInitAdapter failed" in line:
+            return (
+                f"the open module refused the GPUs ({line}): set nvidia_driver_flavor=proprietary, or enable "
+                "Resizable BAR / Above 4G decoding in the firmware"
+            )
+    if not diag.get("module_file"):
+        log = diag.get("make_log") or []
+        if log:
+            return (
+                f"there is no nvidia module for kernel {kernel}: the DKMS build failed, see {log[0]} "
+                f"(it ends: {log[-1]})"
+            )
+        status = "; ".join(diag.get("dkms") or []) or "nothing"
+        return (
+            f"there is no nvidia module for kernel {kernel} (dkms status: {status}): install "
+            f"linux-headers-{kernel}, then run sudo dkms autoinstall -k {kernel}"
+        )
+    return f"{diag['module_file']} is there but was not loaded: see journalctl -b | grep -i -e nvidia -e NVRM"
+
+
+def _rebooted_for(version: str, kernel: str | None) -> str:
+    return f"{version} {kernel or '?'}"
+
+
+@operation(is_idempotent=True)
+def reboot_if_needed(version: str, timeout: int = 600):
+    """Reboot when the installed driver is not the loaded one (or nouveau holds the GPUs), then wait for a
+    new boot id; at most once for a driver version and kernel. Never reboots the machine pyinfra runs on:
+    that stops with what to do instead."""
+    state = host.get_fact(DriverState)
+    reasons = reboot_reasons(state, version)
+    record = (host.get_fact(FileText, path=REBOOTED_FOR) or "").strip()
+    key = _rebooted_for(version, state.get("kernel"))
+    if not reasons:
+        if record:
+            yield StringCommand(f"rm -f {REBOOTED_FOR}")  # it loaded (after a fix): a later failure may reboot again
+        else:
+            host.noop("no reboot needed")
+        return
+    why = "; ".join(reasons)
+    if record == key:
+        yield FunctionCommand(_stop_with_reason, (version, why), {})
+        return
+    if isinstance(host.connector, LocalConnector):
+        refusal = (
+            f"a reboot is needed ({why}); this is the machine running pyinfra, so reboot it yourself and run "
+            "the deploy again"
+        )
+        yield FunctionCommand(fail_host, (refusal,), {})
+        return
+    before: list[str] = []
+    yield FunctionCommand(lambda state, host: before.append(host.get_fact(BootId)), (), {})
+    logger.info(f"[{host.name}] rebooting: {why}")
+    yield StringCommand(f"mkdir -p {STATE_DIR} && echo '{key}' > {REBOOTED_FOR}")
+    yield StringCommand("( sleep 1 && systemctl reboot ) </dev/null >/dev/null 2>&1 &")
+    yield FunctionCommand(_wait_for_new_boot, (before, timeout), {})
+    yield FunctionCommand(_after_reboot, (version,), {})
+
+
+def _after_reboot(state, host, version: str) -> bool:  # noqa: ARG001
+    """The reboot is done: forget it when the module loaded, else stop with the reason."""
+    now = host.get_fact(DriverState)
+    reasons = reboot_reasons(now, version)
+    if not reasons:
+        host.run_shell_command(f"rm -f {REBOOTED_FOR}", _sudo=bool(host.data.get("_sudo", False)))  # as the host's ops
+        return True
+    return _stop_with_reason(state, host, version, "; ".join(reasons))
+
+
+def _stop_with_reason(state, host, version: str, why: str) -> bool:
+    diag = host.get_fact(ModuleFailure, version=version)
+    return fail_host(
+        state,
+        host,
+        f"nvidia {version} is still not loaded after a reboot for it ({why}); not rebooting again: "
+        f"{module_failure_reason(diag, version)}",
+    )
+
+
+def _wait_for_new_boot(state, host, before: list[str], timeout: int) -> bool:  # noqa: ARG001
+    host.disconnect()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        time.sleep(2)
+        host.connect(show_errors=False)
+        if host.connected:
+            now = host.get_fact(BootId)
+            if now and now != before[0]:
+                logger.info(f"[{host.name}] back after reboot (boot id {now[:8]})")
+                return True
+            host.disconnect()  # reachable but not rebooted yet
+    logger.error(f"[{host.name}] did not come back with a new boot id within {timeout}s; check its console")
+    return False

@@ -1,0 +1,243 @@
+"""The model download as a transient systemd unit: started early, waited for later, re-attached on a re-run.
+
+vllm_rig/host/model_fetch.py does the work on the host (hf download into staging, sha256 of every file, marker,
+symlink switch). These operations decide from the host's state (ModelFetch) whether to start it, and wait
+for it with progress lines; the client's exit code is never trusted, only `model_fetch.py check`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from pyinfra import host, logger
+from pyinfra.api import FunctionCommand, StringCommand, operation
+
+from vllm_rig.core.secrets import Secret, SecretStdin
+from vllm_rig.paths import HF_HOME, HF_TOKEN_FILE, MODEL_FETCH_STATUS, MODEL_FETCH_UNIT, Layout
+from vllm_rig.settings import Settings
+from vllm_rig.stages.model.facts import ModelFetch, SecretFile
+
+RUNNING = ("active", "activating", "reloading")
+PROGRESS_EVERY_S = 30.0  # a progress line at least this often while the download runs
+POLL_S = 2.0
+
+# (host, spec) found complete by model_fetch_started in this run: nothing between the two stages touches the
+# model, so model_fetched need not run the check again.
+_complete_at_start: set[tuple[str, FetchSpec]] = set()
+
+
+@dataclass(frozen=True)
+class FetchSpec:
+    """Everything the unit and the checks need, from the settings; no secret in here."""
+
+    repo: str
+    revision: str
+    dest: str
+    endpoint: str
+    disable_xet: bool
+    python: str
+    script: str
+    timeout_s: int
+    unit: str = MODEL_FETCH_UNIT
+    status_file: str = MODEL_FETCH_STATUS
+    token_file: str = HF_TOKEN_FILE
+    hf_home: str = HF_HOME
+
+    @classmethod
+    def of(cls, s: Settings) -> FetchSpec:
+        layout = Layout.of(s)
+        return cls(
+            repo=s.model_repo,
+            revision=s.model_revision,
+            dest=s.model_dir,
+            endpoint=s.hf_endpoint,
+            disable_xet=s.hf_disable_xet,
+            python=layout.tools_python,
+            script=layout.model_fetch,
+            timeout_s=s.download_timeout_s,
+        )
+
+    @property
+    def name(self) -> str:
+        return f"{self.repo}@{self.revision}"
+
+    @property
+    def description(self) -> str:
+        """The unit's Description: a running unit for another model or directory is not re-attached to."""
+        return f"vllm-rig model fetch {self.name} into {self.dest}"
+
+    def fact_args(self) -> dict[str, str]:
+        return {
+            "unit": self.unit,
+            "python": self.python,
+            "script": self.script,
+            "repo": self.repo,
+            "revision": self.revision,
+            "dest": self.dest,
+            "status_file": self.status_file,
+        }
+
+    def fetch_argv(self) -> list[str]:
+        argv = [self.python, self.script, "fetch", "--repo", self.repo, "--revision", self.revision]
+        argv += ["--dest", self.dest, "--endpoint", self.endpoint, "--status-file", self.status_file]
+        return argv + (["--disable-xet"] if self.disable_xet else [])
+
+    def start_command(self) -> str:
+        """systemd-run: the unit outlives the SSH session; the token comes from its 0600 file (the leading `-`
+        makes it optional: without one, model_fetch.py switches implicit tokens off)."""
+        props = [
+            f"RuntimeMaxSec={self.timeout_s}",
+            f"EnvironmentFile=-{self.token_file}",
+            f"Environment=HF_HOME={self.hf_home}",
+            "Nice=10",  # the runtime build in parallel comes first
+            "SyslogIdentifier=vllm-rig-model-fetch",
+            "TimeoutStopSec=30",
+        ]
+        run = ["systemd-run", f"--unit={self.unit}", f"--description={self.description}", "--collect", "--quiet"]
+        run += [f"--property={p}" for p in props]
+        q = shlex.quote
+        return (
+            f"systemctl reset-failed {q(self.unit)} 2>/dev/null; rm -f {q(self.status_file)} && "
+            f"{shlex.join(run)} {shlex.join(self.fetch_argv())}"
+        )
+
+
+def is_running(state: dict[str, Any]) -> bool:
+    return state["active"] in RUNNING
+
+
+def human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def progress_line(status: dict[str, Any] | None, rate: float | None = None) -> str:
+    """`downloading 1.2 GiB of 29.0 GiB (4%), 3/15 files, 11.0 MiB/s` from the fetch's status file."""
+    if not status:
+        return "starting"
+    line = str(status.get("phase") or "starting")
+    done, total = status.get("bytes_done") or 0, status.get("bytes_total")
+    if total:
+        line += f" {human(done)} of {human(total)} ({100 * done / total:.0f}%)"
+        line += f", {status.get('files_done')}/{status.get('files_total')} files"
+    if rate:
+        line += f", {human(rate)}/s"
+    return line
+
+
+def failure_line(state: dict[str, Any], spec: FetchSpec) -> str:
+    """Why the model is not there, in the fetch's own words where it left any."""
+    status = state["status"] or {}
+    phase, message = status.get("phase"), status.get("message") or ""
+    if status and status.get("exit_code") is None:
+        return "the download stopped without a verdict (killed?); run the deploy again to continue"
+    if phase == "stopped":
+        why = f"download_timeout_s={spec.timeout_s} reached, or systemctl stop"
+        return f"the download was stopped ({why}); run the deploy again to continue"
+    if message and phase == "failed":
+        return message
+    return state["check"] or "no download has run"
+
+
+@operation()
+def model_fetch_started(spec: FetchSpec):
+    """Start the download unless the marker says complete or it is already running (then re-attach)."""
+    state = host.get_fact(ModelFetch, **spec.fact_args())
+    if is_running(state) and state["description"] == spec.description:
+        host.noop(f"download of {spec.name} running since {state['since']}: re-attached")
+        return
+    if state["check_rc"] == 0 and not is_running(state):
+        _complete_at_start.add((host.name, spec))
+        host.noop(f"{spec.name} is complete in {spec.dest}")
+        return
+    if state["active"] not in ("inactive", "failed"):  # another model's download, or one stopping
+        yield f"systemctl stop {shlex.quote(spec.unit)}"
+    yield spec.start_command()
+
+
+@operation(is_idempotent=True)
+def model_fetched(spec: FetchSpec, timeout_s: int):
+    """Wait for the download with a progress line every so often, then trust only `model_fetch.py check`."""
+    if (host.name, spec) in _complete_at_start:
+        host.noop(f"{spec.name} complete (checked when the stage started)")
+        return
+    state = host.get_fact(ModelFetch, **spec.fact_args())
+    if not is_running(state) and state["check_rc"] == 0:
+        host.noop(f"{spec.name} complete: {state['check']}")
+        return
+    yield FunctionCommand(_wait_and_check, (spec, timeout_s), {})
+
+
+def _wait_and_check(state, host, spec: FetchSpec, timeout_s: int) -> bool:  # noqa: ARG001 - pyinfra passes them
+    deadline = time.monotonic() + timeout_s
+    reporter = _Reporter(host.name)
+    now = host.get_fact(ModelFetch, **spec.fact_args())
+    while is_running(now):
+        reporter.report(now["status"])
+        if time.monotonic() > deadline:
+            logger.error(
+                f"[{host.name}] model: {spec.name} still downloading after {timeout_s}s; it goes on in the "
+                f"background ({spec.unit}); run the deploy again to wait for it"
+            )
+            return False
+        time.sleep(POLL_S)
+        now = host.get_fact(ModelFetch, **spec.fact_args())
+    if now["check_rc"] == 0:
+        logger.info(f"[{host.name}] model: {now['check']}")
+        return True
+    why = failure_line(now, spec)
+    logger.error(f"[{host.name}] model: {spec.name} not complete: {why} (journalctl -u {spec.unit})")
+    return False
+
+
+class _Reporter:
+    """Progress lines for one wait: on every phase change, else every PROGRESS_EVERY_S, with the rate."""
+
+    def __init__(self, host_name: str) -> None:
+        self.host_name = host_name
+        self.phase: str | None = None
+        self.at = 0.0
+        self.bytes = 0
+
+    def report(self, status: dict[str, Any] | None) -> None:
+        now, phase = time.monotonic(), (status or {}).get("phase")
+        if phase == self.phase and now - self.at < PROGRESS_EVERY_S:
+            return
+        done = (status or {}).get("bytes_done") or 0
+        rate = (done - self.bytes) / (now - self.at) if self.at and phase == self.phase and now > self.at else None
+        logger.info(f"[{self.host_name}] model: {progress_line(status, rate)}")
+        self.phase, self.at, self.bytes = phase, now, done
+
+
+@operation()
+def secret_env_file(path: str, variable: str, value: Secret):
+    """`VARIABLE=value` in a root-owned 0600 file, or no file when there is no value. The value travels on
+    stdin (never on a command line or in pyinfra's output) and is compared by its digest only."""
+    secret = value.reveal()
+    found = host.get_fact(SecretFile, path=path)
+    if not secret:
+        if found is None:
+            host.noop(f"no {variable} configured; {path} absent")
+            return
+        yield f"rm -f {shlex.quote(path)}"
+        return
+    content = f"{variable}={secret}\n"
+    want = hashlib.sha256(content.encode()).hexdigest()
+    if found is not None and found == {"mode": "600", "owner": "root:root", "sha256": want}:
+        host.noop(f"{path} is in place")
+        return
+    q = shlex.quote(path)
+    directory = shlex.quote(path.rsplit("/", 1)[0] or "/")
+    script = (
+        # The directory keeps the usual 755 (other stages' config lives there); only the file is private.
+        f'mkdir -p {directory} && umask 077 && tmp=$(mktemp {q}.XXXXXX) && cat > "$tmp" && '
+        f'chown root:root "$tmp" && chmod 600 "$tmp" && mv -f "$tmp" {q}'
+    )
+    yield StringCommand("sh", "-c", shlex.quote(script), _stdin=SecretStdin(content))

@@ -1,0 +1,45 @@
+"""Model (start): the tools venv with huggingface_hub, the fetcher script, the HF token file, and the download
+started as a transient systemd unit, so it runs while the runtime builds and survives an SSH drop.
+
+A complete model (its marker matches model_repo@model_revision) is never fetched again; a running download
+is re-attached to; a broken one starts again (model_fetch.py cleans what a killed client left). A new repo or
+revision downloads beside the old model and model_dir switches to it only once it is complete and verified.
+tasks/model_finish.py waits for it later.
+"""
+
+from pyinfra.api import deploy
+
+from vllm_rig.context import preflight_failed
+from vllm_rig.core.files import config_files, from_repo
+from vllm_rig.core.secrets import Secret
+from vllm_rig.paths import HF_TOKEN_FILE, Layout
+from vllm_rig.settings import Settings
+from vllm_rig.stages.model.operations import FetchSpec, model_fetch_started, secret_env_file
+from vllm_rig.stages.model.tools_venv import tools_venv
+
+# `hf download` of this version was tested against the HF mirror stand-in (shared notes); the runtime venv
+# cannot hold it (transformers 5.12.1 needs huggingface_hub < 2), hence a venv of its own.
+HF_HUB_VERSION = "2.4.0"
+
+
+@deploy("Model (start)")
+def start_model_download(s: Settings) -> None:
+    if preflight_failed():
+        return
+    layout = Layout.of(s)
+    spec = FetchSpec.of(s)
+    tools_venv(
+        name=f"Tools venv with huggingface_hub {HF_HUB_VERSION}",
+        path=layout.tools_venv,
+        package="huggingface_hub",
+        version=HF_HUB_VERSION,
+        index_url=s.pip_index_url,
+    )
+    config_files(name="Model fetcher", files=(from_repo(layout.model_fetch, "vllm_rig/host/model_fetch.py", "755"),))
+    secret_env_file(
+        name="HF token for the download (root only)" if s.hf_token else "No HF token on the host",
+        path=HF_TOKEN_FILE,
+        variable="HF_TOKEN",
+        value=Secret(s.hf_token),
+    )
+    model_fetch_started(name=f"Download {spec.name} in the background", spec=spec)

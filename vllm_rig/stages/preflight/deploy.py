@@ -1,0 +1,40 @@
+"""Preflight: every read-only check before anything changes, one verdict per host.
+
+A failing host stops here with the reason and the way out; the others carry on. The verdict is a
+table in the output, or one JSON line with `--data preflight_report=json`.
+"""
+
+from pyinfra import host, logger
+from pyinfra import state as run_state
+from pyinfra.api import deploy
+
+from vllm_rig.context import host_state
+from vllm_rig.core.checks import require
+from vllm_rig.settings import Settings
+from vllm_rig.stages.model.facts import ModelPreflight, preflight_stdin
+from vllm_rig.stages.preflight import checks as preflight
+from vllm_rig.stages.preflight.gpu_facts import NvidiaGpus, NvidiaTopology
+
+
+@deploy("Preflight")
+def check_host(s: Settings) -> None:
+    state = host_state()
+    gpus = host.get_fact(NvidiaGpus)
+    topo = host.get_fact(NvidiaTopology) if gpus and gpus["rc"] == 0 and s.gpu_count > 1 else None
+    model = host.get_fact(
+        ModelPreflight,
+        endpoint=s.hf_endpoint,
+        repo=s.model_repo,
+        revision=s.model_revision,
+        dest=s.model_dir,
+        _stdin=preflight_stdin(s.hf_token),  # the checker and the token go on stdin, never on a command line
+    )
+    checks = preflight.verdict(state, gpus, topo, s, model=model)
+    report = preflight.render_json if s.preflight_report == "json" else preflight.render_table
+    logger.info(report(host.name, checks))
+    if preflight.has_failures(checks):
+        failed = "; ".join(f"{c.name}: {c.detail} -> {c.way_out}" for c in checks if c.status == "fail")
+        require(name="Preflight verdict: FAIL", problem=lambda: f"preflight failed: {failed}")
+        # The verdict is known now, while the run is planned: a --dry run (which executes nothing, so the
+        # check above never runs) still ends non-zero for this host, as the real run would.
+        run_state.failed_hosts.add(run_state.inventory.get_host(host.name))

@@ -1,0 +1,176 @@
+"""Runtime: the venv with the pinned torch stack, the SM75 vLLM fork built at a pinned commit with
+FlashInfer's SM75 fix and FlashQLA, named by its build fingerprint, checked, then switched in.
+
+<install_root>/runtimes/<fingerprint>/ holds one runtime (venv/, src/vllm, src/flashqla, src/deps/);
+`current` points at the one the service runs, `previous` at the last good one. A changed fingerprint
+builds a new runtime beside the old; a failed build leaves `current` alone. The build runs on the host
+as a transient systemd unit (log under /var/lib/vllm-rig/logs/): an SSH drop does not stop it and a
+re-run re-attaches. A changed kernel or driver clears the JIT caches without a rebuild. The service
+stage restarts a service that runs an older runtime or cleared caches (after the GPU verdict, which
+stops it anyway: one restart, not two). Rollback: `sudo <install_root>/bin/vllm-rig-rollback`.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from pyinfra import host
+from pyinfra.api import deploy
+
+from vllm_rig import paths
+from vllm_rig.context import host_state, preflight_failed
+from vllm_rig.core.checks import require
+from vllm_rig.core.facts import FileText
+from vllm_rig.core.files import config_files, from_repo, rendered, text
+from vllm_rig.core.git import GitSource, git_checkouts
+from vllm_rig.core.packages import distro_packages
+from vllm_rig.core.users import service_user
+from vllm_rig.paths import STATE_DIR, Layout
+from vllm_rig.settings import Settings
+from vllm_rig.stages.runtime import plan as runtime
+from vllm_rig.stages.runtime.facts import RuntimeState
+from vllm_rig.stages.runtime.operations import (
+    Directory,
+    build_runtime,
+    clear_host_caches,
+    directories,
+    switch_runtime,
+    warm_flashqla,
+)
+from vllm_rig.stages.service.unit import environment
+
+# What the fork's build and FlashQLA's extension need from the distribution (Python.h, a C/C++
+# compiler, git for the sources, ccache so a re-run recompiles only what changed).
+BUILD_PACKAGES = ("gcc", "g++", "make", "git", "ccache", "ca-certificates")
+FLASHQLA_EXTENSION = "flash_qla_legacy_gdn"
+FLASHQLA_LOAD = "from flash_qla.ops.gated_delta_rule.legacy import sm_legacy; sm_legacy._load_ext()"
+
+
+def build_packages(python_version: str) -> list[str]:
+    return [*BUILD_PACKAGES, f"python{python_version}-dev", f"python{python_version}-venv"]
+
+
+def jit_caches(layout: Layout) -> list[str]:
+    """Shell words for the caches a new kernel or driver invalidates (the service user's)."""
+    home = layout.service_home
+    return [
+        shlex.quote(f"{home}/.cache/flashinfer"),
+        shlex.quote(f"{home}/.triton"),
+        shlex.quote(layout.torch_extensions_dir) + "/*",
+        shlex.quote(f"{home}/.cache/vllm/") + "gpu_p2p_access_cache*",
+    ]
+
+
+def flashqla_warm_command(s: Settings, layout: Layout) -> str:
+    """Load FlashQLA's extension exactly as the service will: its user, its environment, through `current`."""
+    env = " ".join(shlex.quote(f"{name}={value}") for name, value in environment(s, layout))
+    return (
+        f"cd {shlex.quote(layout.fork_src)} && runuser -u {shlex.quote(s.service_user)} -- "
+        f"env -i {env} {shlex.quote(layout.python)} -c {shlex.quote(FLASHQLA_LOAD)}"
+    )
+
+
+@deploy("Runtime")
+def install_runtime(s: Settings) -> None:
+    if preflight_failed():
+        return
+    layout = Layout.of(s)
+    box = host_state()  # CPUs and RAM: the run does not change them
+    if not box:
+        return  # the host's state could not be read: preflight has already failed it
+    inputs = runtime.build_inputs(s)
+    fp = runtime.fingerprint(inputs)
+    choice = runtime.choose(fp, host.get_fact(RuntimeState, root=s.install_root), s.force_rebuild)
+    dirs = runtime.RuntimeDirs(s.install_root, choice.name)
+    jobs = runtime.max_jobs(s.build_max_jobs, box["cpus"], box["ram_gb"])
+    user = s.service_user
+
+    distro_packages(
+        name="Build tools and Python headers from the distribution", packages=build_packages(s.python_version)
+    )
+    service_user(layout, box["gpu_groups"])  # the build warms FlashQLA's extension as this user
+    directories(
+        name="Runtime, cache and log directories; the service user's torch extensions",
+        dirs=(
+            Directory(dirs.runtimes),
+            Directory(dirs.cache),
+            Directory(paths.LOG_DIR),
+            Directory(layout.torch_extensions_dir, user=user, group=user),  # stable and writable
+        ),
+    )
+    config_files(
+        name="FlashInfer SM75 check (the service's ExecStartPre), build and rollback scripts",
+        files=(
+            from_repo(layout.flashinfer_check, "vllm_rig/host/check-flashinfer-pr3621-sm75.sh", mode="755"),
+            from_repo(dirs.build_script, "vllm_rig/host/runtime_build.py"),
+            rendered(
+                dirs.rollback_script,
+                "vllm_rig/stages/runtime/templates/vllm-rig-rollback.sh.j2",
+                mode="755",
+                script=dirs.rollback_script,
+                root=s.install_root,
+                service=s.service_name,
+                flashinfer_cache=shlex.quote(f"{layout.service_home}/.cache/flashinfer"),
+                state_dir=STATE_DIR,
+                switched_stamp=paths.SWITCHED_STAMP,
+                flashqla_warm=flashqla_warm_command(s, layout),
+                flashqla_stamp=paths.FLASHQLA_STAMP,
+            ),
+        ),
+    )
+    require(
+        name="The runtime these settings build was not rolled back",
+        problem=lambda: _rolled_back(s, inputs, choice),
+    )
+    config_files(name=f"Runtime {choice.name}", files=(text(dirs.fingerprint_file, fp + "\n"),))
+    git_checkouts(
+        name="Fork, FlashQLA, CUTLASS, Triton and the FetchContent sources at their pins",
+        sources=tuple(
+            GitSource(label, url, ref, dest, f"{dirs.cache}/git/{runtime.cache_name(url)}.git")
+            for label, url, ref, dest in runtime.git_sources(s, dirs)
+        ),
+    )
+    spec = runtime.build_spec(s, dirs, fp, inputs, jobs)
+    build_runtime(
+        name=f"Build runtime {choice.name} (MAX_JOBS={jobs}, TORCH_CUDA_ARCH_LIST={s.gpu_compute_capability})",
+        runtime=dirs.dir,
+        unit=dirs.unit,
+        script=dirs.build_script,
+        spec=dirs.spec,
+        spec_text=json.dumps(spec, indent=1, sort_keys=True) + "\n",
+        log=dirs.log,
+        timeout_s=s.build_timeout_s,
+    )
+    switch_runtime(
+        name=f"current -> {choice.name}, the one before kept as previous, older ones removed",
+        root=s.install_root,
+        target=choice.name,
+        flashinfer_cache=f"{layout.service_home}/.cache/flashinfer",
+        stamp=paths.SWITCHED_STAMP,
+    )
+    clear_host_caches(
+        name="JIT caches cleared when the kernel or driver changed",
+        record=paths.HOST_FINGERPRINT,
+        caches=jit_caches(layout),
+    )
+    warm_flashqla(
+        name="FlashQLA extension built for the current runtime",
+        root=s.install_root,
+        stamp=paths.FLASHQLA_STAMP,
+        library=f"{layout.torch_extensions_dir}/{FLASHQLA_EXTENSION}/{FLASHQLA_EXTENSION}.so",
+        command=flashqla_warm_command(s, layout),
+    )
+
+
+def _rolled_back(s: Settings, inputs: dict, choice: runtime.Choice) -> str | None:
+    """The settings' runtime is one that was rolled back from (only a person's rollback makes it so, never an
+    earlier operation of this run: the choice read when the stage was planned holds)."""
+    if choice.action != "rolled-back":
+        return None
+    record = host.get_fact(FileText, path=f"{s.install_root}/current/runtime.json")
+    try:
+        running = json.loads(record or "{}").get("inputs", {})
+    except ValueError:
+        running = {}
+    return runtime.rolled_back_problem(choice.name, s.install_root, runtime.input_differences(inputs, running))

@@ -1,0 +1,262 @@
+"""What the runtime stage reads off a host: its runtimes and links, git checkouts, the build unit, the
+host fingerprint (kernel, driver), the FlashQLA extension and whether the service runs stale code.
+
+Each fact is one remote command; parsers are pure functions (tests/unit/test_runtime_facts.py)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+from pyinfra.api import FactBase
+
+from vllm_rig.core.facts import first_line, split_sections
+
+
+def _sh(script: str) -> str:
+    return "sh -c " + shlex.quote(script)
+
+
+class RuntimeState(FactBase):
+    """{"current": name|None, "previous": name|None, "runtimes": {name: {"fingerprint", "complete",
+    "rolled_back", "building"}}} under <root>/runtimes. `building`: its build unit is running."""
+
+    def command(self, root: str) -> str:
+        r = shlex.quote(root)
+        return _sh(
+            f"echo @@current; readlink {r}/current || true; echo @@previous; readlink {r}/previous || true; "
+            f'echo @@runtimes; for d in {r}/runtimes/*/; do [ -d "$d" ] || continue; n=$(basename "$d"); '
+            'printf "%s\\t%s\\t%s\\t%s\\t%s\\n" "$n" "$(cat "$d/fingerprint" 2>/dev/null)" '
+            '"$(test -f "$d/runtime.json" && echo complete)" "$(test -f "$d/rolled-back" && echo rolled-back)" '
+            '"$(systemctl is-active "vllm-rig-build-$n.service" 2>/dev/null)"; done'
+        )
+
+    def process(self, output: list[str]) -> dict[str, Any]:
+        return parse_runtime_state(output)
+
+    @staticmethod
+    def default() -> dict[str, Any]:
+        return {"current": None, "previous": None, "runtimes": {}}
+
+
+def parse_runtime_state(output: list[str]) -> dict[str, Any]:
+    raw = split_sections(output)
+    runtimes = {}
+    for line in raw.get("runtimes", []):
+        fields = (line.rstrip("\n").split("\t") + [""] * 5)[:5]
+        if fields[0]:
+            runtimes[fields[0]] = {
+                "fingerprint": fields[1].strip(),
+                "complete": fields[2].strip() == "complete",
+                "rolled_back": fields[3].strip() == "rolled-back",
+                "building": fields[4].strip() in ("active", "activating"),
+            }
+    return {
+        "current": _link_name(raw.get("current")),
+        "previous": _link_name(raw.get("previous")),
+        "runtimes": runtimes,
+    }
+
+
+def _link_name(lines: list[str] | None) -> str | None:
+    target = first_line(lines)
+    return target.rstrip("/").rsplit("/", 1)[-1] if target else None
+
+
+class GitCheckouts(FactBase):
+    """{path: {"head": sha|None, "tag": the commit `ref` names as a tag there, or None}} for many checkouts,
+    in one command. `checkouts`: (path, ref) pairs."""
+
+    def command(self, checkouts: tuple[tuple[str, str], ...]) -> str:
+        script = (
+            'while [ $# -gt 1 ]; do h=$(git -C "$1" rev-parse -q --verify HEAD 2>/dev/null); '
+            't=$(git -C "$1" rev-parse -q --verify "refs/tags/$2^{commit}" 2>/dev/null); '
+            'printf "%s\\t%s\\t%s\\n" "$1" "$h" "$t"; shift 2; done'
+        )
+        args = " ".join(shlex.quote(x) for pair in checkouts for x in pair)
+        return f"sh -c {shlex.quote(script)} checkouts {args}"
+
+    def process(self, output: list[str]) -> dict[str, dict[str, str | None]]:
+        found = {}
+        for line in output:
+            path, head, tag = (line.rstrip("\n").split("\t") + ["", "", ""])[:3]
+            if path:
+                found[path] = {"head": head.strip() or None, "tag": tag.strip() or None}
+        return found
+
+    @staticmethod
+    def default() -> dict[str, dict[str, str | None]]:
+        return {}
+
+
+class DirsState(FactBase):
+    """{path: "mode user group" or None when it is not a directory}, for many paths in one command."""
+
+    def command(self, paths: tuple[str, ...]) -> str:
+        script = (
+            'for p in "$@"; do if [ -d "$p" ]; then printf "%s\\t%s\\n" "$p" "$(stat -c "%a %U %G" "$p")"; '
+            'else printf "%s\\t-\\n" "$p"; fi; done'
+        )
+        return f"sh -c {shlex.quote(script)} dirs " + " ".join(shlex.quote(p) for p in paths)
+
+    def process(self, output: list[str]) -> dict[str, str | None]:
+        found: dict[str, str | None] = {}
+        for line in output:
+            path, _, state = line.rstrip("\n").partition("\t")
+            found[path] = None if state.strip() in ("-", "") else state.strip()
+        return found
+
+    @staticmethod
+    def default() -> dict[str, str | None]:
+        return {}
+
+
+def checkout_matches(found: dict[str, str | None], ref: str) -> bool:
+    """A checkout is at `ref` when HEAD is that commit, or `ref` is a tag there that points at HEAD."""
+    head = found.get("head")
+    return bool(head) and (head == ref or found.get("tag") == head)
+
+
+class BuildState(FactBase):
+    """The build of one runtime: {"complete", "unit": {ActiveState, Result, InvocationID, ...},
+    "status": the build script's status.json or {}, "others": other active vllm-rig-build units}."""
+
+    def command(self, runtime: str, unit: str) -> str:
+        d, u = shlex.quote(runtime), shlex.quote(unit)
+        return _sh(
+            f"echo @@complete; test -f {d}/runtime.json && echo yes; "
+            f"echo @@unit; systemctl show {u} -p ActiveState -p Result -p InvocationID -p ExecMainStatus "
+            "-p ActiveEnterTimestampMonotonic 2>/dev/null || true; "
+            f"echo @@status; cat {d}/.build/status.json 2>/dev/null || true; "
+            "echo @@others; systemctl list-units --plain --no-legend --state=active,activating "
+            "'vllm-rig-build-*' 2>/dev/null | awk '{print $1}' || true"
+        )
+
+    def process(self, output: list[str]) -> dict[str, Any]:
+        return parse_build_state(output)
+
+    @staticmethod
+    def default() -> dict[str, Any]:
+        return parse_build_state([])
+
+
+def parse_build_state(output: list[str]) -> dict[str, Any]:
+    raw = split_sections(output)
+    unit = dict(line.strip().split("=", 1) for line in raw.get("unit", []) if "=" in line)
+    try:
+        status = json.loads("\n".join(raw.get("status", [])) or "{}")
+    except ValueError:
+        status = {}
+    return {
+        "complete": first_line(raw.get("complete")) == "yes",
+        "unit": unit,
+        "active": unit.get("ActiveState") in ("active", "activating", "reloading"),
+        "status": status if isinstance(status, dict) else {},
+        "others": sorted(line.strip() for line in raw.get("others", []) if line.strip()),
+    }
+
+
+class LogProgress(FactBase):
+    """The build log after line `seen`: {"count": complete lines now, "lines": the progress lines among the
+    new ones (step lines, the build's [n/m] lines, start and success)}. Counting whole lines means a line
+    being written is never shown half, nor twice."""
+
+    def command(self, path: str, seen: int) -> str:
+        p = shlex.quote(path)
+        return _sh(
+            f"n=$(wc -l < {p} 2>/dev/null || echo 0); echo @@count; echo $n; echo @@lines; "
+            f"awk -v a={int(seen)} -v b=\"$n\" 'NR > a && NR <= b' {p} 2>/dev/null | "
+            "grep -E '^\\s*(==> |\\[[0-9]+/[0-9]+\\] |BUILD (START|OK))' | tail -n 20 || true"
+        )
+
+    def process(self, output: list[str]) -> dict[str, Any]:
+        raw = split_sections(output)
+        count = first_line(raw.get("count")) or "0"
+        return {"count": int(count) if count.isdigit() else 0, "lines": [x.rstrip() for x in raw.get("lines", [])]}
+
+    @staticmethod
+    def default() -> dict[str, Any]:
+        return {"count": 0, "lines": []}
+
+
+class LogTail(FactBase):
+    """The last `count` lines of a log (for an error report)."""
+
+    def command(self, path: str, count: int = 25) -> str:
+        return f"tail -n {int(count)} {shlex.quote(path)} 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> list[str]:
+        return [line.rstrip() for line in output]
+
+    @staticmethod
+    def default() -> list[str]:
+        return []
+
+
+class HostFingerprint(FactBase):
+    """{"now": "kernel=<release> driver=<loaded nvidia module version>", "recorded": the record or None}.
+    JIT caches (FlashInfer, Triton, torch extensions, vLLM's P2P cache) are valid for one of these."""
+
+    def command(self, record: str) -> str:
+        return _sh(
+            "echo @@kernel; uname -r; echo @@driver; cat /sys/module/nvidia/version 2>/dev/null || true; "
+            f"echo @@recorded; cat {shlex.quote(record)} 2>/dev/null || true"
+        )
+
+    def process(self, output: list[str]) -> dict[str, str | None]:
+        raw = split_sections(output)
+        now = f"kernel={first_line(raw.get('kernel')) or 'unknown'} driver={first_line(raw.get('driver')) or 'none'}"
+        return {"now": now, "recorded": first_line(raw.get("recorded"))}
+
+
+class FlashQlaExtension(FactBase):
+    """{"current": the runtime `current` resolves to, "stamp": the runtime it was built for, "built": the
+    extension's library exists}."""
+
+    def command(self, root: str, stamp: str, library: str) -> str:
+        return _sh(
+            f"echo @@current; readlink -f {shlex.quote(root)}/current 2>/dev/null || true; "
+            f"echo @@stamp; cat {shlex.quote(stamp)} 2>/dev/null || true; "
+            f"echo @@built; test -f {shlex.quote(library)} && echo yes || true"
+        )
+
+    def process(self, output: list[str]) -> dict[str, Any]:
+        raw = split_sections(output)
+        return {
+            "current": first_line(raw.get("current")),
+            "stamp": first_line(raw.get("stamp")),
+            "built": first_line(raw.get("built")) == "yes",
+        }
+
+
+class ServiceFreshness(FactBase):
+    """Whether the service runs code or caches older than the last change: {"state", "started",
+    "changed"} with times in epoch seconds (host clock). `changed`: newest mtime of the stamp files."""
+
+    def command(self, service: str, stamps: list[str]) -> str:
+        unit = shlex.quote(f"{service}.service")
+        files = " ".join(shlex.quote(s) for s in stamps)
+        return _sh(
+            f"echo @@state; systemctl show {unit} -p ActiveState --value 2>/dev/null || true; "
+            f"pid=$(systemctl show {unit} -p MainPID --value 2>/dev/null); "
+            'echo @@started; if [ -n "$pid" ] && [ "$pid" != 0 ]; then '
+            'echo $(( $(date +%s) - $(ps -o etimes= -p "$pid" || echo 0) )); fi; '
+            f"echo @@changed; stat -c %Y {files} 2>/dev/null | sort -n | tail -n 1 || true"
+        )
+
+    def process(self, output: list[str]) -> dict[str, Any]:
+        raw = split_sections(output)
+        started, changed = first_line(raw.get("started")), first_line(raw.get("changed"))
+        return {
+            "state": first_line(raw.get("state")) or "unknown",
+            "started": int(started) if started and started.lstrip("-").isdigit() else None,
+            "changed": int(changed) if changed and changed.isdigit() else None,
+        }
+
+
+def restart_needed(found: dict[str, Any]) -> bool:
+    """The service runs (or starts) and began before the runtime or its caches last changed."""
+    if found["state"] not in ("active", "activating", "reloading"):
+        return False
+    return found["started"] is not None and found["changed"] is not None and found["started"] < found["changed"]

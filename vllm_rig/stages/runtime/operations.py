@@ -1,0 +1,225 @@
+"""Operations of the runtime stage: build a runtime in a transient systemd unit and wait for it (or
+re-attach), switch `current` atomically, prune old runtimes, clear JIT caches when the host changed,
+build FlashQLA's extension the way the service will load it, and restart a service that runs stale code.
+
+Each is decided by a fact read when it runs, so a second deploy changes nothing and a failed one heals.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from io import BytesIO
+
+from pyinfra import host, logger, state
+from pyinfra.api import FileUploadCommand, FunctionCommand, operation
+
+from vllm_rig.core.checks import fail_host
+from vllm_rig.stages.runtime.facts import (
+    BuildState,
+    DirsState,
+    FlashQlaExtension,
+    HostFingerprint,
+    LogProgress,
+    LogTail,
+    RuntimeState,
+    ServiceFreshness,
+    restart_needed,
+)
+
+POLL_S = 3.0  # how often the deploy looks at a running build
+GRACE_S = 120  # waiting past the unit's own RuntimeMaxSec before giving up on it
+
+
+def _say(message: str) -> None:
+    """Log when the operation runs, not while pyinfra plans it (an op body runs at both)."""
+    if state.is_executing:
+        logger.info(f"[{host.name}] {message}")
+
+
+def start_command(unit: str, runtime: str, script: str, spec: str, log: str, timeout_s: int) -> str:
+    """systemd-run for the build: a transient unit that outlives the SSH session, logs to `log`, and is
+    stopped by systemd itself after timeout_s (RuntimeMaxSec)."""
+    u, lg = shlex.quote(unit), shlex.quote(log)
+    props = [
+        f"--property=RuntimeMaxSec={int(timeout_s)}",
+        f"--property=StandardOutput=append:{log}",
+        f"--property=StandardError=append:{log}",
+        "--property=Nice=5",  # the box stays responsive (and reachable) while every core compiles
+    ]
+    return (
+        f"mkdir -p $(dirname {lg}) && {{ systemctl reset-failed {u} 2>/dev/null || true; }} && "
+        f"systemd-run --quiet --unit={u} --description={shlex.quote('vllm-rig runtime build ' + runtime)} "
+        f"--working-directory={shlex.quote(runtime)} --setenv=HOME=/root "
+        + " ".join(shlex.quote(p) for p in props)
+        + f" /usr/bin/python3 {shlex.quote(script)} {shlex.quote(spec)}"
+    )
+
+
+@dataclass(frozen=True)
+class Directory:
+    path: str
+    mode: str = "755"  # octal, as stat %a prints it
+    user: str = "root"
+    group: str = "root"
+
+    @property
+    def state(self) -> str:
+        return f"{self.mode} {self.user} {self.group}"
+
+
+@operation()
+def directories(dirs: tuple[Directory, ...]):
+    """Each directory exists with its mode and owner; all read with one command."""
+    found = host.get_fact(DirsState, paths=tuple(d.path for d in dirs))
+    stale = [d for d in dirs if found.get(d.path) != d.state]
+    if not stale:
+        host.noop(f"{len(dirs)} directories in place")
+        return
+    for d in stale:
+        path = shlex.quote(d.path)
+        yield f"mkdir -p {path} && chown {d.user}:{d.group} {path} && chmod {d.mode} {path}"
+
+
+@operation()
+def build_runtime(runtime: str, unit: str, script: str, spec: str, spec_text: str, log: str, timeout_s: int):
+    """Build the runtime unless it is complete: write its spec (0600: index URLs may carry credentials)
+    and start the build unit, or re-attach to the one running; then follow it with progress until it
+    ends or timeout_s passes. A complete runtime keeps the spec it was built from."""
+    state = host.get_fact(BuildState, runtime=runtime, unit=unit)
+    if state["complete"]:
+        host.noop(f"{runtime} is built")
+        return
+    others = [u for u in state["others"] if u != unit]
+    if others:
+        yield FunctionCommand(fail_host, (f"another runtime build is running ({', '.join(others)}); wait for it",), {})
+        return
+    seen = host.get_fact(LogProgress, path=log, seen=0)["count"]  # lines of earlier attempts are not news
+    if state["active"]:
+        invocation = state["unit"].get("InvocationID")
+        _say(f"re-attaching to the running build {unit} (invocation {invocation})")
+    else:
+        yield FileUploadCommand(BytesIO(spec_text.encode()), spec, remote_temp_filename=host.get_temp_filename(spec))
+        yield f"chown root:root {shlex.quote(spec)} && chmod 600 {shlex.quote(spec)}"
+        yield start_command(unit, runtime, script, spec, log, timeout_s)
+    yield FunctionCommand(_follow, (runtime, unit, log, timeout_s, seen), {})
+
+
+def _follow(state, host, runtime: str, unit: str, log: str, timeout_s: int, seen: int) -> bool:  # noqa: ARG001
+    """Print the build's progress lines as they come; True when the runtime is complete."""
+    deadline = time.monotonic() + timeout_s + GRACE_S
+    logger.info(f"[{host.name}] building {runtime} in {unit}; log: {log}")
+    last_shown = ""
+    while True:
+        progress = host.get_fact(LogProgress, path=log, seen=seen)
+        seen = max(seen, progress["count"])
+        for line in _worth_showing(progress["lines"], last_shown):
+            logger.info(f"[{host.name}] build: {line}")
+            last_shown = line
+        found = host.get_fact(BuildState, runtime=runtime, unit=unit)
+        if not found["active"]:
+            return _verdict(host, found, runtime, unit, log)
+        if time.monotonic() > deadline:
+            logger.error(
+                f"[{host.name}] the build is still running after {timeout_s}s (build_timeout_s); it goes on on "
+                f"the host: re-run the deploy to re-attach, or `systemctl stop {unit}`; log: {log}"
+            )
+            return False
+        time.sleep(POLL_S)
+
+
+def _worth_showing(lines: list[str], last: str) -> list[str]:
+    """In order: every step line, and of each run of [n/m] compile lines only its newest (the output stays
+    short however fast the build goes)."""
+    lines = [line.strip() for line in lines if line.strip()]
+    shown = []
+    for i, line in enumerate(lines):
+        is_count = line.startswith("[")
+        next_is_count = i + 1 < len(lines) and lines[i + 1].startswith("[")
+        if is_count and (next_is_count or line == last):
+            continue
+        shown.append(line)
+    return shown
+
+
+def _verdict(host, found: dict, runtime: str, unit: str, log: str) -> bool:
+    if found["complete"]:
+        logger.info(f"[{host.name}] built {runtime}")
+        return True
+    result = found["unit"].get("Result") or "unknown"
+    if result == "timeout":
+        error = "the build ran longer than build_timeout_s and systemd stopped it (raise build_timeout_s)"
+    else:
+        error = found["status"].get("error") or f"the build unit ended without finishing ({result})"
+    tail = host.get_fact(LogTail, path=log, count=25)
+    logger.error(f"[{host.name}] runtime build failed: {error}\n  last lines of {log}:\n    " + "\n    ".join(tail))
+    logger.error(f"[{host.name}] `current` is unchanged; fix the cause and re-run the deploy (it resumes)")
+    return False
+
+
+@operation()
+def switch_runtime(root: str, target: str, flashinfer_cache: str, stamp: str):
+    """Point `current` at runtimes/<target> (atomic rename of a new symlink) and keep the old one as
+    `previous`; clear FlashInfer's JIT cache (its headers came with the runtime) and touch `stamp`. Then
+    delete the runtimes that are neither (superseded or failed builds) unless their build still runs;
+    their logs stay."""
+    state = host.get_fact(RuntimeState, root=root)
+    current, previous = state["current"], state["previous"]
+    r = shlex.quote(root)
+    if current != target:
+        _say(f"switching current: {current or '(none)'} -> {target}")
+        new = shlex.quote(f"{root}/runtimes/{target}")
+        yield f"ln -sfn {new} {r}/.current.new && mv -T {r}/.current.new {r}/current"
+        if current and current in state["runtimes"]:
+            old = shlex.quote(f"{root}/runtimes/{current}")
+            yield f"ln -sfn {old} {r}/.previous.new && mv -T {r}/.previous.new {r}/previous"
+            previous = current
+        yield f"rm -rf {shlex.quote(flashinfer_cache)} && mkdir -p $(dirname {stamp}) && touch {shlex.quote(stamp)}"
+    keep = {target, previous}
+    doomed = sorted(n for n, info in state["runtimes"].items() if n not in keep and not info["building"])
+    if doomed:
+        _say(f"removing old runtimes: {', '.join(doomed)}")
+        yield "rm -rf " + " ".join(shlex.quote(f"{root}/runtimes/{n}") for n in doomed)
+    elif current == target:
+        host.noop(f"current is {target}; no old runtimes")
+
+
+@operation()
+def clear_host_caches(record: str, caches: Sequence[str]):
+    """When the kernel or the driver is not what the JIT caches were made with, delete those caches (no
+    recompile of the runtime), then record the new host fingerprint. `caches`: shell words, globs allowed."""
+    found = host.get_fact(HostFingerprint, record=record)
+    if found["recorded"] == found["now"]:
+        host.noop(f"host unchanged ({found['now']})")
+        return
+    _say(f"host changed ({found['recorded'] or 'first run'} -> {found['now']}): clearing JIT caches")
+    yield "rm -rf " + " ".join(caches)  # globs (vLLM's P2P cache files) are left to the shell
+    path = shlex.quote(record)
+    yield f"mkdir -p $(dirname {path}) && printf '%s\\n' {shlex.quote(found['now'])} > {path}"
+
+
+@operation()
+def warm_flashqla(root: str, stamp: str, library: str, command: str):
+    """Build FlashQLA's extension at deploy time, as the service user with the service's environment and
+    through `current` (the paths the service imports it by), so the first request does not compile it."""
+    found = host.get_fact(FlashQlaExtension, root=root, stamp=stamp, library=library)
+    if not found["current"]:
+        host.noop("no current runtime")
+        return
+    if found["built"] and found["stamp"] == found["current"]:
+        host.noop(f"FlashQLA extension built for {found['current']}")
+        return
+    yield f"{command} && printf '%s\\n' {shlex.quote(found['current'])} > {shlex.quote(stamp)}"
+
+
+@operation()
+def restart_if_stale(service: str, stamps: Sequence[str]):
+    """`systemctl try-restart` when the service started before the runtime was switched or its caches were
+    cleared (also after a deploy that was cut between the switch and the restart)."""
+    found = host.get_fact(ServiceFreshness, service=service, stamps=list(stamps))
+    if not restart_needed(found):
+        host.noop(f"{service} is {found['state']}; nothing newer to load")
+        return
+    yield f"systemctl try-restart {shlex.quote(service + '.service')}"

@@ -1,0 +1,256 @@
+"""The runtime stage's decisions as pure functions: what a build is made of (its fingerprint), where it
+goes, how many compile jobs it may run, which runtime directory a deploy uses, and the build spec the
+host-side build script (vllm_rig/host/runtime_build.py) reads.
+
+A runtime is named by its build fingerprint: the hash of everything that changes what gets built (the
+CUDA toolkit, Python, the arch list, the pins, the fork/FlashQLA/CUTLASS/Triton commits, FlashInfer and
+its fix). Where things come from (index and mirror URLs) is not part of it: the same pins from a mirror
+are the same build. A changed fingerprint builds a new runtime beside the old one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from packaging.version import Version
+
+from vllm_rig.paths import Layout, RuntimeDirs
+from vllm_rig.settings import Settings
+
+# Bump when the build script changes what a runtime contains, so every host builds anew.
+BUILD_FORMAT = 3
+NAME_LENGTH = 16  # hex digits of the fingerprint in a runtime's directory name
+JOB_CAP = 8  # the fork's build.sh caps automatic MAX_JOBS at 8
+GB_PER_JOB = 3  # ... and allows about 3 GB of RAM per compile job
+GB_RESERVED = 3  # ... after keeping 3 GB for the system
+
+# Packages the fork's requirements may name that never go into a runtime: flashinfer-jit-cache's AOT
+# kernels bypass the patched headers, and flashinfer-cubin holds no SM75 kernels (and is not published
+# for every FlashInfer release).
+DROPPED_PACKAGES = ("flashinfer-cubin", "flashinfer-jit-cache")
+
+# What comes from the torch index's CUDA lane, as the fork's build.sh installs it (torch, torchaudio and
+# torchvision at the fork's validated versions; triton is torch's own pin).
+TORCH_LANE_PACKAGES = ("torch", "torchvision", "torchaudio", "triton")
+FLASHINFER = "flashinfer-python"
+
+
+def torch_lane(index_url: str) -> str:
+    """The CUDA lane of a torch index URL (".../whl/cu128/" -> "cu128"); the URL itself when it names none."""
+    match = re.search(r"/(cu\d+|cpu|rocm[\d.]+|xpu)/?$", index_url)
+    return match.group(1) if match else index_url
+
+
+def build_inputs(s: Settings) -> dict[str, Any]:
+    """Everything that changes what gets built. Its hash names the runtime."""
+    patch = s.flashinfer_patch_data()
+    return {
+        "format": BUILD_FORMAT,
+        "cuda": s.cuda_version,
+        "python": s.python_version,
+        "arch_list": s.gpu_compute_capability,
+        "torch": s.torch_version,
+        "torchvision": s.torchvision_version,
+        "torchaudio": s.torchaudio_version,
+        "torch_lane": torch_lane(s.torch_index_url),
+        "triton": s.triton_version,
+        "transformers": s.transformers_version,
+        "numpy": s.numpy_version,
+        "fork": s.fork_ref,
+        "flashqla": s.flashqla_ref,
+        "cutlass": s.cutlass_ref,
+        "triton_src": s.triton_src_ref,
+        "flashinfer": s.flashinfer_version,
+        "requirement_overrides": s.requirement_overrides(),
+        "flashinfer_fix": None if patch is None else {"patch": patch["patch"], "files": _fix_hashes(patch)},
+        "fetchcontent": fetchcontent_inputs(s),
+    }
+
+
+def _fix_hashes(patch: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """Each fixed header's sha256 before and after: what the fix is. Its URL only says where it comes from."""
+    return {path: {"before": f["before"], "after": f["after"]} for path, f in patch["files"].items()}
+
+
+def fix_download(s: Settings, patch: dict[str, Any]) -> dict[str, Any]:
+    """The fix as the build needs it: each fixed header's URL (mirror prefix in front) and its sha256s."""
+    files = {path: {**f, "url": s.git_mirror_prefix + f["url"]} for path, f in patch["files"].items()}
+    return {"patch": patch["patch"], "files": files}
+
+
+def runtime_pins(s: Settings) -> dict[str, str]:
+    """Exact versions the runtime must end up with (pip name -> version)."""
+    return {
+        "torch": s.torch_version,
+        "torchvision": s.torchvision_version,
+        "torchaudio": s.torchaudio_version,
+        "triton": s.triton_version,
+        "transformers": s.transformers_version,
+        "numpy": s.numpy_version,
+        FLASHINFER: s.flashinfer_version,
+    }
+
+
+def fingerprint(inputs: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def max_jobs(setting: int | str, threads: int, ram_gb: float) -> int:
+    """MAX_JOBS: the setting when it is a number, else min(8, threads, (RAM GB - 3) / 3), at least 1."""
+    if setting != "auto":
+        return int(setting)
+    return max(1, min(JOB_CAP, threads, int((ram_gb - GB_RESERVED) // GB_PER_JOB)))
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Which runtime directory this deploy uses, and what it has to do there."""
+
+    name: str
+    action: str  # "keep" (current, complete), "switch" (complete), "build" (new or resumed), "rolled-back"
+
+
+def runtime_names(fp: str) -> list[str]:
+    """Names a fingerprint's runtimes may take: <fp16>, then <fp16>-2, -3 ... for forced rebuilds."""
+    base = fp[:NAME_LENGTH]
+    return [base] + [f"{base}-{i}" for i in range(2, 100)]
+
+
+def choose(fp: str, state: dict[str, Any], force: bool) -> Choice:
+    """Pick the runtime directory for fingerprint `fp`, given the host's runtimes (facts.runtime.RuntimeState).
+
+    Without force: the current runtime when it is this build; else a complete one to switch to; else an
+    unfinished one to resume (a re-run re-attaches to its build); else a new directory. A complete runtime
+    that was rolled back away from is not switched to again (the deploy stops and says why). With force:
+    resume an unfinished one, else a new directory beside the others.
+    """
+    runtimes: dict[str, dict[str, Any]] = state.get("runtimes", {})
+    names = runtime_names(fp)
+    mine = [n for n in names if n in runtimes and runtimes[n].get("fingerprint") == fp]
+    complete = [n for n in mine if runtimes[n].get("complete")]
+    usable = [n for n in complete if not runtimes[n].get("rolled_back")]
+    unfinished = [n for n in mine if not runtimes[n].get("complete")]
+    current = state.get("current")
+    if not force:
+        if current in usable:
+            return Choice(current, "keep")
+        if usable:
+            return Choice(usable[-1], "switch")
+        if complete:
+            return Choice(complete[-1], "rolled-back")
+    if unfinished:
+        return Choice(unfinished[-1], "build")
+    free = next(n for n in names if n not in runtimes)
+    return Choice(free, "build")
+
+
+def input_differences(wanted: dict[str, Any], running: dict[str, Any]) -> list[str]:
+    """Build inputs that differ between the settings and a built runtime, as "key: settings / runtime"."""
+
+    def show(value: Any) -> str:
+        return json.dumps(value, sort_keys=True) if isinstance(value, dict) else str(value)
+
+    return [
+        f"{key}: {show(wanted.get(key))} / {show(running.get(key))}"
+        for key in sorted(set(wanted) | set(running))
+        if wanted.get(key) != running.get(key)
+    ]
+
+
+def rolled_back_problem(name: str, root: str, differences: list[str]) -> str:
+    """Why the deploy stops instead of switching back to a runtime someone rolled back from."""
+    runs_now = f" (settings / what runs now: {'; '.join(differences)})" if differences else ""
+    return (
+        f"the runtime these settings build ({root}/runtimes/{name}) was rolled back away from "
+        f"({root}/runtimes/{name}/rolled-back){runs_now}; change the settings to what runs now, set "
+        f"force_rebuild=true to build it anew, or delete that marker to switch to it again"
+    )
+
+
+def git_sources(s: Settings, dirs: RuntimeDirs) -> list[tuple[str, str, str, str]]:
+    """(label, url, ref, checkout dir) of each source the build needs, mirror prefix applied."""
+    prefix = s.git_mirror_prefix
+    return [
+        ("vLLM fork", prefix + s.fork_repo, s.fork_ref, dirs.fork),
+        ("FlashQLA", prefix + s.flashqla_repo, s.flashqla_ref, dirs.flashqla),
+        ("CUTLASS", prefix + s.cutlass_repo, s.cutlass_ref, dirs.cutlass),
+        ("Triton (triton_kernels)", prefix + s.triton_src_repo, s.triton_src_ref, dirs.triton),
+        *fetchcontent_git_sources(s, dirs),
+    ]
+
+
+def fetched_for(entry: dict[str, Any], arch: str) -> bool:
+    """Whether the fork's CMake fetches a fetchcontent_sources entry when it builds for `arch`."""
+    min_arch = entry.get("min_arch")
+    return min_arch is None or Version(arch) >= Version(str(min_arch))
+
+
+def fetchcontent_deps(s: Settings) -> dict[str, dict[str, Any]]:
+    """The fetchcontent_sources entries the compile for s.gpu_compute_capability needs."""
+    return {n: e for n, e in sorted(s.fetchcontent_sources.items()) if fetched_for(e, s.gpu_compute_capability)}
+
+
+def fetchcontent_git_sources(s: Settings, dirs: RuntimeDirs) -> list[tuple[str, str, str, str]]:
+    """(label, url, ref, checkout dir) of each source the fork's CMake would fetch, mirror prefix applied."""
+    return [
+        (f"{name} (FetchContent)", s.git_mirror_prefix + e["repo"], e["ref"], dirs.dep(name))
+        for name, e in fetchcontent_deps(s).items()
+    ]
+
+
+def fetchcontent_spec(s: Settings, dirs: RuntimeDirs) -> dict[str, dict[str, str]]:
+    """For the build script: each fetched-ahead source's variable and checkout directory."""
+    return {name: {"env": e["env"], "dir": dirs.dep(name)} for name, e in fetchcontent_deps(s).items()}
+
+
+def fetchcontent_inputs(s: Settings) -> dict[str, str]:
+    """For the fingerprint: the commit of each source the compile takes."""
+    return {name: e["ref"] for name, e in fetchcontent_deps(s).items()}
+
+
+def validation_waivers() -> list[str]:
+    """Checks of the fork's validate_runtime_components.py that the rig's own choices fail: it requires
+    flashinfer-cubin (the distribution and its module), which never goes into a runtime."""
+    return ["flashinfer-cubin", "flashinfer_cubin"] if "flashinfer-cubin" in DROPPED_PACKAGES else []
+
+
+def cache_name(url: str) -> str:
+    """A git cache directory name from a remote URL: .../weicj/vLLM-2080Ti-Definitive.git -> weicj+vLLM-...."""
+    parts = [p for p in url.rstrip("/").removesuffix(".git").split("/") if p]
+    return "+".join(parts[-2:])
+
+
+def build_spec(s: Settings, dirs: RuntimeDirs, fp: str, inputs: dict[str, Any], jobs: int) -> dict[str, Any]:
+    """What vllm_rig/host/runtime_build.py needs on the host: paths, pins, sources, indexes and the FlashInfer fix.
+    Written 0600: index URLs may carry credentials."""
+    layout = Layout.of(s)
+    patch = s.flashinfer_patch_data()
+    return {
+        "name": dirs.name,
+        "fingerprint": fp,
+        "inputs": inputs,
+        "runtime": dirs.dir,
+        "python": f"python{s.python_version}",
+        "python_version": s.python_version,
+        "cuda_home": s.cuda_home,
+        "arch_list": s.gpu_compute_capability,
+        "max_jobs": jobs,
+        "pins": runtime_pins(s),
+        "overrides": s.requirement_overrides(),
+        "replace": [FLASHINFER, *s.requirement_overrides()],
+        "torch_packages": list(TORCH_LANE_PACKAGES),
+        "drop": list(DROPPED_PACKAGES),
+        "pip_index_url": s.pip_index_url,
+        "torch_index_url": s.torch_index_url,
+        "flashinfer_fix": None if patch is None else fix_download(s, patch),
+        "sources": {"fork": dirs.fork, "flashqla": dirs.flashqla, "cutlass": dirs.cutlass, "triton": dirs.triton},
+        "fork_ref": s.fork_ref,
+        "cache": dirs.cache,
+        "check_script": layout.flashinfer_check,
+        "fetchcontent": fetchcontent_spec(s, dirs),
+        "validate_waive": validation_waivers(),
+    }

@@ -1,0 +1,77 @@
+"""Service: the system user, the API key, the seed's unit rendered from settings, started, and proven to
+generate (a real chat completion with the key, then warm-up) after every change.
+
+Restarts only on a change: the unit, the key, or a runtime switched or caches cleared by the runtime stage
+since the service started (done here, after the GPU verdict has stopped and started it, so a change
+costs one restart of a server that takes minutes to load, not two).
+"""
+
+import hashlib
+
+from pyinfra.api import deploy
+from pyinfra.operations import systemd
+
+from vllm_rig import paths
+from vllm_rig.context import host_state, preflight_failed
+from vllm_rig.core.files import config_files, from_repo, text
+from vllm_rig.core.secrets import api_key_file
+from vllm_rig.core.systemd import unit_enabled_and_started
+from vllm_rig.core.users import service_user
+from vllm_rig.paths import STATE_DIR, Layout
+from vllm_rig.settings import Settings
+from vllm_rig.stages.runtime.operations import restart_if_stale
+from vllm_rig.stages.service.proof import proven
+from vllm_rig.stages.service.unit import render_unit
+
+
+@deploy("Service")
+def install_service(s: Settings) -> None:
+    if preflight_failed():
+        return
+    layout = Layout.of(s)
+    box = host_state()
+    if not box:
+        return  # the host's state could not be read: preflight has already failed it
+    service_user(layout, box["gpu_groups"])
+    key = api_key_file(
+        name="API key (made once on the host, root:service 0640)" if s.vllm_api_key == "auto" else "No API key",
+        path=layout.env_file,
+        group=s.service_user,
+        enabled=s.vllm_api_key == "auto",
+    )
+    unit_text = render_unit(s, layout)
+    probe_script = f"{layout.bin_dir}/service_probe.py"
+    unit = config_files(
+        name=f"Unit {s.service_name}.service from settings",
+        files=(
+            text(layout.unit_path, unit_text),
+            from_repo(probe_script, "vllm_rig/host/service_probe.py", mode="755"),
+        ),
+    )
+    systemd.daemon_reload(name="Reload systemd units", _if=unit.did_change)
+    # Restart first (it acts only on a running service), then start: a first start is never
+    # interrupted by a restart while it compiles.
+    systemd.service(
+        name=f"Restart {s.service_name} after its unit or key changed",
+        service=s.service_name,
+        restarted=True,
+        _if=lambda: unit.did_change() or key.did_change(),
+    )
+    restart_if_stale(
+        name=f"{s.service_name} restarted if it runs an older runtime or cleared caches",
+        service=s.service_name,
+        stamps=[paths.SWITCHED_STAMP, paths.HOST_FINGERPRINT],
+    )
+    unit_enabled_and_started(name=f"{s.service_name} enabled and started", unit=f"{s.service_name}.service")
+    probe = (
+        f"python3 {probe_script} --base-url http://127.0.0.1:{s.vllm_port} --model {s.served_model_name} "
+        f"--env-file {layout.env_file} --timeout {s.service_start_timeout_s}"
+    )
+    proven(
+        name="A real chat completion with the key, then warm-up",
+        probe=probe,
+        stamp=f"{STATE_DIR}/service-proven",
+        link=layout.current,
+        # After a driver change the service restarts on a new kernel module: prove it again.
+        fingerprint=hashlib.sha256(f"{unit_text}|driver {s.nvidia_driver_version}".encode()).hexdigest(),
+    )
