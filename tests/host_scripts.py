@@ -1,21 +1,23 @@
-"""The host-side scripts in vllm_rig/host/ as modules, for tests on the control side (they are uploaded alone and
-run by the host's python, so they are not importable as a package)."""
+"""The host programs as the hosts get them: `program(name)` is the argv that runs one from the same zip the
+deploy uploads (vllm_rig.core.host_package), so a test of a program also tests its packaging."""
 
 from __future__ import annotations
 
-import importlib.util
+import sys
+import tempfile
 from functools import cache
 from pathlib import Path
-from types import ModuleType
 
-FILES = Path(__file__).resolve().parents[1] / "vllm_rig" / "host"
+from vllm_rig.core.host_package import zip_bytes
 
 
 @cache
-def runtime_build() -> ModuleType:
-    """vllm_rig/host/runtime_build.py, loaded once."""
-    spec = importlib.util.spec_from_file_location("runtime_build", FILES / "runtime_build.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def package() -> Path:
+    """The zip, written once per test session."""
+    path = Path(tempfile.mkdtemp(prefix="vllm-rig-host-")) / "vllm-rig-host.pyz"
+    path.write_bytes(zip_bytes())
+    return path
+
+
+def program(name: str, python: str = sys.executable) -> list[str]:
+    return [python, str(package()), name]

@@ -3,7 +3,7 @@
 <install_root>/runtimes/<build fingerprint>/   a built runtime: venv/, src/vllm (the fork), src/flashqla
 <install_root>/current -> runtimes/<fp>         the runtime the service runs; previous -> the last good one
 <install_root>/tools/venv/                      host tools (huggingface_hub for `hf download`)
-<install_root>/bin/                             host programs from vllm_rig/host/
+<install_root>/bin/                             vllm-rig-host.pyz (vllm_rig/host/), the rig's shell scripts
 /var/lib/vllm-rig/                              state: fingerprints, markers, background job logs
 /etc/vllm-rig/                                  config: the service's env file with the API key (0600)
 """
@@ -79,8 +79,9 @@ class Layout:
         return f"{self.root}/tools/venv/bin/python"
 
     @property
-    def model_fetch(self) -> str:
-        return f"{self.bin_dir}/model_fetch.py"
+    def host_package(self) -> str:
+        """The host programs as one zip (vllm_rig/host/): `python3 <this> <program> [args]`."""
+        return f"{self.bin_dir}/vllm-rig-host.pyz"
 
     @property
     def flashinfer_check(self) -> str:
@@ -171,10 +172,6 @@ class RuntimeDirs:
     @property
     def previous(self) -> str:
         return f"{self.root}/previous"
-
-    @property
-    def build_script(self) -> str:
-        return f"{self.root}/bin/vllm-rig-runtime-build.py"
 
     @property
     def rollback_script(self) -> str:

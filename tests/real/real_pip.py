@@ -30,7 +30,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from tests import host_scripts
+from vllm_rig.host import runtime_build
 from vllm_rig.settings import Settings
 from vllm_rig.stages.runtime import plan as runtime
 
@@ -49,7 +49,7 @@ class Resolution:
 
 
 def build_script() -> ModuleType:
-    return host_scripts.runtime_build()
+    return runtime_build
 
 
 def fork_requirement_lines(root: Path = FORK_REQUIREMENTS) -> list[str]:

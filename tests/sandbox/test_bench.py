@@ -8,7 +8,6 @@ from a knob file; the benchmark must read them back from the outside, like it wo
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -22,12 +21,14 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from tests import host_scripts
+from vllm_rig.host import bench
+
 ROOT = Path(__file__).resolve().parents[2]
-BENCH = ROOT / "vllm_rig" / "host" / "bench.py"
+BENCH = host_scripts.program("bench")  # argv: python, the zip, the program
 STANDIN = ROOT / "tests" / "sandbox" / "fixtures" / "forge" / "standin_fork"
 API_KEY = "bench-key"
 # Prefill at 5000 tok/s, not faster: a request costs the stand-in ~5 ms before its prefill clock starts
@@ -48,17 +49,6 @@ SERVER_ARGS = [
     '{"method":"mtp","num_speculative_tokens":3}',
     "--disable-uvicorn-access-log",
 ]
-
-
-def _load_bench() -> Any:
-    spec = importlib.util.spec_from_file_location("bench", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench"] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load_bench()
 
 
 # --- the stand-in server -------------------------------------------------------------------------------
@@ -155,7 +145,7 @@ def run_bench(
     """bench.py as a user runs it: its own process, stdlib only, the key from the environment."""
     out = tmp_path / "bench.json"
     env = {"PATH": os.environ["PATH"], **({"VLLM_API_KEY": key} if key else {})}
-    cmd = [sys.executable, str(BENCH), "--base-url", standin.url, "--json-out", str(out), *args]
+    cmd = [*BENCH, "--base-url", standin.url, "--json-out", str(out), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
     return proc, (json.loads(out.read_text()) if out.exists() else {})
 
@@ -236,7 +226,7 @@ def test_api_key_from_a_file_and_a_missing_key(standin: StandIn, tmp_path: Path)
 
 
 def test_unreachable_server_is_one_line(tmp_path: Path) -> None:
-    cmd = [sys.executable, str(BENCH), "--base-url", f"http://127.0.0.1:{_free_port()}", "--sizes", "500:1:5"]
+    cmd = [*BENCH, "--base-url", f"http://127.0.0.1:{_free_port()}", "--sizes", "500:1:5"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2 and proc.stderr.startswith("bench.py: cannot reach http://127.0.0.1:")
     assert "Traceback" not in proc.stderr
@@ -300,7 +290,7 @@ def test_compare_prints_the_seed_summary(tmp_path: Path) -> None:
     (tmp_path / "a.json").write_text(json.dumps(fp16))
     (tmp_path / "b.json").write_text(json.dumps(fp8))
     proc = subprocess.run(
-        [sys.executable, str(BENCH), "compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")],
+        [*BENCH, "compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")],
         capture_output=True,
         text=True,
         timeout=30,

@@ -19,15 +19,15 @@ from pathlib import Path
 
 import pytest
 
-from tests import host_scripts
 from tests.sandbox.fixtures import forge
 from tests.sandbox.fixtures.pkg_index import standins
+from vllm_rig.host import runtime_build
 
 REPO = Path(__file__).resolve().parents[2]
 DISCONNECTED = "-DFETCHCONTENT_FULLY_DISCONNECTED=ON"
 
 
-rb = host_scripts.runtime_build()
+rb = runtime_build
 
 
 def _copy(tree: Path, dest: Path) -> Path:

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import importlib.util
 import json
 import os
 import secrets
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -25,11 +23,13 @@ from typing import Any
 
 import pytest
 
+from tests import host_scripts
 from tests.sandbox import paths
 from tests.sandbox.fixtures import hf_mirror
 from tests.sandbox.fixtures.hf_mirror import server as mirror_server
+from vllm_rig.host import model_fetch
 
-SCRIPT = paths.REPO / "vllm_rig" / "host" / "model_fetch.py"
+SCRIPT = host_scripts.program("model_fetch")  # argv: python, the zip, the program
 REPO = "nerkyor/Qwen3.6-27B-DSV4Pro-Thinking-Distill-FP8"
 BIG_SHARD = "model-00001-of-00003.safetensors"
 SMALL_SHARD = "model-00002-of-00003.safetensors"
@@ -38,12 +38,7 @@ MIB = 1 << 20
 
 
 def load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("model_fetch", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return model_fetch
 
 
 mf = load_script()
@@ -137,8 +132,7 @@ def clean_env(box: Box, **extra: str) -> dict[str, str]:
 
 def fetch_command(mirror: Mirror, box: Box, *extra: str, repo: str = REPO) -> list[str]:
     return [
-        sys.executable,
-        str(SCRIPT),
+        *SCRIPT,
         "fetch",
         "--repo",
         repo,
@@ -162,7 +156,7 @@ def fetch(mirror: Mirror, box: Box, *extra: str, repo: str = REPO, **env: str) -
 
 
 def script(box: Box, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return run([sys.executable, str(SCRIPT), *args], box, **env)
+    return run([*SCRIPT, *args], box, **env)
 
 
 def source(branch: str = "main") -> Path:
@@ -256,7 +250,7 @@ def test_second_fetch_and_check_are_instant_and_offline(mirror: Mirror, box: Box
     timings = {}
     for name, command in {
         "fetch": fetch_command(mirror, box),
-        "check": [sys.executable, str(SCRIPT), "check", "--repo", REPO, "--revision", "main", "--dest", str(box.dest)],
+        "check": [*SCRIPT, "check", "--repo", REPO, "--revision", "main", "--dest", str(box.dest)],
     }.items():
         started = time.monotonic()
         result = run(command, box)

@@ -3,16 +3,14 @@ it: the host's python3 reading the token line and the script from stdin."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import secrets
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -20,24 +18,15 @@ import pytest
 from tests.sandbox import paths
 from tests.sandbox.fixtures import hf_mirror
 from tests.sandbox.fixtures.hf_mirror import server as mirror_server
+from vllm_rig.host import model_preflight
 from vllm_rig.stages.model.facts import ModelPreflight, parse_preflight, preflight_stdin
 
-SCRIPT = paths.REPO / "vllm_rig" / "host" / "model_preflight.py"
 REPO = "nerkyor/Qwen3.6-27B-DSV4Pro-Thinking-Distill-FP8"
 BIG_SHARD = "model-00001-of-00003.safetensors"
 HEADROOM = 256 << 20
 
 
-def load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("model_preflight", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-mp = load_script()
+mp = model_preflight
 
 
 class Mirror(SimpleNamespace):

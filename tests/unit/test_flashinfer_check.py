@@ -15,7 +15,6 @@ With it, the build script puts group_data's fixes on the real wheels and the che
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -27,6 +26,7 @@ import pytest
 
 from tests.sandbox.fixtures.pkg_index import standins
 from tests.unit.groupdata import group_data
+from vllm_rig.host import runtime_build
 
 REPO = Path(__file__).resolve().parents[2]
 CHECK = REPO / "vllm_rig" / "host" / "check-flashinfer-pr3621-sm75.sh"
@@ -161,8 +161,4 @@ def _put_real_fix(site: Path, version: str) -> None:
 
 
 def _runtime_build():
-    spec = importlib.util.spec_from_file_location("runtime_build", REPO / "vllm_rig" / "host" / "runtime_build.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return runtime_build

@@ -3,9 +3,7 @@ gate logic, with nvidia-smi and the torch measurements faked. The script is load
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,15 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 H200 = ROOT / "tests" / "unit" / "fixtures" / "tool_outputs" / "h200"
 
 
-def _load() -> Any:
-    spec = importlib.util.spec_from_file_location("gpu_verdict", ROOT / "vllm_rig" / "host" / "gpu_verdict.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_verdict"] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
-
-
-gv = _load()
+from vllm_rig.host import gpu_verdict as gv  # noqa: E402
 
 
 def _real(name: str) -> list[str]:

@@ -3,6 +3,7 @@ preflight row for the model."""
 
 from __future__ import annotations
 
+import base64
 import json
 import platform
 import shlex
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.unit.groupdata import profile_data
+from vllm_rig.core.host_package import zip_bytes
 from vllm_rig.core.secrets import Secret, SecretStdin
 from vllm_rig.stages.model.facts import (
     ModelFetch,
@@ -61,7 +63,7 @@ def test_start_command_runs_the_fetch_as_a_collected_transient_unit() -> None:
     assert "--property=RuntimeMaxSec=5400" in words
     assert "--property=EnvironmentFile=-/etc/vllm-rig/hf-token.env" in words  # optional: no token, no file
     fetch = words[words.index(spec.python) :]
-    assert fetch[1:3] == [spec.script, "fetch"]
+    assert fetch[1:4] == [spec.package, "model_fetch", "fetch"]
     assert fetch[fetch.index("--revision") + 1] == "main" and fetch[fetch.index("--dest") + 1] == spec.dest
     assert fetch[fetch.index("--endpoint") + 1] == "https://hf-mirror.com" and "--disable-xet" in fetch
     assert "--disable-xet" not in replace(spec, disable_xet=False).fetch_argv()
@@ -83,7 +85,7 @@ def test_secret_never_prints() -> None:
 
 def test_preflight_stdin_holds_the_token_line_then_the_script() -> None:
     lines = preflight_stdin(TOKEN).readlines()
-    assert lines[0] == f"{TOKEN}\n" and lines[1].startswith("#!/usr/bin/env python3")
+    assert lines[0] == f"{TOKEN}\n" and base64.b64decode(lines[1]) == zip_bytes()  # the host package, whole
     assert preflight_stdin(None).readlines()[0] == "\n"
 
 
@@ -122,8 +124,8 @@ def test_fact_commands_quote_what_they_are_given() -> None:
     sh, dash_c, script = shlex.split(command)
     assert (sh, dash_c) == ("sh", "-c") and "--dest '/data/my model'" in script
     preflight_command = ModelPreflight().command("http://127.0.0.1:18080", "a/b", "main", "/m")
-    assert preflight_command.startswith("python3 -c ") and TOKEN not in preflight_command
-    assert shlex.split(preflight_command)[3:5] == ["--endpoint", "http://127.0.0.1:18080"]
+    assert preflight_command.startswith("VLLM_RIG_SECRET_ENV=HF_TOKEN python3 -c ") and TOKEN not in preflight_command
+    assert shlex.split(preflight_command)[4:7] == ["model_preflight", "--endpoint", "http://127.0.0.1:18080"]
 
 
 def test_preflight_fact_reads_the_json_line_or_says_what_went_wrong() -> None:

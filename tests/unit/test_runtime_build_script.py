@@ -12,15 +12,15 @@ from types import ModuleType
 
 import pytest
 
-from tests import host_scripts
 from tests.sandbox.fixtures.pkg_index import fixes, standins
+from vllm_rig.host import runtime_build
 
 REPO = Path(__file__).resolve().parents[2]
 PREFILL = "include/flashinfer/attention/prefill.cuh"
 PERSISTENT = "include/flashinfer/attention/persistent.cuh"
 
 
-rb = host_scripts.runtime_build()
+rb = runtime_build
 
 
 def _sha(data: bytes) -> str:

@@ -316,8 +316,8 @@ def test_restart_only_a_running_service_older_than_the_last_change(found: dict, 
 
 
 def test_build_unit_outlives_ssh_and_has_its_own_timeout() -> None:
-    command = start_command("vllm-rig-build-x.service", "/opt/r/x", "/opt/b.py", "/opt/r/x/spec.json", "/l/x.log", 900)
+    command = start_command("vllm-rig-build-x.service", "/opt/r/x", "/opt/b.pyz", "/opt/r/x/spec.json", "/l/x.log", 900)
     assert "systemd-run --quiet --unit=vllm-rig-build-x.service" in command
     assert "--property=RuntimeMaxSec=900" in command and "StandardOutput=append:/l/x.log" in command
     assert "systemctl reset-failed vllm-rig-build-x.service" in command  # a failed unit of that name is cleared
-    assert re.search(r"/usr/bin/python3 /opt/b.py /opt/r/x/spec.json$", command)
+    assert re.search(r"/usr/bin/python3 /opt/b.pyz runtime_build /opt/r/x/spec.json$", command)

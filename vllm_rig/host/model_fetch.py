@@ -63,6 +63,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from .units import human
+
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_UNREACHABLE = 2
@@ -490,14 +492,6 @@ class Status:
     def finish(self, code: int, message: str, phase: str | None = None) -> None:
         self.data["exit_code"] = code
         self.update(phase or ("done" if code == EXIT_OK else "failed"), message)
-
-
-def human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"
 
 
 def status_line(data: Mapping[str, Any]) -> str:

@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
 
+from .units import human
+
 if TYPE_CHECKING:  # imported where the endpoint is asked: ~30 ms that a model complete on the host never needs
     import urllib.error
     import urllib.request
@@ -60,14 +62,6 @@ def endpoint_host(endpoint: str) -> str:
     parts = urlsplit(endpoint)
     host = parts.hostname or ""
     return f"{parts.scheme}://{host}:{parts.port}" if parts.port else f"{parts.scheme}://{host}"
-
-
-def human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"
 
 
 # ---- what is on the disk already -----------------------------------------------------------------

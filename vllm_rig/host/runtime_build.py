@@ -663,7 +663,7 @@ class Build:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        print(f"usage: {argv[0]} <runtime>/build-spec.json", file=sys.stderr)
+        print(f"usage: {Path(argv[0]).name} <runtime>/build-spec.json", file=sys.stderr)
         return 2
     spec = json.loads(Path(argv[1]).read_text())
     build = Build(spec)

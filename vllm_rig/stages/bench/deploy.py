@@ -15,7 +15,7 @@ from pyinfra.api import deploy
 from pyinfra.operations import files
 
 from vllm_rig.context import preflight_failed
-from vllm_rig.core.files import config_files, from_repo
+from vllm_rig.core.host_package import host_programs
 from vllm_rig.paths import STATE_DIR, Layout
 from vllm_rig.settings import Settings
 from vllm_rig.stages.service.proof import streamed
@@ -26,13 +26,13 @@ def bench(s: Settings) -> None:
     if preflight_failed():
         return
     layout = Layout.of(s)
-    script = f"{layout.bin_dir}/bench.py"
     result = f"{STATE_DIR}/bench-{s.bench_label}.json"
-    config_files(name="Benchmark script", files=(from_repo(script, "vllm_rig/host/bench.py", mode="755"),))
+    host_programs(layout.host_package)
     streamed(
         name=f"Benchmark {s.bench_label}: {s.bench_sizes}",
         command=(
-            f"python3 {script} run --base-url http://127.0.0.1:{s.vllm_port} --model {s.served_model_name} "
+            f"python3 {layout.host_package} bench run --base-url http://127.0.0.1:{s.vllm_port} "
+            f"--model {s.served_model_name} "
             f"--api-key-file {layout.env_file} --sizes {s.bench_sizes} --label {s.bench_label} "
             f"--json-out {result}"
         ),

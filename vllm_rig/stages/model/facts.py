@@ -5,29 +5,19 @@ from __future__ import annotations
 
 import json
 import shlex
-from pathlib import Path
 from typing import Any
 
 from pyinfra.api import FactBase
 
 from vllm_rig.core.facts import split_sections
+from vllm_rig.core.host_package import run_from_stdin, stdin_text
 from vllm_rig.core.secrets import SecretStdin
-
-PREFLIGHT_SCRIPT = Path(__file__).resolve().parents[2] / "host" / "model_preflight.py"
-
-# The script travels on stdin after one line holding the token (empty when none is configured): nothing is
-# uploaded before preflight's verdict, and the token is never on a command line.
-_BOOTSTRAP = (
-    "import os, sys; token = sys.stdin.readline().strip(); "
-    "token and os.environ.__setitem__('HF_TOKEN', token); "
-    "sys.argv[0] = 'model_preflight.py'; "
-    "exec(compile(sys.stdin.read(), 'model_preflight.py', 'exec'), {'__name__': '__main__'})"
-)
 
 
 def preflight_stdin(token: str | None) -> SecretStdin:
-    """What ModelPreflight's command reads: the token line, then the script (printed as <stdin>)."""
-    return SecretStdin(f"{token or ''}\n{PREFLIGHT_SCRIPT.read_text()}")
+    """What ModelPreflight's command reads: the token line (empty when none is configured), then the host
+    package. Nothing is uploaded before preflight's verdict, and the token is never on a command line."""
+    return SecretStdin(stdin_text(token))
 
 
 class ModelPreflight(FactBase):
@@ -38,7 +28,7 @@ class ModelPreflight(FactBase):
 
     def command(self, endpoint: str, repo: str, revision: str, dest: str) -> str:
         args = ["--endpoint", endpoint, "--repo", repo, "--revision", revision, "--dest", dest]
-        return f"python3 -c {shlex.quote(_BOOTSTRAP)} {shlex.join(args)} 2>&1 || true"
+        return run_from_stdin("model_preflight", args, secret_env="HF_TOKEN") + " 2>&1 || true"
 
     def process(self, output: list[str]) -> dict[str, Any]:
         return parse_preflight(output)
@@ -62,15 +52,15 @@ class ModelFetch(FactBase):
     progress file. `check_rc` is None when the check could not run (no tools venv or script yet)."""
 
     def command(
-        self, unit: str, python: str, script: str, repo: str, revision: str, dest: str, status_file: str
+        self, unit: str, python: str, package: str, repo: str, revision: str, dest: str, status_file: str
     ) -> str:
         q = shlex.quote
-        check = f"{q(python)} {q(script)} check --repo {q(repo)} --revision {q(revision)} --dest {q(dest)}"
+        check = f"{q(python)} {q(package)} model_fetch check --repo {q(repo)} --revision {q(revision)} --dest {q(dest)}"
         script_text = (
             f"echo @@unit; systemctl show {q(unit)} -p ActiveState -p Description -p ActiveEnterTimestamp "
             "2>/dev/null || true; "
             f"echo @@check; if systemctl -q is-active {q(unit)}; then echo rc=running; "
-            f"elif [ -x {q(python)} ] && [ -f {q(script)} ]; then {check} 2>&1; echo rc=$?; else echo rc=none; fi; "
+            f"elif [ -x {q(python)} ] && [ -f {q(package)} ]; then {check} 2>&1; echo rc=$?; else echo rc=none; fi; "
             f"echo @@status; cat {q(status_file)} 2>/dev/null || true"
         )
         return "sh -c " + q(script_text)

@@ -17,6 +17,7 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 
 from vllm_rig.core.secrets import Secret, SecretStdin
+from vllm_rig.host.units import human
 from vllm_rig.paths import HF_HOME, HF_TOKEN_FILE, MODEL_FETCH_STATUS, MODEL_FETCH_UNIT, Layout
 from vllm_rig.settings import Settings
 from vllm_rig.stages.model.facts import ModelFetch, SecretFile
@@ -40,7 +41,7 @@ class FetchSpec:
     endpoint: str
     disable_xet: bool
     python: str
-    script: str
+    package: str  # the host programs' zip: model_fetch.py runs from it
     timeout_s: int
     unit: str = MODEL_FETCH_UNIT
     status_file: str = MODEL_FETCH_STATUS
@@ -57,7 +58,7 @@ class FetchSpec:
             endpoint=s.hf_endpoint,
             disable_xet=s.hf_disable_xet,
             python=layout.tools_python,
-            script=layout.model_fetch,
+            package=layout.host_package,
             timeout_s=s.download_timeout_s,
         )
 
@@ -74,7 +75,7 @@ class FetchSpec:
         return {
             "unit": self.unit,
             "python": self.python,
-            "script": self.script,
+            "package": self.package,
             "repo": self.repo,
             "revision": self.revision,
             "dest": self.dest,
@@ -82,7 +83,7 @@ class FetchSpec:
         }
 
     def fetch_argv(self) -> list[str]:
-        argv = [self.python, self.script, "fetch", "--repo", self.repo, "--revision", self.revision]
+        argv = [self.python, self.package, "model_fetch", "fetch", "--repo", self.repo, "--revision", self.revision]
         argv += ["--dest", self.dest, "--endpoint", self.endpoint, "--status-file", self.status_file]
         return argv + (["--disable-xet"] if self.disable_xet else [])
 
@@ -108,14 +109,6 @@ class FetchSpec:
 
 def is_running(state: dict[str, Any]) -> bool:
     return state["active"] in RUNNING
-
-
-def human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"
 
 
 def progress_line(status: dict[str, Any] | None, rate: float | None = None) -> str:

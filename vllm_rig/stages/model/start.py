@@ -10,7 +10,7 @@ tasks/model_finish.py waits for it later.
 from pyinfra.api import deploy
 
 from vllm_rig.context import preflight_failed
-from vllm_rig.core.files import config_files, from_repo
+from vllm_rig.core.host_package import host_programs
 from vllm_rig.core.secrets import Secret
 from vllm_rig.paths import HF_TOKEN_FILE, Layout
 from vllm_rig.settings import Settings
@@ -35,7 +35,7 @@ def start_model_download(s: Settings) -> None:
         version=HF_HUB_VERSION,
         index_url=s.pip_index_url,
     )
-    config_files(name="Model fetcher", files=(from_repo(layout.model_fetch, "vllm_rig/host/model_fetch.py", "755"),))
+    host_programs(layout.host_package)
     secret_env_file(
         name="HF token for the download (root only)" if s.hf_token else "No HF token on the host",
         path=HF_TOKEN_FILE,

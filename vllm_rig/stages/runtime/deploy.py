@@ -24,6 +24,7 @@ from vllm_rig.core.checks import require
 from vllm_rig.core.facts import FileText
 from vllm_rig.core.files import config_files, from_repo, rendered, text
 from vllm_rig.core.git import GitSource, git_checkouts
+from vllm_rig.core.host_package import host_programs
 from vllm_rig.core.packages import distro_packages
 from vllm_rig.core.users import service_user
 from vllm_rig.paths import STATE_DIR, Layout
@@ -99,11 +100,11 @@ def install_runtime(s: Settings) -> None:
             Directory(layout.torch_extensions_dir, user=user, group=user),  # stable and writable
         ),
     )
+    host_programs(layout.host_package)
     config_files(
-        name="FlashInfer SM75 check (the service's ExecStartPre), build and rollback scripts",
+        name="FlashInfer SM75 check (the service's ExecStartPre) and rollback script",
         files=(
             from_repo(layout.flashinfer_check, "vllm_rig/host/check-flashinfer-pr3621-sm75.sh", mode="755"),
-            from_repo(dirs.build_script, "vllm_rig/host/runtime_build.py"),
             rendered(
                 dirs.rollback_script,
                 "vllm_rig/stages/runtime/templates/vllm-rig-rollback.sh.j2",
@@ -136,7 +137,7 @@ def install_runtime(s: Settings) -> None:
         name=f"Build runtime {choice.name} (MAX_JOBS={jobs}, TORCH_CUDA_ARCH_LIST={s.gpu_compute_capability})",
         runtime=dirs.dir,
         unit=dirs.unit,
-        script=dirs.build_script,
+        package=layout.host_package,
         spec=dirs.spec,
         spec_text=json.dumps(spec, indent=1, sort_keys=True) + "\n",
         log=dirs.log,

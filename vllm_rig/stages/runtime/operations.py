@@ -39,7 +39,7 @@ def _say(message: str) -> None:
         logger.info(f"[{host.name}] {message}")
 
 
-def start_command(unit: str, runtime: str, script: str, spec: str, log: str, timeout_s: int) -> str:
+def start_command(unit: str, runtime: str, package: str, spec: str, log: str, timeout_s: int) -> str:
     """systemd-run for the build: a transient unit that outlives the SSH session, logs to `log`, and is
     stopped by systemd itself after timeout_s (RuntimeMaxSec)."""
     u, lg = shlex.quote(unit), shlex.quote(log)
@@ -54,7 +54,7 @@ def start_command(unit: str, runtime: str, script: str, spec: str, log: str, tim
         f"systemd-run --quiet --unit={u} --description={shlex.quote('vllm-rig runtime build ' + runtime)} "
         f"--working-directory={shlex.quote(runtime)} --setenv=HOME=/root "
         + " ".join(shlex.quote(p) for p in props)
-        + f" /usr/bin/python3 {shlex.quote(script)} {shlex.quote(spec)}"
+        + f" /usr/bin/python3 {shlex.quote(package)} runtime_build {shlex.quote(spec)}"
     )
 
 
@@ -84,7 +84,7 @@ def directories(dirs: tuple[Directory, ...]):
 
 
 @operation()
-def build_runtime(runtime: str, unit: str, script: str, spec: str, spec_text: str, log: str, timeout_s: int):
+def build_runtime(runtime: str, unit: str, package: str, spec: str, spec_text: str, log: str, timeout_s: int):
     """Build the runtime unless it is complete: write its spec (0600: index URLs may carry credentials)
     and start the build unit, or re-attach to the one running; then follow it with progress until it
     ends or timeout_s passes. A complete runtime keeps the spec it was built from."""
@@ -103,7 +103,7 @@ def build_runtime(runtime: str, unit: str, script: str, spec: str, spec_text: st
     else:
         yield FileUploadCommand(BytesIO(spec_text.encode()), spec, remote_temp_filename=host.get_temp_filename(spec))
         yield f"chown root:root {shlex.quote(spec)} && chmod 600 {shlex.quote(spec)}"
-        yield start_command(unit, runtime, script, spec, log, timeout_s)
+        yield start_command(unit, runtime, package, spec, log, timeout_s)
     yield FunctionCommand(_follow, (runtime, unit, log, timeout_s, seen), {})
 
 

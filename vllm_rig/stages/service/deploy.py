@@ -13,7 +13,8 @@ from pyinfra.operations import systemd
 
 from vllm_rig import paths
 from vllm_rig.context import host_state, preflight_failed
-from vllm_rig.core.files import config_files, from_repo, text
+from vllm_rig.core.files import config_files, text
+from vllm_rig.core.host_package import host_programs
 from vllm_rig.core.secrets import api_key_file
 from vllm_rig.core.systemd import unit_enabled_and_started
 from vllm_rig.core.users import service_user
@@ -40,14 +41,8 @@ def install_service(s: Settings) -> None:
         enabled=s.vllm_api_key == "auto",
     )
     unit_text = render_unit(s, layout)
-    probe_script = f"{layout.bin_dir}/service_probe.py"
-    unit = config_files(
-        name=f"Unit {s.service_name}.service from settings",
-        files=(
-            text(layout.unit_path, unit_text),
-            from_repo(probe_script, "vllm_rig/host/service_probe.py", mode="755"),
-        ),
-    )
+    host_programs(layout.host_package)  # the probe below runs from it
+    unit = config_files(name=f"Unit {s.service_name}.service from settings", files=(text(layout.unit_path, unit_text),))
     systemd.daemon_reload(name="Reload systemd units", _if=unit.did_change)
     # Restart first (it acts only on a running service), then start: a first start is never
     # interrupted by a restart while it compiles.
@@ -64,7 +59,8 @@ def install_service(s: Settings) -> None:
     )
     unit_enabled_and_started(name=f"{s.service_name} enabled and started", unit=f"{s.service_name}.service")
     probe = (
-        f"python3 {probe_script} --base-url http://127.0.0.1:{s.vllm_port} --model {s.served_model_name} "
+        f"python3 {layout.host_package} service_probe --base-url http://127.0.0.1:{s.vllm_port} "
+        f"--model {s.served_model_name} "
         f"--env-file {layout.env_file} --timeout {s.service_start_timeout_s}"
     )
     proven(

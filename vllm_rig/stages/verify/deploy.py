@@ -11,14 +11,13 @@ import hashlib
 from pyinfra.api import deploy
 
 from vllm_rig.context import preflight_failed
-from vllm_rig.core.files import config_files, from_repo
+from vllm_rig.core.host_package import host_programs
 from vllm_rig.paths import DRIVER_RECORD, STATE_DIR, Layout
 from vllm_rig.settings import Settings
 from vllm_rig.stages.service.proof import proven
 
 
 def verdict_command(s, layout: Layout) -> str:
-    script = f"{layout.bin_dir}/gpu_verdict.py"
     args = [
         f"--expect-gpus {s.gpu_count}",
         f"--driver-version {s.nvidia_driver_version}",
@@ -37,7 +36,7 @@ def verdict_command(s, layout: Layout) -> str:
     running = "active|activating|reloading"  # a server still loading holds GPU memory too
     return (
         f'was=$(systemctl is-active {unit}); case "$was" in {running}) systemctl stop {unit};; esac; '
-        f"{layout.python} {script} {' '.join(args)}; rc=$?; "
+        f"{layout.python} {layout.host_package} gpu_verdict {' '.join(args)}; rc=$?; "
         f'case "$was" in {running}) systemctl start {unit};; esac; '
         f'case $rc in {accept}) exit 0;; *) echo "gpu verdict: exit $rc"; exit 1;; esac'
     )
@@ -48,10 +47,7 @@ def verify_gpus(s: Settings) -> None:
     if preflight_failed():
         return
     layout = Layout.of(s)
-    config_files(
-        name="GPU verdict script",
-        files=(from_repo(f"{layout.bin_dir}/gpu_verdict.py", "vllm_rig/host/gpu_verdict.py", mode="755"),),
-    )
+    host_programs(layout.host_package)
     command = verdict_command(s, layout)
     proven(
         name="GPU verdict: GPUs, NVLink, P2P, NCCL all-reduce",

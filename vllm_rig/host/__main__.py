@@ -1,0 +1,20 @@
+"""`python3 vllm-rig-host.pyz <program> [args]`: run one host program of the package as its own script."""
+
+from __future__ import annotations
+
+import runpy
+import sys
+
+PROGRAMS = ("bench", "gpu_verdict", "model_fetch", "model_preflight", "runtime_build", "service_probe")
+
+
+def main() -> None:
+    if len(sys.argv) < 2 or sys.argv[1] not in PROGRAMS:
+        sys.exit(f"usage: {sys.argv[0]} {{{','.join(PROGRAMS)}}} [args]")
+    program = sys.argv.pop(1)
+    # runpy points sys.argv[0] at the module file: usage lines name the program (argparse prints its basename)
+    runpy.run_module(f"vllm_rig.host.{program}", run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    main()
