@@ -255,7 +255,8 @@ class Settings(BaseModel):
     )
     quantization: Literal["fp8"] | None = _setting("weight quantization (FP8 through Marlin on SM75)", '"fp8" or null')
     kv_cache_dtype: str = _setting(
-        "KV cache dtype; auto = FP16 (INT8 is refused)", "one of " + ", ".join(KV_CACHE_DTYPES)
+        "KV cache dtype; auto = FP16 (INT8 is refused)",
+        "one of " + ", ".join(d for d in KV_CACHE_DTYPES if d != "int8") + " (int8 is refused)",
     )
     max_model_len: Annotated[int, Field(ge=1024)] = _setting(
         "context length in tokens", f"an integer from 1024 to {MODEL_CONTEXT_LIMIT}"
@@ -304,7 +305,8 @@ class Settings(BaseModel):
         "MTP draft tokens (MTP is required on this stack)", "an integer from 1 to 8 (MTP)"
     )
     cudagraph_mode: str = _setting(
-        "CUDA graph mode (PIECEWISE is the only safe one with MTP here)", "one of " + ", ".join(CUDAGRAPH_MODES)
+        "CUDA graph mode (PIECEWISE is the only safe one with MTP here)",
+        '"PIECEWISE" (' + ", ".join(m for m in CUDAGRAPH_MODES if m != "PIECEWISE") + " are refused with MTP)",
     )
     cudagraph_capture_sizes: list[int] = _setting(
         "graph sizes; largest = max_num_seqs x (1 + num_speculative_tokens)", "a list of positive integers, e.g. [4]"
