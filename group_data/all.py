@@ -1,7 +1,9 @@
 # Every setting of the rig, grouped by stage, one comment line each. The defaults reproduce the first
 # seed's setup (dual RTX 2080 Ti 22 GB, Qwen3.6 27B FP8, FP8 KV, 100K, MTP3, TP2). Override per profile
 # group (group_data/<profile>.py), per host (inventory/hosts.yml) or per run (--data KEY=VALUE).
-# The schema and its rules: vllm_rig/settings.py. The README's settings table lists every key here.
+# The schema and its rules: vllm_rig/settings.py. Settings here follow its order under its stage headings,
+# each default's comment is its field's description there (a unit test checks both), and the README's
+# settings table is generated from the two: python -m vllm_rig.settings_doc --write.
 
 # pyinfra: every operation runs as root through sudo (NOPASSWD, or pass --use-sudo-password).
 _sudo = True
