@@ -1,7 +1,9 @@
 # Every setting of the rig, grouped by stage, one comment line each. The defaults reproduce the first
 # seed's setup (dual RTX 2080 Ti 22 GB, Qwen3.6 27B FP8, FP8 KV, 100K, MTP3, TP2). Override per profile
 # group (group_data/<profile>.py), per host (inventory/hosts.yml) or per run (--data KEY=VALUE).
-# The schema and its rules: vllm_rig/settings.py. The README's settings table lists every key here.
+# The schema and its rules: vllm_rig/settings.py. Settings here follow its order under its stage headings,
+# each default's comment is its field's description there (a unit test checks both), and the README's
+# settings table is generated from the two: python -m vllm_rig.settings_doc --write.
 
 # pyinfra: every operation runs as root through sudo (NOPASSWD, or pass --use-sudo-password).
 _sudo = True
@@ -18,13 +20,15 @@ min_ram_gb = 16  # least RAM in GB; the CUDA build needs about 3 GB per compile 
 preflight_report = "table"  # how the verdict is printed: table, or json (one line per host)
 
 # ---- driver: NVIDIA's apt repository, pinned and held
-nvidia_repo_url = "https://developer.download.nvidia.com/compute/cuda/repos/{distro}/x86_64/"  # CUDA repo
+nvidia_repo_url = (  # NVIDIA's CUDA apt repository: the driver and the toolkit come from it
+    "https://developer.download.nvidia.com/compute/cuda/repos/{distro}/x86_64/"
+)
 nvidia_driver_version = "580.159.03"  # exact driver version, pinned and held (the seed's)
 nvidia_driver_flavor = "proprietary"  # kernel module flavour: proprietary, or open (Turing+ only)
 nvidia_driver_replace_existing = False  # replace an installed driver of another version (never by default)
 secure_boot_mok_enrollment = "by_hand"  # Secure Boot, DKMS key not enrolled: by_hand (stop with steps) or deploy_stages
 secure_boot_mok_password = None  # one-time MokManager password for deploy_stages; kept secret
-nvidia_keep_archive_driver = False  # keep Ubuntu's archive driver + Canonical's signed modules: pinned, held, no DKMS
+nvidia_keep_archive_driver = False  # keep Ubuntu's archive driver and Canonical's signed modules: no DKMS swap
 gpu_power_limit_w = None  # power limit in W set at every boot; None keeps the card's default
 gpu_power_limit_min_w = 100  # lowest limit the card accepts (stock 2080 Ti BIOS)
 gpu_power_limit_max_w = 320  # highest limit the card accepts (stock 2080 Ti FE BIOS)
@@ -37,13 +41,13 @@ cuda_version = "12.9"  # CUDA toolkit major.minor, pinned (cuda-toolkit-12-9)
 install_root = "/opt/vllm-rig"  # venvs, sources and runtimes live under here
 python_version = "3.12"  # Python of the venv (Ubuntu 24.04's python3)
 torch_version = "2.11.0"  # torch from the torch index's CUDA lane (the fork's validated 2.11.0+cu128)
-torchvision_version = "0.26.0"  # torchvision from the same lane (the fork's validated; Qwen3.x processors need it)
-torchaudio_version = "2.11.0"  # torchaudio from the same lane (the fork's validated)
+torchvision_version = "0.26.0"  # torchvision from the torch index's lane (Qwen3.x processors need it)
+torchaudio_version = "2.11.0"  # torchaudio from the torch index's lane
 triton_version = "3.6.0"  # triton, pinned to the seed's
 transformers_version = "5.12.1"  # transformers, pinned to the seed's
 numpy_version = "2.3.5"  # numpy, pinned to the seed's
 flashinfer_version = "0.6.14"  # flashinfer-python; 0.6.14 takes PR 3621, 0.6.8.post1 is the fork's own pin
-flashinfer_requirement_overrides = {  # per FlashInfer release: fork requirements it needs replaced for pip to resolve
+flashinfer_requirement_overrides = {  # per FlashInfer release: fork requirements replaced for pip (others refused)
     "0.6.8.post1": {},  # the fork's own pin: its requirements as they are
     # 0.6.14 and 0.6.15 require nvidia-cutlass-dsl>=4.5.0, the fork pins ==4.4.2 (used by FA4's CuTe-DSL kernels)
     "0.6.14": {"nvidia-cutlass-dsl": "==4.5.2"},
@@ -58,9 +62,35 @@ flashqla_repo = "https://github.com/weicj/FlashQLA-SM70-SM75.git"  # FlashQLA wi
 flashqla_ref = "3ab27d77d8ca01d7a4718903b726add1a8886c0e"  # pinned FlashQLA commit
 cutlass_repo = "https://github.com/NVIDIA/cutlass.git"  # CUTLASS sources, fetched before the build
 cutlass_ref = "da5e086dab31d63815acafdac9a9c5893b1c69e2"  # CUTLASS v4.4.2 (the fork's build.sh), as a commit
-triton_src_repo = "https://github.com/triton-lang/triton.git"  # Triton sources (triton_kernels), fetched before
+triton_src_repo = "https://github.com/triton-lang/triton.git"  # triton_kernels sources, fetched before the build
 triton_src_ref = "v3.6.0"  # Triton release tag the fork's build.sh clones (its commit could not be confirmed)
-flashinfer_sm75_patches = {  # per FlashInfer release: its SM75 fix as fixed header files, sha256 before/after
+fetchcontent_sources = {  # what the fork's CMake fetches in the compile: fetched ahead via the git cache, by variable
+    "flashmla": {  # cmake/external_projects/flashmla.cmake: upstream reads it before its SM90+ check
+        "repo": "https://github.com/vllm-project/FlashMLA.git",
+        "ref": "a6ec2ba7bd0a7dff98b3f4d3e6b52b159c48d78b",
+        "env": "FLASH_MLA_SRC_DIR",
+        "min_arch": None,
+    },
+    "qutlass": {  # cmake/external_projects/qutlass.cmake: upstream populates it before its SM100+ check
+        "repo": "https://github.com/IST-DASLab/qutlass.git",
+        "ref": "830d2c4537c7396e14a02a46fbddd18b5d107c65",
+        "env": "QUTLASS_SRC_DIR",
+        "min_arch": None,
+    },
+    "vllm-flash-attn": {  # the fork's vllm_flash_attn.cmake returns before fetching on an SM75-only build
+        "repo": "https://github.com/vllm-project/flash-attention.git",
+        "ref": "f5bc33cfc02c744d24a2e9d50e6db656de40611c",
+        "env": "VLLM_FLASH_ATTN_SRC_DIR",
+        "min_arch": "8.0",
+    },
+    "deepgemm": {  # the fork's deepgemm.cmake returns before fetching without SM90a/SM100
+        "repo": "https://github.com/deepseek-ai/DeepGEMM.git",
+        "ref": "891d57b4db1071624b5c8fa0d1e51cb317fa709f",
+        "env": "DEEPGEMM_SRC_DIR",
+        "min_arch": "9.0",
+    },
+}
+flashinfer_sm75_patches = {  # per FlashInfer release: its SM75 fix as fixed headers (raw URL, sha256 before/after)
     # Each header is fetched whole at a commit through raw content (GitHub proxies of the gh-proxy kind pass
     # raw paths, not compare/commit diffs). The installed header must be "before"; the download must be "after".
     "0.6.14": {  # PR 3621 (closed, unmerged), head b6691f8 (refs/pull/3621/head): its prefill.cuh is blob
@@ -100,32 +130,6 @@ torch_index_url = "https://download.pytorch.org/whl/cu128"  # torch wheel index,
 build_max_jobs = "auto"  # compile jobs: auto = min(8, threads, (RAM GB - 3) / 3)
 build_timeout_s = 14400  # give up on a build after this many seconds
 force_rebuild = False  # build a new runtime even when the fingerprint matches
-fetchcontent_sources = {  # what the fork's CMake fetches during the compile: fetched ahead, passed by variable
-    "flashmla": {  # cmake/external_projects/flashmla.cmake: upstream reads it before its SM90+ check
-        "repo": "https://github.com/vllm-project/FlashMLA.git",
-        "ref": "a6ec2ba7bd0a7dff98b3f4d3e6b52b159c48d78b",
-        "env": "FLASH_MLA_SRC_DIR",
-        "min_arch": None,
-    },
-    "qutlass": {  # cmake/external_projects/qutlass.cmake: upstream populates it before its SM100+ check
-        "repo": "https://github.com/IST-DASLab/qutlass.git",
-        "ref": "830d2c4537c7396e14a02a46fbddd18b5d107c65",
-        "env": "QUTLASS_SRC_DIR",
-        "min_arch": None,
-    },
-    "vllm-flash-attn": {  # the fork's vllm_flash_attn.cmake returns before fetching on an SM75-only build
-        "repo": "https://github.com/vllm-project/flash-attention.git",
-        "ref": "f5bc33cfc02c744d24a2e9d50e6db656de40611c",
-        "env": "VLLM_FLASH_ATTN_SRC_DIR",
-        "min_arch": "8.0",
-    },
-    "deepgemm": {  # the fork's deepgemm.cmake returns before fetching without SM90a/SM100
-        "repo": "https://github.com/deepseek-ai/DeepGEMM.git",
-        "ref": "891d57b4db1071624b5c8fa0d1e51cb317fa709f",
-        "env": "DEEPGEMM_SRC_DIR",
-        "min_arch": "9.0",
-    },
-}
 
 # ---- model: the FP8 checkpoint through the HF endpoint
 hf_endpoint = "https://hf-mirror.com"  # Hugging Face endpoint or mirror (the seed's mirror)
@@ -147,7 +151,7 @@ vllm_host = "0.0.0.0"  # bind address (127.0.0.1 for this box only)
 vllm_port = 8000  # API port
 vllm_api_key = "auto"  # auto: a key made once on the host; none: serve without a key
 tensor_parallel_size = 2  # GPUs one model spans (TP2 over the NVLink pair)
-device_ids = [0, 1]  # GPUs the server uses, set as CUDA_VISIBLE_DEVICES (the seed's --device-ids); None: all
+device_ids = [0, 1]  # GPUs the server uses, as CUDA_VISIBLE_DEVICES (the fork's line has no --device-ids); None: all
 dtype = "half"  # compute dtype; SM75 has no BF16 tensor cores
 quantization = "fp8"  # weight quantization (FP8 through Marlin on SM75)
 kv_cache_dtype = "fp8_e4m3"  # KV cache dtype; auto = FP16 (INT8 is refused)

@@ -49,157 +49,311 @@ KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "int8")
 PositiveInt = Annotated[int, Field(ge=1)]
 
 
-def _allowed(text: str) -> Any:
-    """Field metadata: the sentence that says what a setting accepts (used in error lines)."""
-    return Field(json_schema_extra={"allowed": text})
+def _setting(description: str, allowed: str) -> Any:
+    """Field metadata, the one place a setting is described: `description` is the line that says what it
+    is (group_data/all.py's comment on its default, the README table's "what it is"), `allowed` the
+    sentence that says what it accepts (error lines, the README's "allowed")."""
+    return Field(description=description, json_schema_extra={"allowed": allowed})
 
 
 class Settings(BaseModel):
-    """Every setting of the rig. Field order follows the deploy's stages."""
+    """Every setting of the rig. Field order follows the deploy's stages; each `# ---- <stage>` comment
+    below names the stage of the fields under it (group_data/all.py's headings and the README table
+    follow it: vllm_rig/settings_doc.py)."""
 
     # strict: "on", "yes" or "8000" (a string) are typos here, not values; pyinfra's --data and YAML
     # already give real booleans and numbers.
     model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
 
     # ---- connection
-    ssh_tcp_nodelay: bool = _allowed("true or false")
+    ssh_tcp_nodelay: bool = _setting("TCP_NODELAY on SSH sockets: no ~40 ms stall per remote command", "true or false")
 
     # ---- preflight: what the box must have
-    gpu_count: Annotated[int, Field(ge=1, le=8)] = _allowed("an integer from 1 to 8")
-    gpu_min_memory_mib: Annotated[int, Field(ge=1024)] = _allowed("an integer of MiB, at least 1024")
-    gpu_compute_capability: Literal["7.0", "7.5", "8.0", "8.6", "8.9", "9.0"] = _allowed(
-        'one of "7.0", "7.5", "8.0", "8.6", "8.9", "9.0"'
+    gpu_count: Annotated[int, Field(ge=1, le=8)] = _setting(
+        "GPUs the box must show (lspci before the driver, nvidia-smi after)", "an integer from 1 to 8"
     )
-    min_free_disk_gb: Annotated[int, Field(ge=1)] = _allowed("a positive integer of GB")
-    min_ram_gb: Annotated[int, Field(ge=1)] = _allowed("a positive integer of GB")
-    preflight_report: Literal["table", "json"] = _allowed('"table" or "json"')
+    gpu_min_memory_mib: Annotated[int, Field(ge=1024)] = _setting(
+        "least memory per GPU in MiB (a 22 GB 2080 Ti reports 22528)", "an integer of MiB, at least 1024"
+    )
+    gpu_compute_capability: Literal["7.0", "7.5", "8.0", "8.6", "8.9", "9.0"] = _setting(
+        "compute capability every GPU must report (Turing = 7.5)", 'one of "7.0", "7.5", "8.0", "8.6", "8.9", "9.0"'
+    )
+    min_free_disk_gb: Annotated[int, Field(ge=1)] = _setting(
+        "free GB needed where the build (~80) and the model (~29) go", "a positive integer of GB"
+    )
+    min_ram_gb: Annotated[int, Field(ge=1)] = _setting(
+        "least RAM in GB; the CUDA build needs about 3 GB per compile job", "a positive integer of GB"
+    )
+    preflight_report: Literal["table", "json"] = _setting(
+        "how the verdict is printed: table, or json (one line per host)", '"table" or "json"'
+    )
 
     # ---- driver
-    nvidia_repo_url: str = _allowed("an http(s) URL; {distro} is replaced by e.g. ubuntu2404")
-    nvidia_driver_version: str = _allowed("an exact driver version such as 580.159.03")
-    nvidia_driver_flavor: Literal["proprietary", "open"] = _allowed('"proprietary" or "open"')
-    nvidia_driver_replace_existing: bool = _allowed("true or false")
-    secure_boot_mok_enrollment: Literal["by_hand", "deploy_stages"] = _allowed('"by_hand" or "deploy_stages"')
-    secure_boot_mok_password: str | None = _allowed("null or a one-time MokManager password (1 to 256 characters)")
-    nvidia_keep_archive_driver: bool = _allowed("true or false")
-    gpu_power_limit_w: int | None = _allowed("null (leave the card's default) or whole watts")
-    gpu_power_limit_min_w: Annotated[int, Field(ge=1)] = _allowed("whole watts")
-    gpu_power_limit_max_w: Annotated[int, Field(ge=1)] = _allowed("whole watts")
-    reboot_timeout_s: Annotated[int, Field(ge=60, le=3600)] = _allowed("seconds from 60 to 3600")
+    nvidia_repo_url: str = _setting(
+        "NVIDIA's CUDA apt repository: the driver and the toolkit come from it",
+        "an http(s) URL; {distro} is replaced by e.g. ubuntu2404",
+    )
+    nvidia_driver_version: str = _setting(
+        "exact driver version, pinned and held (the seed's)", "an exact driver version such as 580.159.03"
+    )
+    nvidia_driver_flavor: Literal["proprietary", "open"] = _setting(
+        "kernel module flavour: proprietary, or open (Turing+ only)", '"proprietary" or "open"'
+    )
+    nvidia_driver_replace_existing: bool = _setting(
+        "replace an installed driver of another version (never by default)", "true or false"
+    )
+    secure_boot_mok_enrollment: Literal["by_hand", "deploy_stages"] = _setting(
+        "Secure Boot, DKMS key not enrolled: by_hand (stop with steps) or deploy_stages", '"by_hand" or "deploy_stages"'
+    )
+    secure_boot_mok_password: str | None = _setting(
+        "one-time MokManager password for deploy_stages; kept secret",
+        "null or a one-time MokManager password (1 to 256 characters)",
+    )
+    nvidia_keep_archive_driver: bool = _setting(
+        "keep Ubuntu's archive driver and Canonical's signed modules: no DKMS swap", "true or false"
+    )
+    gpu_power_limit_w: int | None = _setting(
+        "power limit in W set at every boot; None keeps the card's default",
+        "null (leave the card's default) or whole watts",
+    )
+    gpu_power_limit_min_w: Annotated[int, Field(ge=1)] = _setting(
+        "lowest limit the card accepts (stock 2080 Ti BIOS)", "whole watts"
+    )
+    gpu_power_limit_max_w: Annotated[int, Field(ge=1)] = _setting(
+        "highest limit the card accepts (stock 2080 Ti FE BIOS)", "whole watts"
+    )
+    reboot_timeout_s: Annotated[int, Field(ge=60, le=3600)] = _setting(
+        "how long to wait for a rebooted host to come back", "seconds from 60 to 3600"
+    )
 
     # ---- cuda
-    cuda_version: str = _allowed("a CUDA toolkit major.minor such as 12.9")
+    cuda_version: str = _setting(
+        "CUDA toolkit major.minor, pinned (cuda-toolkit-12-9)", "a CUDA toolkit major.minor such as 12.9"
+    )
 
     # ---- runtime
-    install_root: str = _allowed("an absolute path")
-    python_version: Literal["3.10", "3.11", "3.12", "3.13"] = _allowed('one of "3.10" to "3.13"')
-    torch_version: str = _allowed("a PEP 440 version such as 2.11.0")
-    torchvision_version: str = _allowed("a PEP 440 version (the fork's validated 0.26.0, from the torch index)")
-    torchaudio_version: str = _allowed("a PEP 440 version (the fork's validated 2.11.0, from the torch index)")
-    triton_version: str = _allowed("a PEP 440 version")
-    transformers_version: str = _allowed("a PEP 440 version")
-    numpy_version: str = _allowed("a PEP 440 version")
-    flashinfer_version: str = _allowed("a FlashInfer release listed in flashinfer_requirement_overrides")
-    flashinfer_requirement_overrides: dict[str, dict[str, str]] = _allowed(
+    install_root: str = _setting("venvs, sources and runtimes live under here", "an absolute path")
+    python_version: Literal["3.10", "3.11", "3.12", "3.13"] = _setting(
+        "Python of the venv (Ubuntu 24.04's python3)", 'one of "3.10" to "3.13"'
+    )
+    torch_version: str = _setting(
+        "torch from the torch index's CUDA lane (the fork's validated 2.11.0+cu128)", "a PEP 440 version such as 2.11.0"
+    )
+    torchvision_version: str = _setting(
+        "torchvision from the torch index's lane (Qwen3.x processors need it)",
+        "a PEP 440 version (the fork's validated 0.26.0, from the torch index)",
+    )
+    torchaudio_version: str = _setting(
+        "torchaudio from the torch index's lane",
+        "a PEP 440 version (the fork's validated 2.11.0, from the torch index)",
+    )
+    triton_version: str = _setting("triton, pinned to the seed's", "a PEP 440 version")
+    transformers_version: str = _setting("transformers, pinned to the seed's", "a PEP 440 version")
+    numpy_version: str = _setting("numpy, pinned to the seed's", "a PEP 440 version")
+    flashinfer_version: str = _setting(
+        "flashinfer-python; 0.6.14 takes PR 3621, 0.6.8.post1 is the fork's own pin",
+        "a FlashInfer release listed in flashinfer_requirement_overrides",
+    )
+    flashinfer_requirement_overrides: dict[str, dict[str, str]] = _setting(
+        "per FlashInfer release: fork requirements replaced for pip (others refused)",
         "a mapping FlashInfer version -> {package: PEP 440 specifier} that replaces the fork's requirement "
-        'for that package, e.g. {"0.6.14": {"nvidia-cutlass-dsl": "==4.5.2"}}'
+        'for that package, e.g. {"0.6.14": {"nvidia-cutlass-dsl": "==4.5.2"}}',
     )
-    flashinfer_sm75_fix: Literal["auto", "pr3621", "upstream", "none"] = _allowed(
-        '"auto", "pr3621", "upstream" or "none"'
+    flashinfer_sm75_fix: Literal["auto", "pr3621", "upstream", "none"] = _setting(
+        "SM75 fix: auto (by version), pr3621, upstream (PR 3526) or none", '"auto", "pr3621", "upstream" or "none"'
     )
-    fork_repo: str = _allowed("a git URL (https://...)")
-    fork_ref: str = _allowed("a full 40-character commit SHA")
-    flashqla_repo: str = _allowed("a git URL (https://...)")
-    flashqla_ref: str = _allowed("a full 40-character commit SHA")
-    cutlass_repo: str = _allowed("a git URL (https://...)")
-    cutlass_ref: str = _allowed("a 40-character commit SHA or a release tag such as v4.4.2")
-    triton_src_repo: str = _allowed("a git URL (https://...)")
-    triton_src_ref: str = _allowed("a 40-character commit SHA or a release tag such as v3.6.0")
-    fetchcontent_sources: dict[str, dict[str, Any]] = _allowed(
+    fork_repo: str = _setting("the vLLM SM75 fork", "a git URL (https://...)")
+    fork_ref: str = _setting("pinned commit on the fork's v0.1.x line", "a full 40-character commit SHA")
+    flashqla_repo: str = _setting("FlashQLA with the SM70/SM75 GDN kernel", "a git URL (https://...)")
+    flashqla_ref: str = _setting("pinned FlashQLA commit", "a full 40-character commit SHA")
+    cutlass_repo: str = _setting("CUTLASS sources, fetched before the build", "a git URL (https://...)")
+    cutlass_ref: str = _setting(
+        "CUTLASS v4.4.2 (the fork's build.sh), as a commit", "a 40-character commit SHA or a release tag such as v4.4.2"
+    )
+    triton_src_repo: str = _setting("triton_kernels sources, fetched before the build", "a git URL (https://...)")
+    triton_src_ref: str = _setting(
+        "Triton release tag the fork's build.sh clones (its commit could not be confirmed)",
+        "a 40-character commit SHA or a release tag such as v3.6.0",
+    )
+    fetchcontent_sources: dict[str, dict[str, Any]] = _setting(
+        "what the fork's CMake fetches in the compile: fetched ahead via the git cache, by variable",
         'a mapping name -> {"repo": a git URL, "ref": a 40-character commit SHA or release tag, "env": the '
         'variable the fork\'s CMake reads for a local source, "min_arch": null or the lowest compute capability '
-        "the fork's CMake fetches it for}"
+        "the fork's CMake fetches it for}",
     )
-    flashinfer_sm75_patches: dict[str, dict[str, Any]] = _allowed(
+    flashinfer_sm75_patches: dict[str, dict[str, Any]] = _setting(
+        "per FlashInfer release: its SM75 fix as fixed headers (raw URL, sha256 before/after)",
         'a mapping FlashInfer version -> {"patch": "pr3621" or "pr3526", "files": {path: {"url": the fixed '
-        'file\'s http(s) URL (raw content at a commit), "before": sha256, "after": sha256}}}'
+        'file\'s http(s) URL (raw content at a commit), "before": sha256, "after": sha256}}}',
     )
-    git_mirror_prefix: str = _allowed('"" or a URL ending in "/" put in front of every git URL')
-    pip_index_url: str | None = _allowed("null (pip's default index) or an http(s) URL")
-    torch_index_url: str = _allowed("an http(s) URL of a torch wheel index (e.g. the cu128 lane)")
-    build_max_jobs: Literal["auto"] | Annotated[int, Field(ge=1, le=256)] = _allowed(
-        '"auto" or an integer from 1 to 256'
+    git_mirror_prefix: str = _setting(
+        'put in front of every git URL (e.g. a GitHub proxy); "" for direct',
+        '"" or a URL ending in "/" put in front of every git URL',
     )
-    build_timeout_s: Annotated[int, Field(ge=300)] = _allowed("seconds, at least 300")
-    force_rebuild: bool = _allowed("true or false")
+    pip_index_url: str | None = _setting(
+        "Python package index for pip; None uses pip's default (PyPI)", "null (pip's default index) or an http(s) URL"
+    )
+    torch_index_url: str = _setting(
+        "torch wheel index, CUDA 12.8 lane", "an http(s) URL of a torch wheel index (e.g. the cu128 lane)"
+    )
+    build_max_jobs: Literal["auto"] | Annotated[int, Field(ge=1, le=256)] = _setting(
+        "compile jobs: auto = min(8, threads, (RAM GB - 3) / 3)", '"auto" or an integer from 1 to 256'
+    )
+    build_timeout_s: Annotated[int, Field(ge=300)] = _setting(
+        "give up on a build after this many seconds", "seconds, at least 300"
+    )
+    force_rebuild: bool = _setting("build a new runtime even when the fingerprint matches", "true or false")
 
     # ---- model
-    hf_endpoint: str = _allowed("an http(s) URL of a Hugging Face endpoint or mirror")
-    hf_token: str | None = _allowed("null or a Hugging Face token")
-    hf_disable_xet: bool = _allowed("true or false")
-    model_repo: str = _allowed("a repo id owner/name")
-    model_revision: str = _allowed("a branch, tag or 40-character commit SHA")
-    model_dir: str = _allowed("an absolute path")
-    download_timeout_s: Annotated[int, Field(ge=60)] = _allowed("seconds, at least 60")
+    hf_endpoint: str = _setting(
+        "Hugging Face endpoint or mirror (the seed's mirror)", "an http(s) URL of a Hugging Face endpoint or mirror"
+    )
+    hf_token: str | None = _setting(
+        "Hugging Face token for gated repos; kept secret, None sends none", "null or a Hugging Face token"
+    )
+    hf_disable_xet: bool = _setting("plain HTTP downloads (mirrors rarely serve Xet)", "true or false")
+    model_repo: str = _setting("closest public id to the seed's model", "a repo id owner/name")
+    model_revision: str = _setting(
+        "branch, tag or commit; the resolved commit is recorded on the host", "a branch, tag or 40-character commit SHA"
+    )
+    model_dir: str = _setting("where the checkpoint lives", "an absolute path")
+    download_timeout_s: Annotated[int, Field(ge=60)] = _setting(
+        "give up on the download after this many seconds", "seconds, at least 60"
+    )
 
     # ---- service: the unit and the server's flags
-    service_name: str = _allowed("a lower-case unit name (letters, digits, - and _)")
-    service_user: str = _allowed("a lower-case user name")
-    service_start_timeout_s: Annotated[int, Field(ge=60, le=7200)] = _allowed("seconds from 60 to 7200")
-    service_restart_sec: Annotated[int, Field(ge=0, le=600)] = _allowed("seconds from 0 to 600")
-    vllm_log_file: str | None = _allowed("null (the journal) or an absolute path")
-    served_model_name: str = _allowed("a name without spaces")
-    vllm_host: str = _allowed("an IP address to bind, e.g. 0.0.0.0 or 127.0.0.1")
-    vllm_port: Annotated[int, Field(ge=1, le=65535)] = _allowed("an integer from 1 to 65535")
-    vllm_api_key: Literal["auto", "none"] = _allowed('"auto" (made on the host) or "none"')
-    tensor_parallel_size: Literal[1, 2, 4, 8] = _allowed("1, 2, 4 or 8")
-    device_ids: list[Annotated[int, Field(ge=0)]] | None = _allowed(
-        "null (every GPU) or a list of GPU indexes, set as CUDA_VISIBLE_DEVICES"
+    service_name: str = _setting(
+        "systemd unit name (vllm.service)", "a lower-case unit name (letters, digits, - and _)"
     )
-    dtype: Literal["half", "float16", "bfloat16", "auto"] = _allowed('"half", "float16", "bfloat16" or "auto"')
-    quantization: Literal["fp8"] | None = _allowed('"fp8" or null')
-    kv_cache_dtype: str = _allowed("one of " + ", ".join(KV_CACHE_DTYPES))
-    max_model_len: Annotated[int, Field(ge=1024)] = _allowed(f"an integer from 1024 to {MODEL_CONTEXT_LIMIT}")
-    enable_prefix_caching: bool = _allowed("true or false")
-    mamba_cache_mode: Literal["align", "all", "none"] | None = _allowed('null, "align", "all" or "none"')
-    max_num_seqs: Annotated[int, Field(ge=1, le=256)] = _allowed("an integer from 1 to 256")
-    max_num_batched_tokens: Annotated[int, Field(ge=256)] = _allowed("an integer, at least 256")
-    enable_chunked_prefill: bool = _allowed("true or false")
-    async_scheduling: bool | None = _allowed("null (server default), true or false")
-    skip_mm_profiling: bool = _allowed("true or false")
-    reasoning_parser: str | None = _allowed("null or a parser name such as qwen3")
-    reasoning_config: dict[str, Any] | None = _allowed(
-        "null or a JSON object with the keys " + ", ".join(fork_interface.REASONING_CONFIG_KEYS)
+    service_user: str = _setting("system user the server runs as", "a lower-case user name")
+    service_start_timeout_s: Annotated[int, Field(ge=60, le=7200)] = _setting(
+        "TimeoutStartSec: the first start compiles for minutes", "seconds from 60 to 7200"
     )
-    default_thinking_token_budget: None = _allowed(
-        "null: the fork's v0.1.x line has no server-side default; clients send thinking_token_budget per request"
+    service_restart_sec: Annotated[int, Field(ge=0, le=600)] = _setting(
+        "RestartSec between restarts", "seconds from 0 to 600"
     )
-    default_chat_template_kwargs: dict[str, Any] | None = _allowed("null or a JSON object")
-    enable_auto_tool_choice: bool = _allowed("true or false")
-    tool_call_parser: str | None = _allowed("null or a parser name such as qwen3_coder or qwen3_xml")
-    chat_template_content_format: Literal["auto", "string", "openai"] | None = _allowed(
-        'null, "auto", "string" or "openai"'
+    vllm_log_file: str | None = _setting(
+        "None logs to the journal; a path appends there like the seed's unit", "null (the journal) or an absolute path"
     )
-    gpu_memory_utilization: Annotated[float, Field(gt=0.0, le=0.98)] = _allowed("a number above 0 and at most 0.98")
-    additional_config: dict[str, Any] | None = _allowed("null or a JSON object")
-    num_speculative_tokens: Annotated[int, Field(ge=0, le=8)] = _allowed("an integer from 1 to 8 (MTP)")
-    cudagraph_mode: str = _allowed("one of " + ", ".join(CUDAGRAPH_MODES))
-    cudagraph_capture_sizes: list[int] = _allowed("a list of positive integers, e.g. [4]")
-    generation_config: Literal["auto", "vllm"] | None = _allowed('null, "auto" or "vllm"')
-    override_generation_config: dict[str, Any] | None = _allowed("null or a JSON object")
-    cpu_offload_gb: Annotated[float, Field(ge=0)] | None = _allowed("null or a number of GB, at least 0")
-    disable_uvicorn_access_log: bool = _allowed("true or false")
-    omp_num_threads: Annotated[int, Field(ge=1, le=256)] | None = _allowed("null or an integer from 1 to 256")
-    vllm_env: dict[str, str] = _allowed("a mapping of environment variable names to strings")
-    vllm_extra_args: list[str] = _allowed('a list of extra flags, each starting with "--"')
+    served_model_name: str = _setting("model name clients ask for", "a name without spaces")
+    vllm_host: str = _setting(
+        "bind address (127.0.0.1 for this box only)", "an IP address to bind, e.g. 0.0.0.0 or 127.0.0.1"
+    )
+    vllm_port: Annotated[int, Field(ge=1, le=65535)] = _setting("API port", "an integer from 1 to 65535")
+    vllm_api_key: Literal["auto", "none"] = _setting(
+        "auto: a key made once on the host; none: serve without a key", '"auto" (made on the host) or "none"'
+    )
+    tensor_parallel_size: Literal[1, 2, 4, 8] = _setting(
+        "GPUs one model spans (TP2 over the NVLink pair)", "1, 2, 4 or 8"
+    )
+    device_ids: list[Annotated[int, Field(ge=0)]] | None = _setting(
+        "GPUs the server uses, as CUDA_VISIBLE_DEVICES (the fork's line has no --device-ids); None: all",
+        "null (every GPU) or a list of GPU indexes, set as CUDA_VISIBLE_DEVICES",
+    )
+    dtype: Literal["half", "float16", "bfloat16", "auto"] = _setting(
+        "compute dtype; SM75 has no BF16 tensor cores", '"half", "float16", "bfloat16" or "auto"'
+    )
+    quantization: Literal["fp8"] | None = _setting("weight quantization (FP8 through Marlin on SM75)", '"fp8" or null')
+    kv_cache_dtype: str = _setting(
+        "KV cache dtype; auto = FP16 (INT8 is refused)",
+        "one of " + ", ".join(d for d in KV_CACHE_DTYPES if d != "int8") + " (int8 is refused)",
+    )
+    max_model_len: Annotated[int, Field(ge=1024)] = _setting(
+        "context length in tokens", f"an integer from 1024 to {MODEL_CONTEXT_LIMIT}"
+    )
+    enable_prefix_caching: bool = _setting("reuse cached prefixes", "true or false")
+    mamba_cache_mode: Literal["align", "all", "none"] | None = _setting(
+        "--mamba-cache-mode (align for prefix caching on hybrid models); None omits", 'null, "align", "all" or "none"'
+    )
+    max_num_seqs: Annotated[int, Field(ge=1, le=256)] = _setting("concurrent sequences", "an integer from 1 to 256")
+    max_num_batched_tokens: Annotated[int, Field(ge=256)] = _setting(
+        "chunked-prefill chunk size", "an integer, at least 256"
+    )
+    enable_chunked_prefill: bool = _setting("chunked prefill (long contexts OOM without it)", "true or false")
+    async_scheduling: bool | None = _setting(
+        "False renders --no-async-scheduling; None leaves the server default", "null (server default), true or false"
+    )
+    skip_mm_profiling: bool = _setting("skip multimodal memory profiling", "true or false")
+    reasoning_parser: str | None = _setting(
+        "reasoning parser for <think> blocks", "null or a parser name such as qwen3"
+    )
+    reasoning_config: dict[str, Any] | None = _setting(
+        "--reasoning-config: the think-tag markers (the fork's line takes no budget key)",
+        "null or a JSON object with the keys " + ", ".join(fork_interface.REASONING_CONFIG_KEYS),
+    )
+    default_thinking_token_budget: None = _setting(
+        "the seed's 4000 has no server-side form on the fork's line: send it per request",
+        "null: the fork's v0.1.x line has no server-side default; clients send thinking_token_budget per request",
+    )
+    default_chat_template_kwargs: dict[str, Any] | None = _setting(
+        "--default-chat-template-kwargs", "null or a JSON object"
+    )
+    enable_auto_tool_choice: bool = _setting("let the model call tools on its own", "true or false")
+    tool_call_parser: str | None = _setting(
+        "tool-call parser", "null or a parser name such as qwen3_coder or qwen3_xml"
+    )
+    chat_template_content_format: Literal["auto", "string", "openai"] | None = _setting(
+        "--chat-template-content-format", 'null, "auto", "string" or "openai"'
+    )
+    gpu_memory_utilization: Annotated[float, Field(gt=0.0, le=0.98)] = _setting(
+        "share of GPU memory vLLM may take", "a number above 0 and at most 0.98"
+    )
+    additional_config: dict[str, Any] | None = _setting(
+        "--additional-config (FlashQLA GDN prefill)", "null or a JSON object"
+    )
+    num_speculative_tokens: Annotated[int, Field(ge=0, le=8)] = _setting(
+        "MTP draft tokens (MTP is required on this stack)", "an integer from 1 to 8 (MTP)"
+    )
+    cudagraph_mode: str = _setting(
+        "CUDA graph mode (PIECEWISE is the only safe one with MTP here)",
+        '"PIECEWISE" (' + ", ".join(m for m in CUDAGRAPH_MODES if m != "PIECEWISE") + " are refused with MTP)",
+    )
+    cudagraph_capture_sizes: list[int] = _setting(
+        "graph sizes; largest = max_num_seqs x (1 + num_speculative_tokens)", "a list of positive integers, e.g. [4]"
+    )
+    generation_config: Literal["auto", "vllm"] | None = _setting(
+        "--generation-config (auto or vllm); None omits", 'null, "auto" or "vllm"'
+    )
+    override_generation_config: dict[str, Any] | None = _setting(
+        "sampling defaults the server applies (the seed's)", "null or a JSON object"
+    )
+    cpu_offload_gb: Annotated[float, Field(ge=0)] | None = _setting(
+        "--cpu-offload-gb; None omits", "null or a number of GB, at least 0"
+    )
+    disable_uvicorn_access_log: bool = _setting("no per-request access log lines", "true or false")
+    omp_num_threads: Annotated[int, Field(ge=1, le=256)] | None = _setting(
+        "OMP_NUM_THREADS for the server; None leaves it unset", "null or an integer from 1 to 256"
+    )
+    vllm_env: dict[str, str] = _setting(
+        "the server's environment (SM75 switches from the seed's unit)",
+        "a mapping of environment variable names to strings",
+    )
+    vllm_extra_args: list[str] = _setting(
+        'extra server flags, e.g. ["--enforce-eager"]', 'a list of extra flags, each starting with "--"'
+    )
 
     # ---- verify and bench
-    verify_gate: Literal["fail", "warn"] = _allowed('"fail" (a failed gate stops the host) or "warn"')
-    verify_bandwidth: bool = _allowed("true or false")
-    verify_min_p2p_gbps: Annotated[float, Field(ge=0)] = _allowed("GB/s, at least 0")
-    verify_min_allreduce_gbps: Annotated[float, Field(ge=0)] = _allowed("GB/s, at least 0")
-    bench_sizes: str = _allowed('runs as TOKENS:RUNS:MAX_TOKENS, comma-separated, e.g. "20000:3:256,60000:2:128"')
-    bench_label: str = _allowed("a short label for the results, e.g. FP8-KV")
+    verify_gate: Literal["fail", "warn"] = _setting(
+        "a failed verdict gate stops the host (fail) or only warns (warn)",
+        '"fail" (a failed gate stops the host) or "warn"',
+    )
+    verify_bandwidth: bool = _setting(
+        "measure P2P copy and NCCL all-reduce (needs both GPUs free for a minute)", "true or false"
+    )
+    verify_min_p2p_gbps: Annotated[float, Field(ge=0)] = _setting(
+        "least P2P copy GB/s each way (2 NVLink2 links: ~40 measured, 50 ceiling)", "GB/s, at least 0"
+    )
+    verify_min_allreduce_gbps: Annotated[float, Field(ge=0)] = _setting(
+        "least all-reduce bus GB/s (2 ranks: ceiling ~50; calibrate on your box)", "GB/s, at least 0"
+    )
+    bench_sizes: str = _setting(
+        "the seed's runs: TOKENS:RUNS:MAX_TOKENS",
+        'runs as TOKENS:RUNS:MAX_TOKENS, comma-separated, e.g. "20000:3:256,60000:2:128"',
+    )
+    bench_label: str = _setting(
+        "label stored with bench results (e.g. FP8-KV, FP16-KV for an A/B)",
+        "a short label for the results, e.g. FP8-KV",
+    )
 
     # ---- field checks: formats a type alone cannot say
 
