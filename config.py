@@ -2,7 +2,7 @@
 
 from vllm_rig.core import op_order, ssh_nodelay
 
-# Remove the ~40 ms Nagle/delayed-ACK stall from every remote command (vllm_rig/ssh_nodelay.py).
+# Remove the ~40 ms Nagle/delayed-ACK stall from every remote command (vllm_rig/core/ssh_nodelay.py).
 ssh_nodelay.install()
-# Order operations from the frames, not inspect.stack() (~3 ms per operation; vllm_rig/op_order.py).
+# Order operations from the frames, not inspect.stack() (~3 ms per operation; vllm_rig/core/op_order.py).
 op_order.install()
