@@ -32,15 +32,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
 
+from .model_fetch import DISK_HEADROOM, marker_matches, marker_problems, read_marker
 from .units import human
 
 if TYPE_CHECKING:  # imported where the endpoint is asked: ~30 ms that a model complete on the host never needs
     import urllib.error
     import urllib.request
 
-MARKER = ".vllm-rig-complete.json"  # written by model_fetch.py; the same format
-MARKER_FORMAT = 1
-DISK_HEADROOM = 256 << 20  # as model_fetch.py asks for
 SHA40 = re.compile(r"^[0-9a-f]{40}$")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 RETRY_DELAYS_S = (1.0, 2.0)  # a mirror that blips for a second is not "down"
@@ -67,26 +65,13 @@ def endpoint_host(endpoint: str) -> str:
 # ---- what is on the disk already -----------------------------------------------------------------
 
 
-def read_marker(top: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads((top / MARKER).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) and data.get("format") == MARKER_FORMAT else None
-
-
 def complete_marker(dest: Path, repo: str, revision: str) -> dict[str, Any] | None:
     """The marker when DIR holds repo@revision whole (every listed file at its size), else None."""
     marker = read_marker(dest)
-    if not marker or marker.get("repo") != repo or revision not in (marker.get("revision"), marker.get("commit")):
+    if not marker or not marker_matches(marker, repo, revision):
         return None
-    for path, meta in (marker.get("files") or {}).items():
-        try:
-            if (dest / path).stat().st_size != meta.get("size"):
-                return None
-        except OSError:
-            return None
-    return marker
+    missing, wrong = marker_problems(dest, marker)
+    return None if missing or wrong else marker
 
 
 def bytes_present(dest: Path, commit: str, files: list[dict[str, Any]]) -> int:
