@@ -28,7 +28,11 @@ def test_meminfo_real() -> None:
 
 def test_loaded_modules_and_driver_real() -> None:
     assert facts.parse_modules(_lines("proc_modules_nvidia")) == ["nvidia", "nvidia_uvm"]
-    assert facts.parse_driver_version(_lines("proc_driver_nvidia_version")) == "580.159.04"
+    # The loaded module's version and flavour, as the batched fact returns them (h200: the open module).
+    state = facts.HostState().process(["@@driver_loaded", *_lines("proc_driver_nvidia_version")])
+    assert (state["driver_loaded"], state["driver_flavour"]) == ("580.159.04", "open")
+    state = facts.HostState().process(["@@driver_loaded"])  # no module loaded: the file is not there
+    assert (state["driver_loaded"], state["driver_flavour"]) == (None, None)
 
 
 def test_packages_real_keeps_installed_only() -> None:

@@ -15,6 +15,7 @@ from pyinfra.api import FactBase
 
 from vllm_rig.core.facts import first_line, split_sections
 from vllm_rig.core.packages import parse_packages
+from vllm_rig.host.nvidia_smi import parse_driver_module
 from vllm_rig.paths import DRIVER_RECORD
 
 NVIDIA_PCI_VENDOR = "10de"
@@ -102,6 +103,7 @@ class HostState(FactBase):
 
     def process(self, output: list[str]) -> dict[str, Any]:
         raw = split_sections(output)
+        module = parse_driver_module(raw.get("driver_loaded", []))
         return {
             "os": parse_os_release(raw.get("os", [])),
             "kernel": first_line(raw.get("kernel")),
@@ -116,7 +118,8 @@ class HostState(FactBase):
             "pci_bar1_mib": parse_lspci_bar1(raw.get("lspci_vv", [])),
             "cuda_sources": parse_cuda_sources(raw.get("cuda_sources", [])),
             "modules": parse_modules(raw.get("modules", [])),
-            "driver_loaded": parse_driver_version(raw.get("driver_loaded", [])),
+            "driver_loaded": module.version,
+            "driver_flavour": module.flavour,  # "open" or "proprietary", of the loaded module
             "headers": first_line(raw.get("headers")) == "present",
             "packages": parse_packages(raw.get("packages", [])),
             "holds": parse_holds(raw.get("packages", [])),
@@ -270,12 +273,6 @@ def parse_cuda_sources(lines: list[str]) -> list[dict[str, str]]:
 def parse_modules(lines: list[str]) -> list[str]:
     """Module names, one per line (`ls` of /sys/module) or as the first word (/proc/modules)."""
     return sorted({line.split()[0] for line in lines if line.strip()})
-
-
-def parse_driver_version(lines: list[str]) -> str | None:
-    """The loaded kernel module's version from /proc/driver/nvidia/version ("NVRM version: ... 580.x")."""
-    match = re.search(r"NVRM version:.*?\s(\d{3}\.\d+(?:\.\d+)?)\s", " ".join(lines) + " ")
-    return match.group(1) if match else None
 
 
 def parse_holds(lines: list[str]) -> list[str]:
