@@ -4,15 +4,31 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.unit.groupdata import profile_data
 from vllm_rig.stages.preflight import checks as preflight
+from vllm_rig.stages.preflight.facts import HostState
+from vllm_rig.stages.preflight.gpu_facts import NvidiaGpus, NvidiaTopology
 from vllm_rig.validation import load_settings
 
 SETTINGS = load_settings(profile_data())
+OUTPUTS = Path(__file__).parent / "fixtures" / "tool_outputs"
+
+
+def _real(name: str) -> list[str]:
+    """A real output (tests/unit/fixtures/tool_outputs/<box>/<name>.out; the box's README says whence)."""
+    return (OUTPUTS / f"{name}.out").read_text().splitlines()
+
+
+def _topology(topo_m: list[str], p2p: list[str], nvlink: list[str], topo_rc: int = 0) -> dict[str, Any]:
+    """The topology fact's result for these outputs, through its own process()."""
+    out = ["@@-m", *topo_m, f"rc={topo_rc}", "@@rw", *p2p, "rc=0", "@@-s", *nvlink, "rc=0"]
+    return NvidiaTopology().process(out)
+
 
 HEALTHY_HOST: dict[str, Any] = {
     "os": {"id": "ubuntu", "version_id": "24.04", "pretty": "Ubuntu 24.04.4 LTS"},
@@ -41,6 +57,7 @@ HEALTHY_HOST: dict[str, Any] = {
     "cuda_sources": [],
     "modules": [],
     "driver_loaded": None,
+    "driver_flavour": None,
     "headers": True,
     "packages": {},
     "holds": [],
@@ -68,9 +85,11 @@ GPUS = {"rc": 0, "error": None, "gpus": [_gpu(0), _gpu(1)]}
 TOPO = {
     "rc": 0,
     "error": None,
+    "problems": {},
     "topo": {"GPU0": {"GPU1": "NV2"}},
     "p2p": {"GPU0": {"GPU1": "OK"}},
-    "nvlink": {0: [25.781, 25.781]},
+    "nvlink": {0: [25.781, 25.781], 1: [25.781, 25.781]},
+    "nvlink_down": [],
 }
 
 
@@ -321,3 +340,111 @@ def test_secure_boot_passes_a_kept_archive_driver_whose_modules_canonical_signed
     # replacing it means DKMS-built modules again: the MOK question comes back
     replaced = check_secure_boot(host, load_settings({**profile_data(), "nvidia_driver_replace_existing": True}))
     assert replaced.status == "fail" and "MOK.der" in replaced.detail
+
+
+# --- links, on real outputs (issue 15) ---------------------------------------------------------------------
+FOUR = load_settings({**profile_data(), "gpu_count": 4})
+FOUR_GPUS = {"rc": 0, "error": None, "gpus": [_gpu(i) for i in range(4)]}
+
+
+def _links(checks: list[preflight.Check]) -> dict[str, preflight.Check]:
+    return {c.name: c for c in checks if c.name in ("nvlink", "p2p")}
+
+
+def test_links_cover_every_pair_of_the_gpus_in_use() -> None:
+    """rtx50-epyc/nvidia-smi_topo_m and _topo_p2p_p (five GPUs, NODE/PHB, P2P OK): with gpu_count 4 every
+    pair of GPU0-GPU3 is named, not only GPU0-GPU1; GPU4 is not in use."""
+    topo = _topology(_real("rtx50-epyc/nvidia-smi_topo_m"), _real("rtx50-epyc/nvidia-smi_topo_p2p_p"), [])
+    links = _links(preflight.check_links(FOUR_GPUS, topo, FOUR))
+    pairs = ["GPU0-GPU1", "GPU0-GPU2", "GPU0-GPU3", "GPU1-GPU2", "GPU1-GPU3", "GPU2-GPU3"]
+    assert links["nvlink"].detail == ", ".join(f"{p} connected by NODE" for p in pairs) + ", no NVLink"
+    assert links["p2p"] == preflight.ok("p2p", f"driver grants P2P (OK) for {', '.join(pairs)}")
+    two = _links(preflight.check_links(GPUS, topo, SETTINGS))  # gpu_count 2: only the pair in use
+    assert two["nvlink"].detail == "GPU0-GPU1 connected by NODE, no NVLink"
+
+
+def test_nvlink_between_every_pair_is_ok() -> None:
+    """h100/nvidia-smi_topo_m (four GPUs, NV6 between all, aligned with spaces), with the P2P grant of
+    rtx50-epyc (only its first four GPUs' cells are read) and no link states (empty nvlink -s)."""
+    topo = _topology(_real("h100/nvidia-smi_topo_m"), _real("rtx50-epyc/nvidia-smi_topo_p2p_p"), [])
+    nvlink = _links(preflight.check_links(FOUR_GPUS, topo, FOUR))["nvlink"]
+    assert nvlink.status == "ok" and nvlink.detail == (
+        "GPU0-GPU1 NV6, GPU0-GPU2 NV6, GPU0-GPU3 NV6, GPU1-GPU2 NV6, GPU1-GPU3 NV6, GPU2-GPU3 NV6; "
+        "link speeds not reported"
+    )
+    assert _links(preflight.check_links(GPUS, TOPO, SETTINGS))["nvlink"].detail == (
+        "GPU0-GPU1 NV2; 2 link(s) per GPU up at 25.781 GB/s"
+    )
+
+
+def test_an_inactive_link_of_a_gpu_in_use_is_named() -> None:
+    """Case 5: v100/nvidia-smi_nvlink_s (GPU 3, links 3 and 5 <inactive>) on the four-GPU NV6 matrix."""
+    topo = _topology(
+        _real("h100/nvidia-smi_topo_m"), _real("rtx50-epyc/nvidia-smi_topo_p2p_p"), _real("v100/nvidia-smi_nvlink_s")
+    )
+    links = _links(preflight.check_links(FOUR_GPUS, topo, FOUR))
+    assert links["nvlink"].status == "warn" and links["nvlink"].detail.startswith("GPU3 link 3, GPU3 link 5 inactive")
+    assert "reseat" in links["nvlink"].way_out
+    # GPU 3 is not in use with gpu_count 2: its links say nothing of the rig's pair.
+    assert _links(preflight.check_links(GPUS, topo, SETTINGS))["nvlink"].status == "ok"
+
+
+def test_all_links_inactive_names_the_bridge_as_down() -> None:
+    """Case 2: b200/nvidia-smi_nvlink_s (GPU 2 answers 'all links are inActive') among four GPUs."""
+    topo = _topology(
+        _real("h100/nvidia-smi_topo_m"), _real("rtx50-epyc/nvidia-smi_topo_p2p_p"), _real("b200/nvidia-smi_nvlink_s")
+    )
+    nvlink = _links(preflight.check_links(FOUR_GPUS, topo, FOUR))["nvlink"]
+    assert nvlink.status == "warn" and "GPU2: NVML says all links are inactive" in nvlink.detail
+    assert "the NVLink bridge is down" in nvlink.detail and "seat the NVLink bridge" in nvlink.way_out
+
+
+def test_a_pcie_pair_and_refused_p2p_are_warned_for_each_pair() -> None:
+    """rtx5090/nvidia-smi_topo_m (PHB) and rtx5090/nvidia-smi_topo_p2p_rw_spaces (GNS, spaces)."""
+    topo = _topology(_real("rtx5090/nvidia-smi_topo_m"), _real("rtx5090/nvidia-smi_topo_p2p_rw_spaces"), [])
+    links = _links(preflight.check_links(GPUS, topo, SETTINGS))
+    assert links["nvlink"].detail == "GPU0-GPU1 connected by PHB, no NVLink" and "bridge" in links["nvlink"].way_out
+    assert (links["p2p"].status, links["p2p"].detail) == ("warn", "driver reports GPU0-GPU1 GNS")
+
+
+def test_a_failing_topology_command_is_said_in_one_line() -> None:
+    """Case 6: h200/nvidia-smi_topo_m_bad_index (exit 6, 'No devices were found')."""
+    topo = _topology(_real("h200/nvidia-smi_topo_m_bad_index"), _real("rtx5090/nvidia-smi_topo_p2p_rw"), [], 6)
+    checks = preflight.check_links(GPUS, topo, SETTINGS)
+    assert [(c.name, c.status) for c in checks] == [("nvlink", "warn")]
+    assert checks[0].detail == "NVLink and P2P not read: nvidia-smi topo -m exited 6: No devices were found"
+
+
+def test_the_driver_line_names_the_loaded_modules_flavour() -> None:
+    """Case 3: h200/proc_driver_nvidia_version (open) and truenas-580/proc_driver_nvidia_version
+    (proprietary), through the host fact."""
+    for name, said in (
+        ("h200/proc_driver_nvidia_version", "580.159.04 (the pinned version); loaded: the open module 580.159.04"),
+        ("truenas-580/proc_driver_nvidia_version", "loaded: the proprietary module 580.173.02"),
+    ):
+        state = HostState().process(["@@driver_loaded", *_real(name)])
+        host = _host(driver_loaded=state["driver_loaded"], driver_flavour=state["driver_flavour"])
+        pin = load_settings({**profile_data(), "nvidia_driver_version": "580.159.04"})
+        assert said in preflight.check_existing_driver(host, None, pin).detail
+
+
+def test_the_mismatch_line_names_both_versions() -> None:
+    """Case 4: truenas-580/nvidia-smi_plain (NVML library 580.178) beside its loaded module (580.173.02)."""
+    gpus = NvidiaGpus().process(["@@query", *_real("truenas-580/nvidia-smi_plain"), "rc=18", "@@memory"])
+    state = HostState().process(["@@driver_loaded", *_real("truenas-580/proc_driver_nvidia_version")])
+    [check] = preflight.check_driver_gpus(gpus, SETTINGS, state["driver_loaded"])
+    assert check.status == "warn" and "reboot" in check.way_out
+    assert check.detail == (
+        "Failed to initialize NVML: Driver/library version mismatch (NVML library 580.178, loaded module 580.173.02)"
+    )
+
+
+def test_not_available_cells_never_crash_a_gpu_line() -> None:
+    """Case 7: [N/A] where a riser hides the link width and a GB10 its memory (gb10/nvidia-smi_query)."""
+    checks = preflight.check_driver_gpus({**GPUS, "gpus": [_gpu(0, pcie_width=None), _gpu(1)]}, SETTINGS)
+    assert {c.name: c.detail for c in checks}["gpu0"] == "22528 MiB, CC 7.5, PCIe width not reported"
+    checks = preflight.check_driver_gpus({**GPUS, "gpus": [_gpu(0, memory_mib=None), _gpu(1)]}, SETTINGS)
+    assert {c.name: (c.status, c.detail) for c in checks}["gpu0"] == (
+        "fail",
+        "memory not reported by nvidia-smi ([N/A])",
+    )

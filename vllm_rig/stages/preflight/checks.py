@@ -10,13 +10,13 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from vllm_rig.host.nvidia_smi import MISMATCH
 from vllm_rig.settings import Settings
 from vllm_rig.stages.driver.packages import archive_driver, archive_modules
 
 # PCI device ids of TU102 (RTX 2080 Ti, TITAN RTX, Quadro RTX 6000/8000).
 TU102_IDS = frozenset({"1e02", "1e04", "1e07", "1e30", "1e36", "1e78"})
 SUPPORTED_OS = {("ubuntu", "24.04"), ("debian", "12")}
-MISMATCH = "Driver/library version mismatch"
 
 
 @dataclass(frozen=True)
@@ -242,35 +242,46 @@ def installed_driver_version(host: dict[str, Any]) -> str | None:
     return None
 
 
+def _loaded_module(host: dict[str, Any]) -> str:
+    """What the driver line says of the loaded module (/proc/driver/nvidia/version): its flavour and
+    version ("; loaded: the open module 580.159.03"), or nothing when none is loaded."""
+    version = host.get("driver_loaded")
+    if not version:
+        return ""
+    flavour = host.get("driver_flavour")
+    return f"; loaded: the {flavour} module {version}" if flavour else f"; loaded: module {version}"
+
+
 def check_existing_driver(host: dict[str, Any], gpus: dict[str, Any] | None, s: Settings) -> Check:
     found = installed_driver_version(host) or host["driver_loaded"]
     if gpus and gpus.get("gpus"):
         found = found or gpus["gpus"][0]["driver_version"]
     if found is None:
         return ok("driver", "none installed")
+    loaded = _loaded_module(host)
     archive = archive_driver(host["packages"])
     if archive:
         signed = any(n.startswith("linux-modules-nvidia-") for n in host["packages"])
         what = f"{archive} from Ubuntu's archive" + (" with Canonical's signed modules" if signed else "")
         if s.nvidia_keep_archive_driver:
-            return ok("driver", f"{what}: kept as it is (pinned and held, no DKMS)")
+            return ok("driver", f"{what}: kept as it is (pinned and held, no DKMS){loaded}")
         if s.nvidia_driver_replace_existing:
-            return warn("driver", what, f"it will be replaced by NVIDIA's {s.nvidia_driver_version} (DKMS)")
+            return warn("driver", what + loaded, f"it will be replaced by NVIDIA's {s.nvidia_driver_version} (DKMS)")
         return fail(
             "driver",
-            f"{what} is installed, settings ask for NVIDIA's {s.nvidia_driver_version}",
+            f"{what} is installed, settings ask for NVIDIA's {s.nvidia_driver_version}{loaded}",
             "keep it as it is: set nvidia_keep_archive_driver=true; "
             "or replace it: set nvidia_driver_replace_existing=true",
         )
     if found == s.nvidia_driver_version:
-        return ok("driver", f"{found} (the pinned version)")
+        return ok("driver", f"{found} (the pinned version){loaded}")
     if found == host.get("rig_driver"):
-        return warn("driver", f"{found} installed by vllm-rig", f"planned upgrade to {s.nvidia_driver_version}")
+        return warn("driver", f"{found} installed by vllm-rig{loaded}", f"planned upgrade to {s.nvidia_driver_version}")
     if s.nvidia_driver_replace_existing:
-        return warn("driver", f"{found} installed", f"it will be replaced by {s.nvidia_driver_version}")
+        return warn("driver", f"{found} installed{loaded}", f"it will be replaced by {s.nvidia_driver_version}")
     return fail(
         "driver",
-        f"{found} is installed, settings ask for {s.nvidia_driver_version}",
+        f"{found} is installed, settings ask for {s.nvidia_driver_version}{loaded}",
         f"keep it: set nvidia_driver_version={found}; or replace it: set nvidia_driver_replace_existing=true",
     )
 
@@ -290,7 +301,13 @@ def check_driver_gpus(
         return [ok("nvidia-smi", "not installed yet (the driver stage installs it)")]
     if gpus["rc"] != 0:
         if MISMATCH in (gpus["error"] or ""):
-            return [warn("nvidia-smi", gpus["error"], "a reboot loads the installed driver (the driver stage does it)")]
+            versions = [
+                f"NVML library {gpus['library_version']}" if gpus.get("library_version") else "",
+                f"loaded module {host_loaded}" if host_loaded else "",
+            ]
+            said = ", ".join(v for v in versions if v)
+            detail = f"{gpus['error']} ({said})" if said else gpus["error"]
+            return [warn("nvidia-smi", detail, "a reboot loads the installed driver (the driver stage does it)")]
         if not host_loaded and installed == s.nvidia_driver_version:
             # The pinned driver is installed but no module is loaded: the driver stage reboots once for it,
             # or says why it does not load (a plain FAIL here would hide that reason behind nvidia-smi's).
@@ -316,49 +333,102 @@ def check_driver_gpus(
 
 
 def _gpu_checks(gpu: dict[str, Any], s: Settings) -> list[Check]:
+    """One GPU's line(s). nvidia-smi answers [N/A] for what it cannot read (a riser's link width): that
+    value is None here and is said, never compared."""
     name = f"gpu{gpu['index']}"
     checks = []
-    if gpu["memory_mib"] < s.gpu_min_memory_mib:
-        checks.append(fail(name, f"{gpu['memory_mib']} MiB", f"need {s.gpu_min_memory_mib} MiB (a 22 GB card)"))
+    memory = gpu.get("memory_mib")
+    if memory is None:
+        checks.append(fail(name, "memory not reported by nvidia-smi ([N/A])", f"need {s.gpu_min_memory_mib} MiB"))
+    elif memory < s.gpu_min_memory_mib:
+        checks.append(fail(name, f"{memory} MiB", f"need {s.gpu_min_memory_mib} MiB (a 22 GB card)"))
     if gpu["compute_cap"] != s.gpu_compute_capability:
-        checks.append(
-            fail(name, f"compute capability {gpu['compute_cap']}", f"the fork targets {s.gpu_compute_capability}")
-        )
+        cc = gpu["compute_cap"] or "not reported ([N/A])"
+        checks.append(fail(name, f"compute capability {cc}", f"the fork targets {s.gpu_compute_capability}"))
     bar1 = gpu.get("bar1_mib")
-    if s.nvidia_driver_flavor == "open" and bar1 is not None and bar1 < gpu["memory_mib"]:
+    if s.nvidia_driver_flavor == "open" and bar1 is not None and memory is not None and bar1 < memory:
         checks.append(
             fail(
                 name,
-                f"BAR1 {bar1} MiB is smaller than its {gpu['memory_mib']} MiB",
+                f"BAR1 {bar1} MiB is smaller than its {memory} MiB",
                 "the open kernel modules do not bring up a modded 22 GB card with a small BAR1: use "
                 "nvidia_driver_flavor=proprietary, or enable Resizable BAR / Above 4G decoding in the firmware",
             )
         )
-    if gpu["pcie_width"] < 8:
-        checks.append(warn(name, f"PCIe x{gpu['pcie_width']}", "x8 or wider recommended; NVLink carries TP traffic"))
+    width = gpu.get("pcie_width")
+    if width is not None and width < 8:
+        checks.append(warn(name, f"PCIe x{width}", "x8 or wider recommended; NVLink carries TP traffic"))
     bar1_text = f", BAR1 {bar1} MiB" if bar1 is not None else ""
-    return checks or [
-        ok(name, f"{gpu['memory_mib']} MiB, CC {gpu['compute_cap']}, PCIe x{gpu['pcie_width']}{bar1_text}")
-    ]
+    width_text = f"x{width}" if width is not None else "width not reported"
+    return checks or [ok(name, f"{memory} MiB, CC {gpu['compute_cap']}, PCIe {width_text}{bar1_text}")]
+
+
+def _cell(matrix: dict[str, dict[str, str]], a: str, b: str) -> str | None:
+    return matrix.get(a, {}).get(b) or matrix.get(b, {}).get(a)
 
 
 def check_links(gpus: dict[str, Any] | None, topo: dict[str, Any] | None, s: Settings) -> list[Check]:
-    """NVLink between the first two GPUs and the driver's P2P grant."""
-    if s.gpu_count < 2 or not gpus or gpus["rc"] != 0 or len(gpus["gpus"]) < 2 or not topo or topo["rc"] != 0:
+    """NVLink and the driver's P2P grant between every pair of the GPUs the rig uses (the first gpu_count
+    that nvidia-smi lists), and every NVLink of those GPUs up."""
+    if s.gpu_count < 2 or not gpus or gpus["rc"] != 0 or len(gpus["gpus"]) < 2 or not topo:
         return []  # fewer than two GPUs seen: the GPU count check already says so
-    link = topo["topo"].get("GPU0", {}).get("GPU1")
-    p2p = topo["p2p"].get("GPU0", {}).get("GPU1")
-    speeds = [v for v in topo["nvlink"].get("0", topo["nvlink"].get(0, [])) if v]
-    if link and link.startswith("NV"):
-        check = ok("nvlink", f"GPU0-GPU1 {link}, {len(speeds)} link(s) at {speeds[0] if speeds else '?'} GB/s")
-    else:
-        check = warn(
+    problems = topo.get("problems") or ({"topo": topo["error"] or f"exited {topo['rc']}"} if topo["rc"] else {})
+    if problems:  # one line: what could not be read, not a guess from half a matrix
+        return [
+            warn(
+                "nvlink",
+                "NVLink and P2P not read: " + "; ".join(problems.values()),
+                "run nvidia-smi topo -m and nvidia-smi nvlink -s on the host to see why",
+            )
+        ]
+    used = [gpu["index"] for gpu in gpus["gpus"][: s.gpu_count]]
+    pairs = [(f"GPU{a}", f"GPU{b}") for i, a in enumerate(used) for b in used[i + 1 :]]
+    kinds = {f"{a}-{b}": _cell(topo["topo"], a, b) for a, b in pairs}
+    grants = {f"{a}-{b}": _cell(topo["p2p"], a, b) for a, b in pairs}
+    nvlink = topo.get("nvlink") or {}
+    down = [d for d in topo.get("nvlink_down", []) if int(d.split()[0][3:]) in used]
+    all_down = [d.split()[0] for d in down if d.endswith("all links")]
+    return [_nvlink_check(kinds, nvlink, used, down, all_down), _p2p_check(grants)]
+
+
+def _nvlink_check(
+    kinds: dict[str, str | None], nvlink: dict, used: list[int], down: list[str], all_down: list[str]
+) -> Check:
+    seat = "seat the NVLink bridge: GeForce Turing has no PCIe P2P, so TP traffic goes through the CPU"
+    if all_down:
+        return warn(
             "nvlink",
-            f"GPU0-GPU1 connected by {link or 'unknown'}, no NVLink",
-            "seat the NVLink bridge: GeForce Turing has no PCIe P2P, so TP traffic goes through the CPU",
+            f"{', '.join(all_down)}: NVML says all links are inactive: the NVLink bridge is down (missing or not "
+            "seated)",
+            seat,
         )
-    grant = ok("p2p", "driver grants P2P (OK)") if p2p == "OK" else warn("p2p", f"driver reports {p2p}")
-    return [check, grant]
+    not_nv = {pair: kind for pair, kind in kinds.items() if not (kind and kind.startswith("NV"))}
+    if not_nv:
+        said = ", ".join(f"{pair} connected by {kind or 'unknown'}" for pair, kind in not_nv.items())
+        return warn("nvlink", f"{said}, no NVLink", seat)
+    if down:
+        return warn(
+            "nvlink",
+            f"{', '.join(down)} inactive ({', '.join(f'{p} {k}' for p, k in kinds.items())})",
+            "reseat the NVLink bridge (a link down halves the bandwidth between the pair)",
+        )
+    up = {i: [v for v in nvlink.get(i, nvlink.get(str(i), [])) if v] for i in used}
+    counts = {len(v) for v in up.values()}
+    speeds = sorted({v for links in up.values() for v in links})
+    if not speeds:
+        rate = "link speeds not reported"
+    elif len(counts) == 1:
+        rate = f"{counts.pop()} link(s) per GPU up at {'/'.join(f'{v:g}' for v in speeds)} GB/s"
+    else:
+        rate = ", ".join(f"GPU{i} {len(v)} link(s)" for i, v in up.items()) + f" up at {speeds[0]:g} GB/s"
+    return ok("nvlink", f"{', '.join(f'{p} {k}' for p, k in kinds.items())}; {rate}")
+
+
+def _p2p_check(grants: dict[str, str | None]) -> Check:
+    refused = {pair: grant for pair, grant in grants.items() if grant != "OK"}
+    if not refused:
+        return ok("p2p", "driver grants P2P (OK)" + (f" for {', '.join(grants)}" if len(grants) > 1 else ""))
+    return warn("p2p", "driver reports " + ", ".join(f"{pair} {grant or 'unknown'}" for pair, grant in refused.items()))
 
 
 def check_model(model: dict[str, Any], s: Settings) -> Check:
