@@ -1,5 +1,6 @@
-"""vllm_rig/host/gpu_verdict.py: parsing on real nvidia-smi outputs (H200 box) and on two-GPU NVLink shapes, and the
-gate logic, with nvidia-smi and the torch measurements faked. The script is loaded by path, as uploaded."""
+"""vllm_rig/host/gpu_verdict.py: the gate logic on real nvidia-smi outputs (tests/unit/fixtures/tool_outputs/)
+and on two-GPU NVLink shapes, with nvidia-smi and the torch measurements faked (test_host_package.py runs it
+from the zip). Its parsing is vllm_rig/host/nvidia_smi.py's (test_host_nvidia_smi.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ from typing import Any
 
 import pytest
 
+from vllm_rig.host import gpu_verdict as gv
+
 ROOT = Path(__file__).resolve().parents[2]
-H200 = ROOT / "tests" / "unit" / "fixtures" / "tool_outputs" / "h200"
-
-
-from vllm_rig.host import gpu_verdict as gv  # noqa: E402
+OUTPUTS = ROOT / "tests" / "unit" / "fixtures" / "tool_outputs"
+H200 = OUTPUTS / "h200"
 
 
 def _real(name: str) -> list[str]:
@@ -184,33 +185,30 @@ def gates(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {g["name"]: g for g in data["gates"]}
 
 
-# --- parsing ---------------------------------------------------------------------------------------------
-def test_parses_real_h200_outputs() -> None:
-    [gpu] = gv.parse_query_gpu(_real("nvidia-smi_query_noheader_nounits"))
+# --- parsing (the shared parser's results, as the report keeps them) ----------------------------------
+def test_report_keeps_every_field_of_the_real_h200() -> None:
+    view = gv.collect_smi(_runner(H200_OUTPUTS), which=lambda n: n)
+    [gpu] = view.gpus
     assert gpu["name"] == "NVIDIA H200" and gpu["memory_mib"] == 143771 and gpu["memory_used_mib"] == 0
     assert (gpu["compute_cap"], gpu["driver_version"], gpu["persistence"]) == ("9.0", "580.159.04", True)
     assert (gpu["power_limit_w"], gpu["power_min_w"], gpu["power_max_w"]) == (700.0, 200.0, 700.0)
-    assert (gpu["pcie_width"], gpu["pcie_width_max"], gpu["pcie_gen"]) == (16, 16, 5)
-    assert gv.parse_bar1(_real("nvidia-smi_q_memory")) == [{"fb_total_mib": 143771, "bar1_total_mib": 262144}]
-    assert gv.parse_matrix(_real("nvidia-smi_topo_m")) == {"GPU0": {"GPU0": "X"}}
-    assert gv.parse_matrix(_real("nvidia-smi_topo_p2p_rw")) == {"GPU0": {"GPU0": "X"}}
-    assert gv.parse_nvlink_status(_real("nvidia-smi_nvlink_s")) == {}
+    assert (gpu["pcie_width"], gpu["pcie_width_max"], gpu["pcie_gen"], gpu["bar1_mib"]) == (16, 16, 5, 262144)
+    assert view.notes == [] and view.error is None
 
 
-def test_parses_two_gpu_nvlink_shapes() -> None:
-    gpus = gv.parse_query_gpu(RTX_QUERY)
-    assert [g["index"] for g in gpus] == [0, 1] and gpus[1]["bus_id"] == "00000000:07:00.0"
-    assert gv.parse_matrix(RTX_TOPO) == {"GPU0": {"GPU0": "X", "GPU1": "NV2"}, "GPU1": {"GPU0": "NV2", "GPU1": "X"}}
-    assert gv.parse_matrix(RTX_P2P)["GPU1"]["GPU0"] == "OK"
-    inactive = [*RTX_NVLINK[:-1], "\t Link 1: <inactive>"]
-    assert gv.parse_nvlink_status(inactive) == {0: [25.781, 25.781], 1: [25.781, None]}
-    assert gv.parse_bar1(RTX_MEMORY) == [{"fb_total_mib": 22528, "bar1_total_mib": 256}] * 2
-
-
-def test_query_with_not_available_cells_still_parses() -> None:
+def test_query_with_not_available_cells_still_parses(capsys: pytest.CaptureFixture) -> None:
+    """[N/A] where a riser hides the link width (the cells of h200/nvidia-smi_query_na): no crash, None."""
     line = RTX_QUERY[0].replace(", 8, 16, 3,", ", [N/A], [N/A], [N/A],").replace("250.00, 250.00", "[N/A], [N/A]")
-    [gpu] = gv.parse_query_gpu([line])
-    assert gpu["pcie_width"] is None and gpu["power_limit_w"] is None and gpu["memory_mib"] == 22528
+    outputs = {**RTX_OUTPUTS, gv.SMI_QUERY: gv.ToolResult(0, [line, RTX_QUERY[1]])}
+    _, data = verdict(outputs, FakeProbe(devices=2), RIG, capsys)
+    assert data["gpus"][0]["pcie_width"] is None and data["gpus"][0]["power_limit_w"] is None
+    assert data["gpus"][0]["memory_mib"] == 22528 and gates(data)["power_limit_w"]["result"] == "warn"
+
+
+def test_a_row_not_understood_is_could_not_run(capsys: pytest.CaptureFixture) -> None:
+    outputs = {**RTX_OUTPUTS, gv.SMI_QUERY: gv.ToolResult(0, [RTX_QUERY[0].rsplit(",", 1)[0]])}
+    rc, data = verdict(outputs, FakeProbe(devices=2), RIG, capsys)
+    assert rc == 2 and data["problems"][0].startswith("nvidia-smi --query-gpu output not understood: expected 16")
 
 
 def test_plateau_is_the_median_of_the_largest_sizes() -> None:
@@ -397,6 +395,47 @@ def test_inactive_nvlink_warns(capsys: pytest.CaptureFixture) -> None:
     assert gates(data)["nvlink"]["result"] == "warn" and gates(data)["nvlink"]["detail"] == "inactive: GPU1 link 1"
 
 
+def test_inactive_links_of_a_real_v100_are_named(capsys: pytest.CaptureFixture) -> None:
+    """v100/nvidia-smi_nvlink_s: GPU 3's links 3 and 5 <inactive> (only GPU 3 was published)."""
+    outputs = {**RTX_OUTPUTS, gv.SMI_NVLINK: _box("v100/nvidia-smi_nvlink_s")}
+    _, data = verdict(outputs, FakeProbe(devices=2), RIG, capsys)
+    assert gates(data)["nvlink"]["detail"] == "inactive: GPU3 link 3, GPU3 link 5"
+    assert data["nvlink_down"] == ["GPU3 link 3", "GPU3 link 5"]
+
+
+def test_all_links_inactive_names_the_bridge_as_down(capsys: pytest.CaptureFixture) -> None:
+    """Case 2: b200/nvidia-smi_nvlink_s, one NVML message for GPU 2 instead of its link lines."""
+    outputs = {**RTX_OUTPUTS, gv.SMI_NVLINK: _box("b200/nvidia-smi_nvlink_s")}
+    load = FakeProbe(devices=2)
+    _, data = verdict(outputs, load, RIG, capsys)
+    nvlink = gates(data)["nvlink"]
+    assert nvlink["result"] == "warn" and nvlink["detail"] == (
+        "GPU2: all links inactive (the NVLink bridge is down: missing or not seated)"
+    )
+    gv.main(RIG, run=_runner(outputs), load_probe=lambda: load, which=lambda n: n)
+    assert "  NVLink GPU2: all links inactive (NVML: the bridge is down or missing)" in capsys.readouterr().out
+
+
+def test_a_failing_topology_command_is_a_note_not_silence(capsys: pytest.CaptureFixture) -> None:
+    """Case 6: h200/nvidia-smi_topo_m_bad_index (exit 6) for topo -m."""
+    outputs = {**RTX_OUTPUTS, gv.SMI_TOPO: _real_result("nvidia-smi_topo_m_bad_index")}
+    _, data = verdict(outputs, FakeProbe(devices=2), RIG, capsys)
+    assert data["notes"] == ["nvidia-smi topo -m exited 6: No devices were found"]
+    assert data["topology"] == {} and gates(data)["nvlink"]["result"] == "warn"
+
+
+def test_topology_aligned_with_spaces_is_read(capsys: pytest.CaptureFixture) -> None:
+    """Case 1: rtx3090/nvidia-smi_topo_m_spaces and rtx5090/nvidia-smi_topo_p2p_rw_spaces (PHB, GNS)."""
+    outputs = {
+        **RTX_OUTPUTS,
+        gv.SMI_TOPO: _box("rtx3090/nvidia-smi_topo_m_spaces"),
+        gv.SMI_P2P: _box("rtx5090/nvidia-smi_topo_p2p_rw_spaces"),
+    }
+    _, data = verdict(outputs, FakeProbe(devices=2), RIG, capsys)
+    assert gates(data)["nvlink"]["measured"] == {"GPU0-GPU1": "PHB"}
+    assert gates(data)["p2p_grant"]["measured"] == {"GPU0-GPU1": "GNS"} and data["notes"] == []
+
+
 # --- could not run --------------------------------------------------------------------------------------
 def test_no_nvidia_smi(capsys: pytest.CaptureFixture) -> None:
     rc, data = verdict(
@@ -406,14 +445,39 @@ def test_no_nvidia_smi(capsys: pytest.CaptureFixture) -> None:
     assert gates(data)["gpu_count"]["result"] == "not measured"
 
 
-def test_nvml_mismatch_is_could_not_run(capsys: pytest.CaptureFixture) -> None:
-    mismatch = gv.ToolResult(
-        18, ["Failed to initialize NVML: Driver/library version mismatch", "NVML library version: 580.159"]
-    )
+def _box(name: str, rc: int = 0) -> Any:
+    """A real output of another box (tests/unit/fixtures/tool_outputs/<box>/<name>.out, README: whence)."""
+    return gv.ToolResult(rc, (OUTPUTS / f"{name}.out").read_text().splitlines())
+
+
+def test_nvml_mismatch_is_could_not_run_and_names_both_versions(capsys: pytest.CaptureFixture) -> None:
+    """Case 4: truenas-580/nvidia-smi_plain (NVML library 580.178) and its proc_driver_nvidia_version
+    (the proprietary module 580.173.02)."""
+    outputs = {
+        gv.SMI_QUERY: _box("truenas-580/nvidia-smi_plain", 18),
+        gv.MODULE_VERSION: _box("truenas-580/proc_driver_nvidia_version"),
+    }
     error = "CUDA unusable: RuntimeError: CUDA driver initialization failed"
-    rc, data = verdict({gv.SMI_QUERY: mismatch}, FakeProbe(devices=0, error=error), RIG, capsys)
+    rc, data = verdict(outputs, FakeProbe(devices=0, error=error), RIG, capsys)
     assert rc == 2
-    assert data["problems"] == ["nvidia-smi failed: Failed to initialize NVML: Driver/library version mismatch", error]
+    assert data["problems"] == [
+        "nvidia-smi failed: Failed to initialize NVML: Driver/library version mismatch "
+        "(NVML library 580.178, loaded module 580.173.02 (proprietary))",
+        error,
+    ]
+    # No module loaded (the file is not there): the library's version alone.
+    outputs[gv.MODULE_VERSION] = gv.ToolResult(1, [], ["cat: /proc/driver/nvidia/version: No such file or directory"])
+    _, data = verdict(outputs, FakeProbe(devices=0, error=error), RIG, capsys)
+    assert data["problems"][0].endswith("version mismatch (NVML library 580.178)")
+
+
+def test_other_nvidia_smi_failures_say_its_sentence(capsys: pytest.CaptureFixture) -> None:
+    """h200/nvidia-smi_bad_index: not a mismatch, so no module version is read."""
+    outputs = {gv.SMI_QUERY: _real_result("nvidia-smi_bad_index")}
+    rc, data = verdict(outputs, FakeProbe(devices=0, error="CUDA unusable: x"), RIG, capsys)
+    assert rc == 2 and data["problems"][0] == (
+        "nvidia-smi failed: ERROR: Option -i is not valid for this command. Please run 'nvidia-smi -h' for help."
+    )
 
 
 def test_no_torch_is_could_not_run_unless_a_gate_already_failed(capsys: pytest.CaptureFixture) -> None:

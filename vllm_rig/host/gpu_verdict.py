@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""GPU, NVLink, P2P and NCCL verdict for a vllm-rig host. Stands alone: stdlib, plus torch from the venv.
+"""GPU, NVLink, P2P and NCCL verdict for a vllm-rig host: stdlib, plus torch from the venv, plus the host
+package's nvidia-smi parser (nvidia_smi.py, the one the control side's facts use).
 
-    python gpu_verdict.py [--json] [--expect-gpus N] [--driver-version V] [--min-memory-mib M]
-                          [--compute-cap 7.5] [--power-limit-w W] [--min-p2p-gbps X]
-                          [--min-allreduce-gbps Y] [--skip-bandwidth]
+    python vllm-rig-host.pyz gpu_verdict [--json] [--expect-gpus N] [--driver-version V] [--min-memory-mib M]
+                                         [--compute-cap 7.5] [--power-limit-w W] [--min-p2p-gbps X]
+                                         [--min-allreduce-gbps Y] [--skip-bandwidth]
 
 What it reads: nvidia-smi (GPUs, driver, NVLink links, topology, the driver's P2P grant, BAR1, PCIe,
 persistence, power limit) and torch (CUDA devices, peer access). What it measures, in spawned child
@@ -35,8 +36,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .nvidia_smi import (  # the parser the control side's facts use too
+    Gpu,
+    NvlinkStatus,
+    first_line,
+    parse_driver_module,
+    parse_error,
+    parse_matrix,
+    parse_memory,
+    parse_nvlink_status,
+    parse_query_gpu,
+)
+
 EXIT_PASS, EXIT_FAIL, EXIT_CANNOT = 0, 1, 2
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 # --query-gpu fields, in order (nvidia-smi --help-query-gpu spelling).
 QUERY_FIELDS = (
@@ -62,6 +74,7 @@ SMI_TOPO = ("nvidia-smi", "topo", "-m")
 SMI_P2P = ("nvidia-smi", "topo", "-p2p", "rw")
 SMI_NVLINK = ("nvidia-smi", "nvlink", "-s")
 SMI_MEMORY = ("nvidia-smi", "-q", "-d", "MEMORY")
+MODULE_VERSION = ("cat", "/proc/driver/nvidia/version")  # read when NVML refuses: which module is loaded
 
 P2P_MIB = 256  # copy size: large enough to sit on the bandwidth plateau
 P2P_ITERS = 10
@@ -84,10 +97,7 @@ class ToolResult:
     @property
     def error(self) -> str | None:
         """The tool's own error sentence when it failed (e.g. the NVML version mismatch), else None."""
-        if self.rc == 0:
-            return None
-        text = [line.strip() for line in [*self.out, *self.err] if line.strip()]
-        return text[0] if text else f"exited {self.rc}"
+        return None if self.rc == 0 else first_line([*self.out, *self.err], self.rc)
 
 
 Runner = Callable[[tuple[str, ...]], ToolResult]
@@ -103,107 +113,32 @@ def run_tool(argv: tuple[str, ...], timeout: float = 30.0) -> ToolResult:
     return ToolResult(proc.returncode, proc.stdout.splitlines(), proc.stderr.splitlines())
 
 
-# ---- parsing nvidia-smi ------------------------------------------------------------------------------
-def _number(text: str) -> float | None:
-    try:
-        return float(text)
-    except ValueError:
-        return None  # "[N/A]", "[Not Supported]"
-
-
-def _integer(text: str) -> int | None:
-    value = _number(text)
-    return int(value) if value is not None else None
-
-
-def parse_query_gpu(lines: list[str], fields: tuple[str, ...] = QUERY_FIELDS) -> list[dict[str, Any]]:
-    """`--query-gpu=<fields> --format=csv,noheader,nounits` -> one dict per GPU."""
-    gpus = []
-    for line in lines:
-        if not line.strip():
-            continue
-        cells = [cell.strip() for cell in line.split(",")]
-        if len(cells) != len(fields):
-            raise ValueError(f"expected {len(fields)} fields, got {len(cells)}: {line!r}")
-        row = dict(zip(fields, cells, strict=True))
-        gpus.append(
-            {
-                "index": int(row["index"]),
-                "name": row["name"],
-                "uuid": row["uuid"],
-                "memory_mib": _integer(row["memory.total"]),
-                "memory_used_mib": _integer(row["memory.used"]),
-                "compute_cap": row["compute_cap"],
-                "driver_version": row["driver_version"],
-                "persistence": row["persistence_mode"] == "Enabled",
-                "power_limit_w": _number(row["power.limit"]),
-                "power_default_w": _number(row["power.default_limit"]),
-                "power_min_w": _number(row["power.min_limit"]),
-                "power_max_w": _number(row["power.max_limit"]),
-                "pcie_width": _integer(row["pcie.link.width.current"]),
-                "pcie_width_max": _integer(row["pcie.link.width.max"]),
-                "pcie_gen": _integer(row["pcie.link.gen.current"]),
-                "bus_id": row["pci.bus_id"],
-            }
-        )
-    return gpus
-
-
-def parse_matrix(lines: list[str]) -> dict[str, dict[str, str]]:
-    """`topo -m` / `topo -p2p rw` -> {"GPU0": {"GPU1": "NV2", ...}, ...} (GPU columns only)."""
-    rows = [ANSI.sub("", line).rstrip("\n") for line in lines]
-    header = next((r for r in rows if r.strip().startswith("GPU0")), None)
-    if header is None:
-        return {}
-    columns = [c.strip() for c in header.strip().split("\t")]
-    gpu_columns = [c for c in columns if re.fullmatch(r"GPU\d+", c)]
-    matrix: dict[str, dict[str, str]] = {}
-    for row in rows[rows.index(header) + 1 :]:
-        cells = [c.strip() for c in row.strip().split("\t")]
-        if not cells or not re.fullmatch(r"GPU\d+", cells[0]):
-            if matrix:
-                break  # the legend starts
-            continue
-        matrix[cells[0]] = dict(zip(gpu_columns, cells[1 : 1 + len(gpu_columns)], strict=False))
-    return matrix
-
-
-NVLINK_GPU = re.compile(r"^GPU (\d+): ")
-NVLINK_LINK = re.compile(r"^\s*Link (\d+): (.+?)\s*$")
-
-
-def parse_nvlink_status(lines: list[str]) -> dict[int, list[float | None]]:
-    """`nvlink -s` -> {gpu index: [GB/s per link, None where inactive]}. No NVLink: {} or empty lists."""
-    links: dict[int, list[float | None]] = {}
-    current: int | None = None
-    for line in lines:
-        if match := NVLINK_GPU.match(line):
-            current = int(match.group(1))
-            links[current] = []
-        elif (match := NVLINK_LINK.match(line)) and current is not None:
-            speed = re.match(r"([\d.]+) GB/s", match.group(2))
-            links[current].append(float(speed.group(1)) if speed else None)
-    return links
-
-
-def parse_bar1(lines: list[str]) -> list[dict[str, int]]:
-    """`-q -d MEMORY` -> [{"fb_total_mib": N, "bar1_total_mib": M}] per GPU, in order."""
-    gpus: list[dict[str, int]] = []
-    section = None
-    for line in lines:
-        stripped = line.strip()
-        if line.startswith("GPU "):
-            gpus.append({})
-        elif stripped in ("FB Memory Usage", "BAR1 Memory Usage"):
-            section = "fb" if stripped.startswith("FB") else "bar1"
-        elif stripped.endswith("Memory Usage"):
-            section = None
-        elif gpus and section and (match := re.match(r"Total\s*:\s*(\d+) MiB", stripped)):
-            gpus[-1][f"{section}_total_mib"] = int(match.group(1))
-    return gpus
-
-
 # ---- what nvidia-smi says ----------------------------------------------------------------------------
+# What the report keeps of each GPU (Gpu's attributes), in its JSON.
+GPU_KEYS = (
+    "index",
+    "name",
+    "uuid",
+    "memory_mib",
+    "memory_used_mib",
+    "compute_cap",
+    "driver_version",
+    "persistence",
+    "power_limit_w",
+    "power_default_w",
+    "power_min_w",
+    "power_max_w",
+    "pcie_width",
+    "pcie_width_max",
+    "pcie_gen",
+    "bus_id",
+)
+
+
+def _gpu_dict(gpu: Gpu) -> dict[str, Any]:
+    return {key: getattr(gpu, key) for key in GPU_KEYS}
+
+
 @dataclass
 class SmiView:
     """Everything read from nvidia-smi; error is set when nvidia-smi cannot be used at all."""
@@ -212,52 +147,71 @@ class SmiView:
     gpus: list[dict[str, Any]] = field(default_factory=list)
     topology: dict[str, dict[str, str]] = field(default_factory=dict)
     p2p_grant: dict[str, dict[str, str]] = field(default_factory=dict)
-    nvlink: dict[int, list[float | None]] = field(default_factory=dict)
+    nvlink_status: NvlinkStatus = field(default_factory=NvlinkStatus)
     notes: list[str] = field(default_factory=list)
 
     @property
     def driver_version(self) -> str | None:
         return self.gpus[0]["driver_version"] if self.gpus else None
 
+    @property
+    def nvlink(self) -> dict[int, list[float | None]]:
+        return self.nvlink_status.speeds()
+
 
 def collect_smi(run: Runner, which: Callable[[str], str | None] = shutil.which) -> SmiView:
     if which("nvidia-smi") is None:
         return SmiView(error="nvidia-smi not found: no NVIDIA driver installed, or not on PATH")
-    query = run(SMI_QUERY)
-    if query.rc != 0:
-        return SmiView(error=f"nvidia-smi failed: {query.error}")
-    try:
-        view = SmiView(gpus=parse_query_gpu(query.out))
-    except ValueError as exc:
-        return SmiView(error=f"nvidia-smi --query-gpu output not understood: {exc}")
+    result = run(SMI_QUERY)
+    if result.rc != 0:
+        return SmiView(error=f"nvidia-smi failed: {_failure(run, result)}")
+    query = parse_query_gpu(result.out, QUERY_FIELDS)
+    if query.problem:
+        return SmiView(error=f"nvidia-smi --query-gpu output not understood: {query.problem}")
+    view = SmiView(gpus=[_gpu_dict(gpu) for gpu in query.gpus])
     _attach_bar1(view, run(SMI_MEMORY))
     if len(view.gpus) > 1:
         view.topology = _matrix_or_note(view, run(SMI_TOPO), "topo -m")
         view.p2p_grant = _matrix_or_note(view, run(SMI_P2P), "topo -p2p rw")
-        view.nvlink = _nvlink_or_note(view, run(SMI_NVLINK))
+        view.nvlink_status = parse_nvlink_status(*_out_rc(run(SMI_NVLINK)))
+        if view.nvlink_status.problem:
+            view.notes.append(view.nvlink_status.problem)
     return view
+
+
+def _out_rc(result: ToolResult) -> tuple[list[str], int]:
+    return [*result.out, *result.err], result.rc
+
+
+def _failure(run: Runner, result: ToolResult) -> str:
+    """nvidia-smi's sentence; for the NVML mismatch with both sides of it: the library's version (newer
+    drivers print it) and the loaded module's (/proc/driver/nvidia/version)."""
+    error = parse_error(*_out_rc(result))
+    if not error.mismatch:
+        return error.message
+    module = parse_driver_module(run(MODULE_VERSION).out)
+    versions = [
+        f"NVML library {error.library_version}" if error.library_version else "",
+        f"loaded module {module.version} ({module.flavour})" if module.version else "",
+    ]
+    said = ", ".join(v for v in versions if v)
+    return f"{error.message} ({said})" if said else error.message
 
 
 def _attach_bar1(view: SmiView, result: ToolResult) -> None:
     if result.rc != 0:
         view.notes.append(f"nvidia-smi -q -d MEMORY failed: {result.error}")
         return
-    for gpu, memory in zip(view.gpus, parse_bar1(result.out), strict=False):
-        gpu["bar1_mib"] = memory.get("bar1_total_mib")
+    for gpu, memory in zip(view.gpus, parse_memory(result.out), strict=False):
+        gpu["bar1_mib"] = memory.bar1_total_mib
 
 
 def _matrix_or_note(view: SmiView, result: ToolResult, what: str) -> dict[str, dict[str, str]]:
-    if result.rc != 0:
-        view.notes.append(f"nvidia-smi {what} failed: {result.error}")
-        return {}
-    return parse_matrix(result.out)
-
-
-def _nvlink_or_note(view: SmiView, result: ToolResult) -> dict[int, list[float | None]]:
-    if result.rc != 0:
-        view.notes.append(f"nvidia-smi nvlink -s failed: {result.error}")
-        return {}
-    return parse_nvlink_status(result.out)
+    """The matrix, or {} and a note that says why it could not be read (the command failed: one line)."""
+    matrix = parse_matrix(*_out_rc(result), command=what)
+    if matrix.problem:
+        view.notes.append(matrix.problem)
+    return matrix.cells
 
 
 # ---- torch: devices, peer access, and the measuring jobs --------------------------------------------
@@ -683,14 +637,18 @@ def _pairs(report: Report) -> list[tuple[str, str]]:
 
 
 def check_nvlink(report: Report) -> dict[str, Any]:
-    """NV# between every pair in topo -m, and every link of every GPU up."""
+    """NV# between every pair in topo -m, and every link of every GPU up; a GPU whose links NVML reports
+    all inactive (one message instead of the link lines) names the bridge as down."""
     if len(report.smi.gpus) < 2:
         return gate("nvlink", None, "NV# between GPUs", NOT_APPLICABLE, False)
     kinds = {f"{a}-{b}": report.smi.topology.get(a, {}).get(b) for a, b in _pairs(report)}
-    down = [f"GPU{g} link {i}" for g, links in report.smi.nvlink.items() for i, s in enumerate(links) if s is None]
-    ok = all(k and k.startswith("NV") for k in kinds.values()) and not down
-    detail = f"inactive: {', '.join(down)}" if down else ""
-    return gate("nvlink", kinds, "NV# between GPUs", PASS if ok else WARN, False, detail)
+    status = report.smi.nvlink_status
+    all_down = [f"GPU{i}" for i, gpu in sorted(status.gpus.items()) if gpu.all_inactive]
+    down = [d for d in status.down() if not d.endswith("all links")]
+    ok = all(k and k.startswith("NV") for k in kinds.values()) and not status.down()
+    details = [f"{', '.join(all_down)}: all links inactive (the NVLink bridge is down: missing or not seated)"]
+    details = (details if all_down else []) + ([f"inactive: {', '.join(down)}"] if down else [])
+    return gate("nvlink", kinds, "NV# between GPUs", PASS if ok else WARN, False, "; ".join(details))
 
 
 def check_p2p_grant(report: Report) -> dict[str, Any]:
@@ -747,6 +705,7 @@ def as_json(report: Report, elapsed: float) -> dict[str, Any]:
         "gpus": report.smi.gpus,
         "torch": report.torch,
         "nvlink": {str(k): v for k, v in report.smi.nvlink.items()},
+        "nvlink_down": report.smi.nvlink_status.down(),
         "topology": report.smi.topology,
         "p2p_grant": report.smi.p2p_grant,
         "peer_access": report.peer_access,
@@ -806,7 +765,10 @@ def _link_lines(data: dict[str, Any]) -> list[str]:
         return [f"Links: not applicable ({data['gpu_count']} GPU)", ""]
     lines = ["Links:"]
     for gpu, links in data["nvlink"].items():
-        lines.append(f"  NVLink GPU{gpu}: {len(links)} link(s): {_speeds(links)}")
+        if f"GPU{gpu} all links" in data["nvlink_down"]:
+            lines.append(f"  NVLink GPU{gpu}: all links inactive (NVML: the bridge is down or missing)")
+        else:
+            lines.append(f"  NVLink GPU{gpu}: {len(links)} link(s): {_speeds(links)}")
     if not data["nvlink"]:
         lines.append("  NVLink: no links reported")
     for a, row in data["topology"].items():
