@@ -5,7 +5,7 @@
 Random-UUID prompts, the seed's warm-ups, 20K x3 at 256 tokens and 60K x2 at 128 (bench_sizes), streaming;
 prints the seed's table and keeps the JSON on the host and in ./bench-results/<host>-<label>.json here.
 For an A/B (e.g. FP8 against FP16 KV cache): bench, deploy with the other setting, bench with another
-label, then `python vllm_rig/host/bench.py compare bench-results/<host>-A.json bench-results/<host>-B.json`.
+label, then `python -m vllm_rig.host.bench compare bench-results/<host>-A.json bench-results/<host>-B.json`.
 """
 
 from pathlib import Path
