@@ -33,6 +33,11 @@ SWITCHED_STAMP = f"{STATE_DIR}/runtime-switched"  # touched when `current` moves
 FLASHQLA_STAMP = f"{STATE_DIR}/flashqla-extension"  # the runtime whose FlashQLA extension is built
 LOG_DIR = f"{STATE_DIR}/logs"
 APT_LISTS_STAMP = f"{STATE_DIR}/apt-lists.stamp"  # when vllm-rig last refreshed the apt lists
+GPU_VERDICT = f"{STATE_DIR}/gpu-verdict.json"  # the last GPU verdict (vllm_rig/host/gpu_verdict.py --json-out)
+# The service's last start check and watchdog run: JSON {"time", "ok", "check", "detail", "boot_id"}
+# (+ "failures_in_row" for the watchdog). Absent: not installed on this host.
+START_CHECK_RESULT = f"{STATE_DIR}/start-check.json"
+WATCHDOG_RESULT = f"{STATE_DIR}/watchdog.json"
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from pyinfra.api import deploy
 
 from vllm_rig.context import preflight_failed
 from vllm_rig.core.host_package import host_programs
-from vllm_rig.paths import DRIVER_RECORD, STATE_DIR, Layout
+from vllm_rig.paths import DRIVER_RECORD, GPU_VERDICT, STATE_DIR, Layout
 from vllm_rig.settings import Settings
 from vllm_rig.stages.service.proof import proven
 
@@ -23,7 +23,7 @@ def verdict_command(s, layout: Layout) -> str:
         f"--driver-version {s.nvidia_driver_version}",
         f"--min-memory-mib {s.gpu_min_memory_mib}",
         f"--compute-cap {s.gpu_compute_capability}",
-        f"--json-out {STATE_DIR}/gpu-verdict.json",
+        f"--json-out {GPU_VERDICT}",
     ]
     if s.gpu_power_limit_w is not None:
         args.append(f"--power-limit-w {s.gpu_power_limit_w}")
