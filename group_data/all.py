@@ -205,3 +205,7 @@ verify_min_p2p_gbps = 35.0  # least P2P copy GB/s each way (2 NVLink2 links: ~40
 verify_min_allreduce_gbps = 30.0  # least all-reduce bus GB/s (2 ranks: ceiling ~50; calibrate on your box)
 bench_sizes = "20000:3:256,60000:2:128"  # the seed's runs: TOKENS:RUNS:MAX_TOKENS
 bench_label = "run"  # label stored with bench results (e.g. FP8-KV, FP16-KV for an A/B)
+
+# ---- operating: the status view and the triage bundle (on demand, tasks/status.py and tasks/triage.py)
+status_format = "table"  # how the status is printed: table, or json (one line per host on stdout)
+triage_journal_lines = 400  # journal lines of the service and the build in a triage bundle

@@ -355,6 +355,14 @@ class Settings(BaseModel):
         "a short label for the results, e.g. FP8-KV",
     )
 
+    # ---- operating
+    status_format: Literal["table", "json"] = _setting(
+        "how the status is printed: table, or json (one line per host on stdout)", '"table" or "json"'
+    )
+    triage_journal_lines: Annotated[int, Field(ge=10, le=100000)] = _setting(
+        "journal lines of the service and the build in a triage bundle", "10 to 100000 lines"
+    )
+
     # ---- field checks: formats a type alone cannot say
 
     @field_validator("gpu_compute_capability", "cuda_version", "python_version", mode="before")

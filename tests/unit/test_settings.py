@@ -162,6 +162,8 @@ RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
     ("verify_min_allreduce_gbps", -5.0, 0.0, {}),
     ("bench_sizes", "20K x3", "2000:1:64", {}),
     ("bench_label", "FP8 KV cache", "FP8-KV", {}),
+    ("status_format", "yaml", "json", {}),
+    ("triage_journal_lines", 5, 1000, {}),
     ("vllm_extra_args", ["--max-model-len=5000"], ["--seed=1"], {}),  # repeats a rendered flag
 ]
 

@@ -1,0 +1,8 @@
+"""Status (on demand, read-only): what state each host is in, one table per host (`--data status_format=json`).
+
+The stage lives in vllm_rig/stages/status/; this file is its entry."""
+
+from vllm_rig.context import settings
+from vllm_rig.stages.status.deploy import show_status
+
+show_status(settings())

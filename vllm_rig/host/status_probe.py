@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Read-only collector for the status view and the triage bundle: runs the commands, reads the files and asks the
+URLs a JSON spec names, and prints one JSON object with what it found. Stdlib only, run by the host's python3
+from stdin, so it works on a host where nothing of vllm-rig is installed yet.
+
+    status_probe.py SPEC_JSON
+
+SPEC: {"commands": {name: shell command}, "files": {name: path or glob}, "json_keep": {name: [keys]},
+       "http": {name: {"url": URL, "key_file": env file holding VLLM_API_KEY= (optional)}}, "timeout": s}
+Out:  {"time": epoch seconds, "commands": {name: {"rc", "out"}}, "files": {name: text | null | {path: text}},
+       "http": {name: {"status", "body"} or {"error"}}}
+A file name in json_keep is parsed as JSON and only those keys are kept (a model marker lists every file's hash).
+The API key is read here and sent in a header; it is never printed.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+MAX_BODY = 2 * 1024 * 1024
+
+
+def run(command: str, timeout: float) -> dict:
+    try:
+        proc = subprocess.run(
+            ["sh", "-c", command], capture_output=True, text=True, timeout=timeout, check=False, errors="replace"
+        )
+    except subprocess.TimeoutExpired:
+        return {"rc": 124, "out": f"timed out after {timeout:.0f} s"}
+    return {"rc": proc.returncode, "out": proc.stdout + proc.stderr}
+
+
+def read(path: str, keep: list[str] | None) -> str | None:
+    try:
+        with open(path, errors="replace") as f:
+            text = f.read(MAX_BODY)
+    except OSError:
+        return None
+    if keep is None:
+        return text
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text
+    return json.dumps({k: data.get(k) for k in keep} if isinstance(data, dict) else data)
+
+
+def api_key(path: str | None) -> str | None:
+    if not path:
+        return None
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        name, sep, value = line.partition("=")
+        if sep and name.strip() == "VLLM_API_KEY":
+            return value.strip().strip('"') or None
+    return None
+
+
+def fetch(url: str, key_file: str | None, timeout: float) -> dict:
+    headers = {}
+    key = api_key(key_file)
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as resp:
+            return {"status": resp.status, "body": resp.read(MAX_BODY).decode(errors="replace"), "key_sent": bool(key)}
+    except urllib.error.HTTPError as err:
+        return {"status": err.code, "body": err.read(2000).decode(errors="replace"), "key_sent": bool(key)}
+    except (OSError, ValueError) as err:
+        return {"error": str(getattr(err, "reason", err)), "key_sent": bool(key)}
+
+
+def probe(spec: dict) -> dict:
+    timeout = float(spec.get("timeout", 10))
+    keep = spec.get("json_keep") or {}
+    files: dict = {}
+    for name, path in (spec.get("files") or {}).items():
+        if any(c in path for c in "*?["):
+            files[name] = {p: read(p, keep.get(name)) for p in sorted(glob.glob(path))}
+        else:
+            files[name] = read(path, keep.get(name))
+    return {
+        "time": time.time(),
+        "commands": {name: run(cmd, timeout) for name, cmd in (spec.get("commands") or {}).items()},
+        "files": files,
+        "http": {name: fetch(h["url"], h.get("key_file"), timeout) for name, h in (spec.get("http") or {}).items()},
+    }
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print(__doc__, file=sys.stderr)
+        return 1
+    print(json.dumps(probe(json.loads(argv[0]))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,1 @@
+"""The status view: what state each box is in, read-only (tasks/status.py)."""

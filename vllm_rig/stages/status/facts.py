@@ -1,0 +1,120 @@
+"""What the status view (and the triage bundle) reads off a host, in one remote command: vllm_rig/host/status_probe.py
+run by the host's python3 from stdin, with a spec built here from the stages' own fact commands (the driver's
+packages and module, the runtimes and links), the state files in vllm_rig/paths.py, nvidia-smi's live fields,
+the service's systemd properties, and two local HTTP requests (/v1/models with the key, /metrics)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+from pyinfra.api import FactBase
+
+from vllm_rig.core.secrets import SecretStdin
+from vllm_rig.paths import (
+    DRIVER_RECORD,
+    GPU_VERDICT,
+    HOST_FINGERPRINT,
+    MODEL_FETCH_STATUS,
+    MODEL_FETCH_UNIT,
+    START_CHECK_RESULT,
+    WATCHDOG_RESULT,
+    Layout,
+)
+from vllm_rig.settings import Settings
+from vllm_rig.stages.driver.facts import DriverState
+from vllm_rig.stages.runtime.facts import RuntimeState
+
+PROBE = Path(__file__).resolve().parents[2] / "host" / "status_probe.py"
+_BOOTSTRAP = (
+    "import sys; sys.argv[0] = 'status_probe.py'; "
+    "exec(compile(sys.stdin.read(), 'status_probe.py', 'exec'), {'__name__': '__main__'})"
+)
+# nvidia-smi --query-gpu fields of the live view (nvidia-smi --help-query-gpu spelling), parsed by the GPU
+# verdict's parser (vllm_rig/host/gpu_verdict.py FIELD_KEYS).
+GPU_FIELDS = (
+    "index",
+    "name",
+    "temperature.gpu",
+    "power.draw",
+    "power.limit",
+    "clocks.sm",
+    "clocks.max.sm",
+    "memory.used",
+    "memory.total",
+)
+SERVICE_PROPERTIES = ("LoadState", "ActiveState", "SubState", "Result", "ActiveEnterTimestamp", "NRestarts")
+MARKER_KEYS = ["repo", "revision", "commit", "completed_at", "total_bytes", "endpoint"]
+RUNTIME_KEYS = ["name", "fingerprint", "built_at", "versions", "nvcc"]
+VERDICT_KEYS = ["verdict", "exit_code", "problems", "gates", "driver_version", "elapsed_s"]
+MODEL_MARKER = ".vllm-rig-complete.json"  # vllm_rig/host/model_fetch.py MARKER
+
+
+def probe_stdin() -> SecretStdin:
+    return SecretStdin(PROBE.read_text())
+
+
+def api_address(s: Settings) -> str:
+    """Where the host itself reaches the server: loopback when it binds every address."""
+    host = "127.0.0.1" if s.vllm_host in ("0.0.0.0", "::", "") else s.vllm_host
+    return f"[{host}]" if ":" in host else host
+
+
+def status_spec(s: Settings) -> dict[str, Any]:
+    layout = Layout.of(s)
+    root = s.install_root
+    unit = f"{s.service_name}.service"
+    props = " ".join(f"-p {p}" for p in SERVICE_PROPERTIES)
+    base = f"http://{api_address(s)}:{s.vllm_port}"
+    return {
+        "timeout": 10,
+        "commands": {
+            "driver": DriverState().command(),
+            "runtimes": RuntimeState().command(root=root),
+            "cuda": "readlink -f /usr/local/cuda; /usr/local/cuda/bin/nvcc --version 2>/dev/null | grep release",
+            "service": f"systemctl show {shlex.quote(unit)} --timestamp=unix {props}",
+            "fetch_unit": f"systemctl show {MODEL_FETCH_UNIT} -p ActiveState",
+            "gpus": f"nvidia-smi --query-gpu={','.join(GPU_FIELDS)} --format=csv,noheader,nounits",
+            "verdict_mtime": f"stat -c %Y {GPU_VERDICT}",
+        },
+        "files": {
+            "driver_record": DRIVER_RECORD,
+            "host_fingerprint": HOST_FINGERPRINT,
+            "start_check": START_CHECK_RESULT,
+            "watchdog": WATCHDOG_RESULT,
+            "verdict": GPU_VERDICT,
+            "model_marker": f"{s.model_dir}/{MODEL_MARKER}",
+            "fetch_status": MODEL_FETCH_STATUS,
+            "runtime_json": f"{root}/runtimes/*/runtime.json",
+            "build_status": f"{root}/runtimes/*/.build/status.json",
+        },
+        "json_keep": {"model_marker": MARKER_KEYS, "runtime_json": RUNTIME_KEYS, "verdict": VERDICT_KEYS},
+        "http": {
+            "api": {"url": f"{base}/v1/models", "key_file": layout.env_file},
+            "metrics": {"url": f"{base}/metrics"},
+        },
+    }
+
+
+class RigStatus(FactBase):
+    """The probe's JSON (see status_probe.py), or {"error": ...} when it did not run. Pass `_stdin=probe_stdin()`."""
+
+    def command(self, spec: str) -> str:
+        return f"python3 -c {shlex.quote(_BOOTSTRAP)} {shlex.quote(spec)} 2>&1 || true"
+
+    def process(self, output: list[str]) -> dict[str, Any]:
+        return parse_probe(output)
+
+
+def parse_probe(output: list[str]) -> dict[str, Any]:
+    for line in reversed(output):
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(data, dict) and "commands" in data:
+            return data
+    said = " | ".join(line.strip() for line in output[-3:] if line.strip()) or "no output"
+    return {"error": f"the status probe did not run on the host: {said}"}
