@@ -16,8 +16,8 @@ from vllm_rig.stages.preflight import checks as preflight
 from vllm_rig.stages.preflight.gpu_facts import NvidiaGpus, NvidiaTopology
 
 
-@deploy("Preflight")
-def check_host(s: Settings) -> None:
+def preflight_checks(s: Settings) -> list[preflight.Check]:
+    """The verdict's checks for the current host (read-only; the triage bundle records them too)."""
     state = host_state()
     gpus = host.get_fact(NvidiaGpus)
     topo = host.get_fact(NvidiaTopology) if gpus and gpus["rc"] == 0 and s.gpu_count > 1 else None
@@ -29,7 +29,12 @@ def check_host(s: Settings) -> None:
         dest=s.model_dir,
         _stdin=preflight_stdin(s.hf_token),  # the checker and the token go on stdin, never on a command line
     )
-    checks = preflight.verdict(state, gpus, topo, s, model=model)
+    return preflight.verdict(state, gpus, topo, s, model=model)
+
+
+@deploy("Preflight")
+def check_host(s: Settings) -> None:
+    checks = preflight_checks(s)
     report = preflight.render_json if s.preflight_report == "json" else preflight.render_table
     logger.info(report(host.name, checks))
     if preflight.has_failures(checks):
