@@ -1,0 +1,8 @@
+"""Triage (on demand): one archive per host for a bug report, secrets redacted, fetched to ./triage/.
+
+The stage lives in vllm_rig/stages/triage/; this file is its entry."""
+
+from vllm_rig.context import settings
+from vllm_rig.stages.triage.deploy import triage
+
+triage(settings())

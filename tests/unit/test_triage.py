@@ -1,0 +1,94 @@
+"""The triage bundle's host script (vllm_rig/host/triage.py), run as the host runs it: python3 with the spec line
+and the script on stdin. Secrets planted in files and command output must not reach the archive."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+from tests.unit.groupdata import profile_data
+from vllm_rig.stages.triage import bundle
+from vllm_rig.stages.triage.deploy import _BOOTSTRAP, SCRIPT
+from vllm_rig.validation import load_settings
+
+KEY = "k3y-" + "A1b2C3d4" * 4
+TOKEN = "hf_" + "Zz9Yy8Xx7" * 3
+
+
+def _run(spec: dict) -> dict:
+    payload = json.dumps(spec) + "\n" + SCRIPT.read_text()
+    proc = subprocess.run(
+        [sys.executable, "-c", _BOOTSTRAP], input=payload, capture_output=True, text=True, check=True, timeout=60
+    )
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _members(path: Path) -> dict[str, bytes]:
+    with tarfile.open(path) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+
+
+def test_secrets_in_files_and_output_are_redacted(tmp_path: Path) -> None:
+    env = tmp_path / "vllm.env"
+    env.write_text(f"VLLM_API_KEY={KEY}\n")
+    hf = tmp_path / "hf-token.env"
+    hf.write_text(f"HF_TOKEN={TOKEN}\n")
+    log = tmp_path / "build.log"
+    log.write_text(f"step 3/8\nAuthorization: Bearer {KEY}\nHF_TOKEN={TOKEN} leaked\n")
+    out = tmp_path / "out" / "bundle.tar.gz"
+    result = _run(
+        {
+            "out": str(out),
+            "top": "rigX-triage",
+            "parts": {
+                "log.txt": {"file": str(log)},
+                "echo.txt": {"command": f"echo key is {KEY}; echo token is {TOKEN}; exit 3"},
+                "missing.json": {"file": str(tmp_path / "absent.json")},
+            },
+            "given": {"settings.json": json.dumps({"hf_token": "<redacted>", "note": f"copy {TOKEN}"})},
+            "secret_files": [str(env), str(hf), str(tmp_path / "no-such.env")],
+            "secrets": [],
+        }
+    )
+    assert result["archive"] == str(out) and result["redacted"] == 7
+    assert out.stat().st_mode & 0o777 == 0o600
+    members = _members(out)
+    assert set(members) == {f"rigX-triage/{n}" for n in ("log.txt", "echo.txt", "missing.json", "settings.json")} | {
+        "rigX-triage/MANIFEST.json"
+    }
+    everything = b"".join(members.values())
+    assert KEY.encode() not in everything and TOKEN.encode() not in everything
+    assert b"Bearer <redacted:VLLM_API_KEY>" in members["rigX-triage/log.txt"]
+    assert b"<redacted:HF_TOKEN> leaked" in members["rigX-triage/log.txt"]
+    manifest = json.loads(members["rigX-triage/MANIFEST.json"])
+    assert manifest["parts"]["echo.txt"]["rc"] == 3 and manifest["parts"]["echo.txt"]["redacted"] == 4
+    assert manifest["parts"]["missing.json"]["present"] is False
+    assert manifest["redacted_total"] == 7
+
+
+def test_short_values_are_not_taken_for_secrets(tmp_path: Path) -> None:
+    env = tmp_path / "vllm.env"
+    env.write_text("# vllm_api_key: none\nOMP_NUM_THREADS=8\n")
+    out = tmp_path / "b.tar.gz"
+    result = _run(
+        {
+            "out": str(out),
+            "top": "t",
+            "parts": {"a.txt": {"command": "echo OMP_NUM_THREADS=8"}},
+            "secret_files": [str(env)],
+        }
+    )
+    assert result["redacted"] == 0
+    assert b"OMP_NUM_THREADS=8" in _members(out)["t/a.txt"]
+
+
+def test_settings_go_in_with_every_secret_key_redacted() -> None:
+    s = load_settings({**profile_data(), "hf_token": TOKEN})
+    data = bundle.redacted_settings(s)
+    assert data["hf_token"] == "<redacted>" and TOKEN not in json.dumps(data)
+    assert data["model_repo"] == s.model_repo  # the rest is there as set
+    assert set(bundle.host_parts(s)) == set(bundle.HOST_PARTS)
+    assert TOKEN in bundle.spec(s, "/x.tar.gz", "t", {})["secrets"]  # redacted wherever the host echoes it

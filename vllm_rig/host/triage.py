@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""Write a triage bundle: one .tar.gz of what a bug report needs, with every secret redacted. Stdlib only, run by
+the host's python3 from stdin (tasks/triage.py), so it works on a half-deployed host.
+
+stdin: one JSON line (the spec), then this script. The spec:
+  {"out": archive path, "top": folder name inside the archive,
+   "parts": {archive name: {"command": shell} | {"file": path}},
+   "given": {archive name: text made on the control side (settings, preflight verdict, status)},
+   "secret_files": [paths of KEY=VALUE files whose values are secrets (the API key's env file, the HF token's)],
+   "secrets": [more values to redact]}
+Every part is read as text and every secret value found in it is replaced by <redacted:KEY> before anything is
+written; MANIFEST.json lists each part, how it was read, its exit code and how many values were redacted (never
+the values). The archive is written 0600 next to `out` and renamed into place. Prints one JSON line: the archive
+path, the parts and the redaction count.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+
+MAX_PART = 8 * 1024 * 1024
+MIN_SECRET = 8  # shorter values ("1", "auto") would redact ordinary words
+
+
+def secret_values(paths: list[str], extra: list[str]) -> dict[str, str]:
+    """value -> the name it is redacted as, from KEY=VALUE files (missing files are skipped)."""
+    found: dict[str, str] = {}
+    for path in paths:
+        try:
+            with open(path) as f:
+                lines = f.read().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            name, sep, value = line.partition("=")
+            value = value.strip().strip('"').strip("'")
+            if sep and not name.lstrip().startswith("#") and len(value) >= MIN_SECRET:
+                found[value] = name.strip()
+    for value in extra:
+        if value and len(value) >= MIN_SECRET:
+            found.setdefault(value, "secret")
+    return found
+
+
+def redact(text: str, secrets: dict[str, str]) -> tuple[str, int]:
+    count = 0
+    for value in sorted(secrets, key=len, reverse=True):  # a longer secret that contains a shorter one first
+        hits = text.count(value)
+        if hits:
+            text = text.replace(value, f"<redacted:{secrets[value]}>")
+            count += hits
+    return text, count
+
+
+def read_part(part: dict, timeout: float) -> tuple[str, dict]:
+    if "command" in part:
+        try:
+            proc = subprocess.run(
+                ["sh", "-c", part["command"]], capture_output=True, text=True, errors="replace", timeout=timeout
+            )
+            text, rc = proc.stdout + proc.stderr, proc.returncode
+        except subprocess.TimeoutExpired:
+            text, rc = f"timed out after {timeout:.0f} s\n", 124
+        return f"$ {part['command']}\n{text[-MAX_PART:]}", {"command": part["command"], "rc": rc}
+    try:
+        with open(part["file"], errors="replace") as f:
+            return f.read(MAX_PART), {"file": part["file"], "present": True}
+    except OSError as err:
+        return f"(not read: {err.strerror}: {part['file']})\n", {"file": part["file"], "present": False}
+
+
+def bundle(spec: dict) -> dict:
+    secrets = secret_values(spec.get("secret_files") or [], spec.get("secrets") or [])
+    timeout = float(spec.get("timeout", 60))
+    top = spec["top"]
+    members: list[tuple[str, bytes]] = []
+    manifest: dict = {"made_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "parts": {}, "redacted_total": 0}
+    texts = [(name, text, {"given": True}) for name, text in (spec.get("given") or {}).items()]
+    for name, part in (spec.get("parts") or {}).items():
+        text, how = read_part(part, timeout)
+        texts.append((name, text, how))
+    for name, text, how in texts:
+        clean, count = redact(text, secrets)
+        if "command" in how:  # the command line can carry a secret too (the manifest must not)
+            how = {**how, "command": redact(how["command"], secrets)[0]}
+        manifest["parts"][name] = {**how, "bytes": len(clean.encode()), "redacted": count}
+        manifest["redacted_total"] += count
+        members.append((name, clean.encode()))
+    members.append(("MANIFEST.json", (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode()))
+    out = spec["out"]
+    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+    tmp = f"{out}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(f"{top}/{name}")
+            info.size, info.mtime, info.mode = len(data), int(time.time()), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    os.replace(tmp, out)
+    return {"archive": out, "parts": len(members), "redacted": manifest["redacted_total"]}
+
+
+def main() -> int:
+    spec = json.loads(sys.stdin.readline())
+    print(json.dumps(bundle(spec)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
