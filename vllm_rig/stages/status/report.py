@@ -205,9 +205,11 @@ def service_section(raw: dict, s: Settings) -> dict[str, Any]:
     files = raw.get("files") or {}
     out: dict[str, Any] = {}
     if rc != 0 or not props:
-        out["state"] = Unknown(f"systemctl show did not answer (exit {rc})")
+        why = Unknown(f"systemctl show did not answer (exit {rc})")
+        out |= {"state": why, "uptime": why, "restarts since boot": why}
     elif props.get("LoadState") == "not-found":
         out["state"] = f"not installed ({s.service_name}.service not found)"
+        out |= {"uptime": "not installed", "restarts since boot": "not installed"}
     else:
         out["state"] = f"{props.get('ActiveState')} ({props.get('SubState')})"
         since = _unix(props.get("ActiveEnterTimestamp"))

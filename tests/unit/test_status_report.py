@@ -1,0 +1,160 @@
+"""The status view's parsing (vllm_rig/stages/status/report.py): /metrics through prometheus_client, tokens/s
+against the last read, and a probe run for real on a machine where nothing of vllm-rig (nor systemd, nor a GPU)
+is there: every field must come out filled or marked unknown with a reason."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.unit.groupdata import profile_data
+from vllm_rig.stages.status import report
+from vllm_rig.stages.status.facts import _BOOTSTRAP, GPU_FIELDS, PROBE, status_spec
+from vllm_rig.validation import load_settings
+
+STANDIN_METRICS = Path(__file__).resolve().parents[1] / "sandbox/fixtures/forge/standin_fork/vllm/standin/metrics.py"
+
+
+def _standin_metrics() -> Any:
+    spec = importlib.util.spec_from_file_location("standin_metrics", STANDIN_METRICS)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.Metrics("qwen-local", spec_tokens=3)
+
+
+def _raw(metrics_text: str, at: float, since: str = "@1000") -> dict:
+    return {
+        "time": at,
+        "commands": {
+            "service": {"rc": 0, "out": f"LoadState=loaded\nActiveState=active\nActiveEnterTimestamp={since}\n"}
+        },
+        "files": {},
+        "http": {"metrics": {"status": 200, "body": metrics_text}},
+    }
+
+
+def test_the_standin_exports_every_metric_the_status_reads() -> None:
+    names = set(report.metric_values(_standin_metrics().render()))
+    assert {report.KV_USAGE, *report.COUNTERS.values()} <= names
+
+
+def test_metrics_and_tokens_per_second_since_the_last_read() -> None:
+    m = _standin_metrics()
+    m.add("vllm:prefix_cache_queries", 1000)
+    m.add("vllm:prefix_cache_hits", 250)
+    for accepted in (3, 2, 1, 3):  # 9 of 12 drafted tokens accepted
+        m.spec_step(accepted)
+    m.add("vllm:generation_tokens", 100)
+    m.gauge_add("vllm:kv_cache_usage_perc", 0.125)
+    first, read = report.metrics_section(_raw(m.render(), 2000.0), None, 1000.0)
+    assert first["KV cache usage"] == "12.5%"
+    assert first["prefix cache hit rate"] == "25.0% since the server started"
+    assert first["MTP acceptance"] == "75.0% since the server started"
+    assert first["tokens/s"] == report.Unknown("first read: run status again for tokens/s since this one")
+    m.add("vllm:generation_tokens", 300)  # 300 more tokens in 10 s
+    m.add("vllm:prompt_tokens", 50)
+    m.spec_step(0)
+    second, _ = report.metrics_section(_raw(m.render(), 2010.0), read, 1000.0)
+    assert second["tokens/s"] == "30.0 generated, 5.0 prompt over the last 0m 10s"
+    assert second["MTP acceptance"] == "60.0% since the server started, 0.0% since the last read"
+    restarted, _ = report.metrics_section(_raw(m.render(), 2020.0), read, 1500.0)
+    assert restarted["tokens/s"] == report.Unknown("the server restarted since the last read")
+
+
+def test_a_server_that_does_not_answer_marks_every_metric_unknown() -> None:
+    raw = {"time": 1.0, "http": {"metrics": {"error": "[Errno 111] Connection refused"}}}
+    fields, read = report.metrics_section(raw, None, None)
+    assert read == {} and set(fields.values()) == {
+        report.Unknown("/metrics does not answer: [Errno 111] Connection refused")
+    }
+
+
+def test_nvidia_smi_failing_is_the_gpu_fields_reason() -> None:
+    raw = {"commands": {"gpus": {"rc": 18, "out": "Failed to initialize NVML: Driver/library version mismatch\n"}}}
+    assert report.gpu_rows(raw) == report.Unknown(
+        "nvidia-smi: Failed to initialize NVML: Driver/library version mismatch"
+    )
+    live = "0, NVIDIA GeForce RTX 2080 Ti, 41, 61.20, 250.00, 1350, 2160, 21720, 22528\n"
+    [gpu] = report.gpu_rows({"commands": {"gpus": {"rc": 0, "out": live}}})
+    assert (gpu["temperature_c"], gpu["power_draw_w"], gpu["sm_clock_mhz"], gpu["memory_used_mib"]) == (
+        41,
+        61.2,
+        1350,
+        21720,
+    )
+
+
+H200 = Path(__file__).parent / "fixtures" / "tool_outputs" / "h200"
+
+
+def test_the_live_gpu_fields_of_a_real_h200() -> None:
+    out = (H200 / "nvidia-smi_query_live.out").read_text()
+    rc = int((H200 / "nvidia-smi_query_live.rc").read_text())
+    [gpu] = report.gpu_rows({"commands": {"gpus": {"rc": rc, "out": out}}})
+    assert gpu == {
+        "index": 0,
+        "name": "NVIDIA H200",
+        "temperature_c": 33.0,
+        "power_draw_w": 78.27,
+        "power_limit_w": 700.0,
+        "sm_clock_mhz": 345,
+        "sm_clock_max_mhz": 1980,
+        "memory_used_mib": 0,
+        "memory_mib": 143771,
+    }
+    header = (H200 / "nvidia-smi_query_live_csv.out").read_text().splitlines()[0]
+    assert header.count(",") == len(GPU_FIELDS) - 1  # the fields we ask for, in our order
+    assert "GPU0 NVIDIA H200: 33 C, 78 W of 700 W, SM 345 MHz (max 1980 MHz), memory 0 MiB of 143771 MiB" in (
+        report._gpu_line(gpu)
+    )
+
+
+def _leaves(status: dict) -> list[tuple[str, Any]]:
+    out = []
+    for section, fields in status["sections"].items():
+        out += [(f"{section}.{name}", value) for name, value in fields.items()]
+    out.append(("gpus", status["gpus"]))
+    return out
+
+
+def test_a_real_probe_on_a_bare_machine_fills_or_explains_every_field(tmp_path: Path) -> None:
+    s = load_settings({**profile_data(), "install_root": str(tmp_path / "rig"), "vllm_port": 9})
+    proc = subprocess.run(
+        [sys.executable, "-c", _BOOTSTRAP, json.dumps(status_spec(s))],
+        input=PROBE.read_text(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    raw = json.loads(proc.stdout)
+    status = report.build("bare", raw, s, None)
+    for name, value in _leaves(status):
+        if isinstance(value, dict):
+            assert set(value) == {"unknown"} and value["unknown"].strip(), name
+        else:
+            assert str(value).strip(), name
+    sections = status["sections"]
+    assert sections["runtime"]["current"] == "none" and sections["runtime"]["building"] == "no"
+    assert sections["model"]["verified"] == "no: no completion marker"
+    assert sections["service"]["last start check"] == "not installed"
+    assert set(sections["service"]) == {"state", "uptime", "restarts since boot", "last start check", "watchdog"}
+    assert sections["api"]["answers"].startswith("no: ")
+    assert sections["metrics"]["tokens/s"]["unknown"].startswith("/metrics does not answer")
+    assert report.render_table(status).startswith("status of bare at ")
+    assert json.loads(report.render_json(status))["host"] == "bare"
+
+
+@pytest.mark.parametrize("output", [[], ["Traceback (most recent call last):", "SyntaxError: bad"]])
+def test_a_probe_that_did_not_run_is_said_once_for_every_section(output: list[str]) -> None:
+    from vllm_rig.stages.status.facts import parse_probe
+
+    status = report.build("h", parse_probe(output), load_settings(profile_data()), None)
+    assert status["gpus"]["unknown"].startswith("the status probe did not run on the host")
+    assert all(v == status["gpus"] for _, v in _leaves(status))
