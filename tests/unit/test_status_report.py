@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from tests.unit.groupdata import profile_data
+from vllm_rig.core.host_package import run_from_stdin, stdin_text
 from vllm_rig.stages.status import report
-from vllm_rig.stages.status.facts import _BOOTSTRAP, GPU_FIELDS, PROBE, status_spec
+from vllm_rig.stages.status.facts import GPU_FIELDS, status_spec
 from vllm_rig.validation import load_settings
 
 STANDIN_METRICS = Path(__file__).resolve().parents[1] / "sandbox/fixtures/forge/standin_fork/vllm/standin/metrics.py"
@@ -76,9 +77,11 @@ def test_a_server_that_does_not_answer_marks_every_metric_unknown() -> None:
 
 
 def test_nvidia_smi_failing_is_the_gpu_fields_reason() -> None:
-    raw = {"commands": {"gpus": {"rc": 18, "out": "Failed to initialize NVML: Driver/library version mismatch\n"}}}
+    # A real report's nvidia-smi after a driver upgrade without a reboot (fixtures/tool_outputs/truenas-580).
+    out = (Path(__file__).parent / "fixtures/tool_outputs/truenas-580/nvidia-smi_plain.out").read_text()
+    raw = {"commands": {"gpus": {"rc": 18, "out": out}}}
     assert report.gpu_rows(raw) == report.Unknown(
-        "nvidia-smi: Failed to initialize NVML: Driver/library version mismatch"
+        "nvidia-smi: Failed to initialize NVML: Driver/library version mismatch (a reboot loads the installed driver)"
     )
     live = "0, NVIDIA GeForce RTX 2080 Ti, 41, 61.20, 250.00, 1350, 2160, 21720, 22528\n"
     [gpu] = report.gpu_rows({"commands": {"gpus": {"rc": 0, "out": live}}})
@@ -125,13 +128,9 @@ def _leaves(status: dict) -> list[tuple[str, Any]]:
 
 def test_a_real_probe_on_a_bare_machine_fills_or_explains_every_field(tmp_path: Path) -> None:
     s = load_settings({**profile_data(), "install_root": str(tmp_path / "rig"), "vllm_port": 9})
+    command = run_from_stdin("status_probe", [json.dumps(status_spec(s))], python=sys.executable)
     proc = subprocess.run(
-        [sys.executable, "-c", _BOOTSTRAP, json.dumps(status_spec(s))],
-        input=PROBE.read_text(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
+        ["sh", "-c", command], input=stdin_text(), capture_output=True, text=True, timeout=60, check=True
     )
     raw = json.loads(proc.stdout)
     status = report.build("bare", raw, s, None)

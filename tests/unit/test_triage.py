@@ -1,5 +1,5 @@
-"""The triage bundle's host script (vllm_rig/host/triage.py), run as the host runs it: python3 with the spec line
-and the script on stdin. Secrets planted in files and command output must not reach the archive."""
+"""The triage bundle's host program (vllm_rig/host/triage.py), run as the host runs it: the host package on stdin,
+the spec as its first line. Secrets planted in files and command output must not reach the archive."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import tarfile
 from pathlib import Path
 
 from tests.unit.groupdata import profile_data
+from vllm_rig.core.host_package import run_from_stdin, stdin_text
+from vllm_rig.host.triage import SPEC_ENV
 from vllm_rig.stages.triage import bundle
-from vllm_rig.stages.triage.deploy import _BOOTSTRAP, SCRIPT
 from vllm_rig.validation import load_settings
 
 KEY = "k3y-" + "A1b2C3d4" * 4
@@ -19,9 +20,15 @@ TOKEN = "hf_" + "Zz9Yy8Xx7" * 3
 
 
 def _run(spec: dict) -> dict:
-    payload = json.dumps(spec) + "\n" + SCRIPT.read_text()
+    """As tasks/triage.py runs it: the host package on stdin, the spec as its first (secret) line."""
+    command = run_from_stdin("triage", [], python=sys.executable, secret_env=SPEC_ENV)
     proc = subprocess.run(
-        [sys.executable, "-c", _BOOTSTRAP], input=payload, capture_output=True, text=True, check=True, timeout=60
+        ["sh", "-c", command],
+        input=stdin_text(json.dumps(spec)),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
     )
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

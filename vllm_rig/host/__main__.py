@@ -5,7 +5,16 @@ from __future__ import annotations
 import runpy
 import sys
 
-PROGRAMS = ("bench", "gpu_verdict", "model_fetch", "model_preflight", "runtime_build", "service_probe")
+PROGRAMS = (
+    "bench",
+    "gpu_verdict",
+    "model_fetch",
+    "model_preflight",
+    "runtime_build",
+    "service_probe",
+    "status_probe",
+    "triage",
+)
 
 
 def main() -> None:

@@ -92,6 +92,10 @@ QUERY_ATTRS: dict[str, tuple[str, type]] = {
     "power.min_limit": ("power_min_w", float),
     "power.max_limit": ("power_max_w", float),
     "power.draw": ("power_draw_w", float),
+    "temperature.gpu": ("temperature_c", float),
+    "clocks.sm": ("sm_clock_mhz", int),
+    "clocks.current.sm": ("sm_clock_mhz", int),  # what the csv header calls clocks.sm
+    "clocks.max.sm": ("sm_clock_max_mhz", int),
     "pcie.link.width.current": ("pcie_width", int),
     "pcie.link.width.max": ("pcie_width_max", int),
     "pcie.link.gen.current": ("pcie_gen", int),
@@ -119,6 +123,9 @@ class Gpu:
     power_min_w: float | None = None
     power_max_w: float | None = None
     power_draw_w: float | None = None
+    temperature_c: float | None = None
+    sm_clock_mhz: int | None = None
+    sm_clock_max_mhz: int | None = None
     pcie_width: int | None = None
     pcie_width_max: int | None = None
     pcie_gen: int | None = None

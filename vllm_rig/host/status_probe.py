@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Read-only collector for the status view and the triage bundle: runs the commands, reads the files and asks the
-URLs a JSON spec names, and prints one JSON object with what it found. Stdlib only, run by the host's python3
-from stdin, so it works on a host where nothing of vllm-rig is installed yet.
+"""Read-only collector for the status view: runs the commands, reads the files and asks the URLs a JSON spec names,
+and prints one JSON object with what it found. Stdlib only; the status sends it on stdin in the host package
+(vllm_rig.core.host_package.run_from_stdin), so it works on a host where nothing of vllm-rig is installed yet.
 
-    status_probe.py SPEC_JSON
+    python3 vllm-rig-host.pyz status_probe SPEC_JSON
 
 SPEC: {"commands": {name: shell command}, "files": {name: path or glob}, "json_keep": {name: [keys]},
        "http": {name: {"url": URL, "key_file": env file holding VLLM_API_KEY= (optional)}}, "timeout": s}
@@ -15,6 +15,7 @@ The API key is read here and sent in a header; it is never printed.
 
 from __future__ import annotations
 
+import argparse
 import glob
 import json
 import subprocess
@@ -98,13 +99,13 @@ def probe(spec: dict) -> dict:
     }
 
 
-def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print(__doc__, file=sys.stderr)
-        return 1
-    print(json.dumps(probe(json.loads(argv[0]))))
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="status_probe.py", description="Read-only collector (see the module doc).")
+    parser.add_argument("spec", help="the JSON spec: commands, files, json_keep, http, timeout")
+    args = parser.parse_args(argv)
+    print(json.dumps(probe(json.loads(args.spec))))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())

@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
-"""Write a triage bundle: one .tar.gz of what a bug report needs, with every secret redacted. Stdlib only, run by
-the host's python3 from stdin (tasks/triage.py), so it works on a half-deployed host.
+"""Write a triage bundle: one .tar.gz of what a bug report needs, with every secret redacted. Stdlib only;
+tasks/triage.py sends it on stdin in the host package (vllm_rig.core.host_package.run_from_stdin), so it works
+on a half-deployed host.
 
-stdin: one JSON line (the spec), then this script. The spec:
+    VLLM_RIG_TRIAGE_SPEC=<json> python3 vllm-rig-host.pyz triage
+
+The spec comes in the environment (the stdin bootstrap puts its first line there: it lists secret values to
+redact, so it is never on a command line):
   {"out": archive path, "top": folder name inside the archive,
    "parts": {archive name: {"command": shell} | {"file": path}},
    "given": {archive name: text made on the control side (settings, preflight verdict, status)},
@@ -16,6 +20,7 @@ path, the parts and the redaction count.
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import os
@@ -106,9 +111,18 @@ def bundle(spec: dict) -> dict:
     return {"archive": out, "parts": len(members), "redacted": manifest["redacted_total"]}
 
 
-def main() -> int:
-    spec = json.loads(sys.stdin.readline())
-    print(json.dumps(bundle(spec)))
+SPEC_ENV = "VLLM_RIG_TRIAGE_SPEC"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(
+        prog="triage.py", description=f"Write a triage bundle from the JSON spec in ${SPEC_ENV}."
+    ).parse_args(argv)
+    spec = os.environ.get(SPEC_ENV)
+    if not spec:
+        print(f"triage.py: no spec in ${SPEC_ENV}", file=sys.stderr)
+        return 2
+    print(json.dumps(bundle(json.loads(spec))))
     return 0
 
 

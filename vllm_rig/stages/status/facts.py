@@ -1,17 +1,17 @@
-"""What the status view (and the triage bundle) reads off a host, in one remote command: vllm_rig/host/status_probe.py
-run by the host's python3 from stdin, with a spec built here from the stages' own fact commands (the driver's
-packages and module, the runtimes and links), the state files in vllm_rig/paths.py, nvidia-smi's live fields,
-the service's systemd properties, and two local HTTP requests (/v1/models with the key, /metrics)."""
+"""What the status view reads off a host, in one remote command: vllm_rig/host/status_probe.py run by the host's
+python3 from the host package sent on stdin, with a spec built here from the stages' own fact commands (the
+driver's packages and module, the runtimes and links), the state files in vllm_rig/paths.py, nvidia-smi's live
+fields, the service's systemd properties, and two local HTTP requests (/v1/models with the key, /metrics)."""
 
 from __future__ import annotations
 
 import json
 import shlex
-from pathlib import Path
 from typing import Any
 
 from pyinfra.api import FactBase
 
+from vllm_rig.core.host_package import run_from_stdin, stdin_text
 from vllm_rig.core.secrets import SecretStdin
 from vllm_rig.paths import (
     DRIVER_RECORD,
@@ -27,13 +27,8 @@ from vllm_rig.settings import Settings
 from vllm_rig.stages.driver.facts import DriverState
 from vllm_rig.stages.runtime.facts import RuntimeState
 
-PROBE = Path(__file__).resolve().parents[2] / "host" / "status_probe.py"
-_BOOTSTRAP = (
-    "import sys; sys.argv[0] = 'status_probe.py'; "
-    "exec(compile(sys.stdin.read(), 'status_probe.py', 'exec'), {'__name__': '__main__'})"
-)
-# nvidia-smi --query-gpu fields of the live view (nvidia-smi --help-query-gpu spelling), parsed by the GPU
-# verdict's parser (vllm_rig/host/gpu_verdict.py FIELD_KEYS).
+# nvidia-smi --query-gpu fields of the live view (nvidia-smi --help-query-gpu spelling), parsed by the shared
+# parser (vllm_rig/host/nvidia_smi.py QUERY_ATTRS).
 GPU_FIELDS = (
     "index",
     "name",
@@ -53,7 +48,8 @@ MODEL_MARKER = ".vllm-rig-complete.json"  # vllm_rig/host/model_fetch.py MARKER
 
 
 def probe_stdin() -> SecretStdin:
-    return SecretStdin(PROBE.read_text())
+    """The host package for the probe's command (no secret line: the probe reads the key file on the host)."""
+    return SecretStdin(stdin_text())
 
 
 def api_address(s: Settings) -> str:
@@ -102,7 +98,7 @@ class RigStatus(FactBase):
     """The probe's JSON (see status_probe.py), or {"error": ...} when it did not run. Pass `_stdin=probe_stdin()`."""
 
     def command(self, spec: str) -> str:
-        return f"python3 -c {shlex.quote(_BOOTSTRAP)} {shlex.quote(spec)} 2>&1 || true"
+        return run_from_stdin("status_probe", [spec]) + " 2>&1 || true"
 
     def process(self, output: list[str]) -> dict[str, Any]:
         return parse_probe(output)

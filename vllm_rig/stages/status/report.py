@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import datetime
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from vllm_rig.host import gpu_verdict, model_fetch
+from vllm_rig.host import model_fetch, nvidia_smi
 from vllm_rig.settings import Settings
 from vllm_rig.stages.driver.facts import DriverState
 from vllm_rig.stages.driver.reboot import reboot_reasons
@@ -33,6 +33,9 @@ ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 COUNTERS = {"generated": GENERATED, "prompt": PROMPT, "drafted": DRAFTED, "accepted": ACCEPTED}
 COUNTERS |= {"prefix_queries": PREFIX_QUERIES, "prefix_hits": PREFIX_HITS}
 DRIVER_PACKAGES = ("nvidia-driver", "cuda-drivers", "nvidia-open", "nvidia-dkms")
+# The Gpu attributes of the live fields (vllm_rig/host/nvidia_smi.py QUERY_ATTRS), as the JSON names them.
+GPU_KEYS = ("index", "name", "temperature_c", "power_draw_w", "power_limit_w", "sm_clock_mhz", "sm_clock_max_mhz")
+GPU_KEYS += ("memory_used_mib", "memory_mib")
 SECTIONS = ("driver", "cuda", "runtime", "model", "service", "gpu verdict", "api", "metrics")
 
 
@@ -245,12 +248,13 @@ def verdict_section(raw: dict) -> dict[str, Any]:
 def gpu_rows(raw: dict) -> list[dict[str, Any]] | Unknown:
     rc, lines = _command(raw, "gpus")
     if rc != 0:
-        said = next((line.strip() for line in lines if line.strip()), f"exit {rc}")
-        return Unknown(f"nvidia-smi: {said}")
-    try:
-        return gpu_verdict.parse_query_gpu(lines, GPU_FIELDS)
-    except ValueError as err:
-        return Unknown(f"nvidia-smi's output not understood: {err}")
+        error = nvidia_smi.parse_error(lines, rc)
+        loaded = " (a reboot loads the installed driver)" if error.mismatch else ""
+        return Unknown(f"nvidia-smi: {error.message}{loaded}")
+    query = nvidia_smi.parse_query_gpu(lines, GPU_FIELDS, rc)
+    if query.problem:
+        return Unknown(f"nvidia-smi's output not understood: {query.problem}")
+    return [{k: v for k, v in asdict(gpu).items() if k in GPU_KEYS} for gpu in query.gpus]
 
 
 def api_section(raw: dict, s: Settings) -> dict[str, Any]:
