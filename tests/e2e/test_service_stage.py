@@ -99,6 +99,8 @@ def test_bench_reports_the_standin_rates(rig: Rig) -> None:
         )
         assert run.ok, run.log[-3000:]
         result = json.loads((paths.REPO / "bench-results" / "rig1-e2e.json").read_text())
+        chart = (paths.REPO / "bench-results" / "rig1-e2e.png").read_bytes()
+        assert chart[:8] == b"\x89PNG\r\n\x1a\n" and len(chart) > 20_000  # the run's chart, beside its JSON
     finally:
         forge.write_knobs(prefill_tps=1300, decode_tps=85, mtp_acceptance=0.75)
     assert len(result["runs"]) == 2
