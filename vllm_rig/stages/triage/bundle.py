@@ -1,0 +1,100 @@
+"""What goes into a triage bundle: the parts read on the host (vllm_rig/host/triage.py reads them) and those made
+here (the settings with secrets redacted, the preflight verdict, the status view)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+from vllm_rig.paths import GPU_VERDICT, HF_TOKEN_FILE, LOG_DIR, Layout
+from vllm_rig.settings import SECRET_KEYS, Settings
+from vllm_rig.stages.status.facts import MODEL_MARKER
+
+REDACTED = "<redacted>"
+# The parts, by their name in the archive; each test of the bundle checks every one is there.
+HOST_PARTS = (
+    "gpu-verdict.json",
+    "versions/driver.txt",
+    "versions/cuda.txt",
+    "versions/pip-freeze.txt",
+    "versions/commits.txt",
+    "versions/runtime.json",
+    "model/marker.json",
+    "unit/service.txt",
+    "journal/service.txt",
+    "journal/build.txt",
+    "journal/build-log.txt",
+    "kernel/nvidia.txt",
+)
+GIVEN_PARTS = ("settings.json", "preflight.json", "status.json")
+# The kernel's NVIDIA lines: the driver (NVRM), Xid errors, and modules that did not load.
+KERNEL_PATTERN = "nvidia|nvrm|xid|nouveau"
+
+
+def redacted_settings(s: Settings) -> dict[str, Any]:
+    """Every setting, with the secrets (SECRET_KEYS) replaced by <redacted> when set."""
+    data = s.model_dump(mode="json")
+    for key in SECRET_KEYS:
+        if data.get(key) is not None:
+            data[key] = REDACTED
+    return data
+
+
+def host_parts(s: Settings) -> dict[str, dict[str, str]]:
+    layout = Layout.of(s)
+    n = s.triage_journal_lines
+    unit = f"{s.service_name}.service"
+    fork, flashqla = shlex.quote(layout.fork_src), shlex.quote(layout.flashqla_src)
+    driver = (
+        "cat /proc/driver/nvidia/version; echo; nvidia-smi; echo; "
+        "dpkg-query -W -f='${binary:Package}\\t${Version}\\t${db:Status-Abbrev}\\n' "
+        "'nvidia-*' 'libnvidia-*' 'cuda-drivers*' 'dkms' 2>/dev/null; dkms status 2>&1"
+    )
+    commits = (
+        f"echo fork; git -C {fork} log -1 --format='%H %cI %s' 2>&1; git -C {fork} describe --tags --always 2>&1; "
+        f"echo flashqla; git -C {flashqla} log -1 --format='%H %cI %s' 2>&1; "
+        f"echo current; readlink {shlex.quote(layout.current)}; "
+        f"echo previous; readlink {shlex.quote(layout.root)}/previous"
+    )
+    build_log = (
+        f'f=$(ls -t {LOG_DIR}/build-*.log 2>/dev/null | head -n 1); [ -n "$f" ] && echo "$f" && tail -n {n} "$f"'
+    )
+    kernel = (
+        f"lines=$( (journalctl -k -b --no-pager -o short-monotonic 2>/dev/null || dmesg 2>&1) "
+        f"| grep -iE '{KERNEL_PATTERN}' | tail -n {n}); "
+        '[ -n "$lines" ] && echo "$lines" || echo "(no NVIDIA lines in this boot\'s kernel log)"'
+    )
+    return {
+        "gpu-verdict.json": {"file": GPU_VERDICT},
+        "versions/driver.txt": {"command": driver},
+        "versions/cuda.txt": {"command": "readlink -f /usr/local/cuda; /usr/local/cuda/bin/nvcc --version"},
+        "versions/pip-freeze.txt": {"command": f"{shlex.quote(layout.python)} -m pip freeze --all"},
+        "versions/commits.txt": {"command": commits},
+        "versions/runtime.json": {"file": f"{layout.current}/runtime.json"},
+        "model/marker.json": {"file": f"{s.model_dir}/{MODEL_MARKER}"},
+        "unit/service.txt": {"command": f"systemctl cat {unit}; systemctl status --no-pager {unit}"},
+        "journal/service.txt": {"command": f"journalctl -u {unit} -n {n} --no-pager"},
+        "journal/build.txt": {"command": f"journalctl -u 'vllm-rig-build-*' -n {n} --no-pager"},
+        "journal/build-log.txt": {"command": build_log},
+        "kernel/nvidia.txt": {"command": kernel},
+    }
+
+
+def spec(s: Settings, out: str, top: str, given: dict[str, str]) -> dict[str, Any]:
+    return {
+        "out": out,
+        "top": top,
+        "parts": host_parts(s),
+        "given": given,
+        "secret_files": [Layout.of(s).env_file, HF_TOKEN_FILE],
+        "secrets": [v for v in (s.hf_token, s.secure_boot_mok_password) if v],
+    }
+
+
+def given_parts(s: Settings, preflight_json: str, status: dict[str, Any]) -> dict[str, str]:
+    return {
+        "settings.json": json.dumps(redacted_settings(s), indent=1, sort_keys=True) + "\n",
+        "preflight.json": preflight_json + "\n",
+        "status.json": json.dumps(status, indent=1, sort_keys=True) + "\n",
+    }
