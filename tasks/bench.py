@@ -2,7 +2,7 @@
 
 The stage lives in vllm_rig/stages/bench/; this file is its entry (it also runs alone)."""
 
-from vllm_rig.context import settings
+from vllm_rig.context import run_stage
 from vllm_rig.stages.bench.deploy import bench
 
-bench(settings())
+run_stage(bench)

@@ -4,7 +4,7 @@ needs are there.
 
 The stage lives in vllm_rig/stages/cuda/; this file is its entry (it also runs alone)."""
 
-from vllm_rig.context import settings
+from vllm_rig.context import run_stage
 from vllm_rig.stages.cuda.deploy import install_cuda
 
-install_cuda(settings())
+run_stage(install_cuda)

@@ -4,7 +4,7 @@ boot-time GPU guard (module present, persistence, power limit, all GPUs visible)
 
 The stage lives in vllm_rig/stages/driver/; this file is its entry (it also runs alone)."""
 
-from vllm_rig.context import settings
+from vllm_rig.context import run_stage
 from vllm_rig.stages.driver.deploy import install_driver
 
-install_driver(settings())
+run_stage(install_driver)

@@ -5,7 +5,7 @@ continues it. Runs alone too: it then only checks (and waits for a download that
 
 The stage lives in vllm_rig/stages/model/; this file is its entry (it also runs alone)."""
 
-from vllm_rig.context import settings
+from vllm_rig.context import run_stage
 from vllm_rig.stages.model.finish import finish_model_download
 
-finish_model_download(settings())
+run_stage(finish_model_download)

@@ -2,7 +2,7 @@
 
 The stage lives in vllm_rig/stages/preflight/; this file is its entry (it also runs alone)."""
 
-from vllm_rig.context import settings
+from vllm_rig.context import run_stage
 from vllm_rig.stages.preflight.deploy import check_host
 
-check_host(settings())
+run_stage(check_host)

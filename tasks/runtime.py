@@ -3,7 +3,7 @@ FlashInfer's SM75 fix and FlashQLA, named by its build fingerprint, checked, the
 
 The stage lives in vllm_rig/stages/runtime/; this file is its entry (it also runs alone)."""
 
-from vllm_rig.context import settings
+from vllm_rig.context import run_stage
 from vllm_rig.stages.runtime.deploy import install_runtime
 
-install_runtime(settings())
+run_stage(install_runtime)

@@ -3,7 +3,7 @@ generate (a real chat completion with the key, then warm-up) after every change.
 
 The stage lives in vllm_rig/stages/service/; this file is its entry (it also runs alone)."""
 
-from vllm_rig.context import settings
+from vllm_rig.context import run_stage
 from vllm_rig.stages.service.deploy import install_service
 
-install_service(settings())
+run_stage(install_service)

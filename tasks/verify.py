@@ -2,7 +2,7 @@
 
 The stage lives in vllm_rig/stages/verify/; this file is its entry (it also runs alone)."""
 
-from vllm_rig.context import settings
+from vllm_rig.context import run_stage
 from vllm_rig.stages.verify.deploy import verify_gpus
 
-verify_gpus(settings())
+run_stage(verify_gpus)

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from pyinfra import host, logger, state
 
 from vllm_rig.core import become
+from vllm_rig.core.facts import FactUnreadable
 from vllm_rig.settings import Settings
 from vllm_rig.validation import SettingsError, load_settings
 
+if TYPE_CHECKING:
+    from vllm_rig.stages.preflight.facts import Host
+
 _validated: dict[str, Settings] = {}
-_host_states: dict[str, dict | None] = {}
+_host_states: dict[str, Host] = {}
 
 
 def stop_on_bad_settings() -> None:
@@ -42,13 +49,22 @@ def settings() -> Settings:
     return _validated[host.name]
 
 
+def run_stage(stage: Callable[..., object]) -> None:
+    """A stage's entry (tasks/<stage>.py): the stage with this host's settings. A fact that could not read
+    this host's output has printed its one line and failed the host (vllm_rig/core/facts.py); the stage
+    stops planning for it there, and the other hosts go on."""
+    s = settings()
+    with contextlib.suppress(FactUnreadable):
+        stage(s)
+
+
 def preflight_failed() -> bool:
     """This host's preflight verdict failed while the run was planned (tasks/preflight.py marks it): later
     stages plan nothing for it, so their facts never ask a host that will not be deployed."""
     return host in state.failed_hosts
 
 
-def host_state() -> dict | None:
+def host_state() -> Host:
     """The batched HostState fact (OS, kernel, disk, GPUs on the bus...), read once per host per run:
     stages that need the OS or kernel share one remote command instead of each asking again."""
     from vllm_rig.stages.preflight.facts import HostState

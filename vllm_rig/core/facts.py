@@ -1,11 +1,61 @@
 """Building blocks for facts: one remote command per fact, sections marked by `@@name` lines, and small
-facts every stage reads (a file's text, the boot id)."""
+facts every stage reads (a file's text, the boot id).
+
+`SectionFact` is the base every fact of the rig uses. A fact:
+
+    class CpuCount(SectionFact[int]):
+        @staticmethod
+        def default() -> int:
+            return 0  # what callers get back when the host failed on this fact (or pyinfra skipped it)
+
+        def command(self, path: str) -> str:  # the fact's arguments, as pyinfra passes them
+            return section_command({"cpus": "nproc", "disk": f"df -P -B1 {shlex.quote(path)}"})
+
+        def parse(self, sections: Sections) -> int:
+            return sections.integer("cpus")  # a typed value: a dataclass, a TypedDict, a str...
+
+`section_command` makes the one shell command: `echo @@name` before each snippet, each snippet's failure
+contained (`{ snippet; } || true`), so a missing tool is data for the parser and the command exits 0. A
+snippet must not `exit` (the sections after it would be missing) nor lean on another's variables: put it
+in `( ... )` where it sets variables or may exit.
+`process()` (pyinfra's hook) splits the output into `Sections` and calls `parse`. Whatever `parse` cannot
+read (`Sections.unreadable`, or a ValueError/IndexError/KeyError/TypeError from a parser) fails that
+host with ONE line, e.g. `rig2: NvidiaGpus could not read pcie.link.width.current '[N/A]'`, never a
+traceback, and the other hosts go on:
+
+- the host is marked failed (the run exits non-zero; `context.preflight_failed()` is then true, so later
+  stages plan nothing for it) and leaves pyinfra's active hosts (no later operation runs on it);
+- while the run is planned, `FactUnreadable` is raised: the stage entry (`context.run_stage`) stops
+  planning that host's stage there; while it executes (an `_if=` lambda, an operation's body), `default()`
+  comes back instead, since pyinfra lets no exception out of an operation without a traceback;
+- outside a pyinfra run (unit tests call `process()` directly) `FactUnreadable` is raised, with the line.
+
+pyinfra itself would fail the host only on `FactProcessError` and print two lines for it; any other
+exception in `process()` aborts every host of the run with a traceback (pyinfra/api/facts.py, 3.10).
+"""
 
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
+from typing import Generic, NoReturn, TypeVar
 
+from pyinfra import logger
 from pyinfra.api import FactBase
+from pyinfra.context import ctx_host, ctx_state
+
+T = TypeVar("T")
+
+# What a parser raises on output it cannot read; every fact answers it with one line for the host.
+PARSE_ERRORS = (ValueError, IndexError, KeyError, TypeError)
+
+
+class FactUnreadable(Exception):
+    """A fact could not read its host's output; `str()` is the one line (host, fact, what)."""
+
+
+class CannotRead(ValueError):
+    """Raised by a parser: `what` it could not read (a field name and the value seen)."""
 
 
 def split_sections(output: list[str]) -> dict[str, list[str]]:
@@ -23,12 +73,99 @@ def first_line(lines: list[str] | None) -> str | None:
     return next((line.strip() for line in lines or [] if line.strip()), None)
 
 
-class BootId(FactBase):
-    def command(self) -> str:
-        return "cat /proc/sys/kernel/random/boot_id"
+def section_command(sections: Mapping[str, str]) -> str:
+    """One shell command for all `sections` (name -> snippet): `echo @@name` before each snippet's output.
+    `|| true` contains each snippet's failure: the command always exits 0 (pyinfra fails a host whose fact
+    command exits non-zero) and a missing tool is data for the parser."""
+    for name in sections:
+        if not name or any(c.isspace() for c in name) or name.startswith("@"):
+            raise ValueError(f"section name {name!r}: one word, no leading @")
+    script = "; ".join(f"echo @@{name}; {{ {snippet}; }} || true" for name, snippet in sections.items())
+    return "sh -c " + shlex.quote(script)
 
-    def process(self, output: list[str]) -> str:
-        return output[0].strip()
+
+class Sections:
+    """A fact's output split at its `@@name` lines; reads that fail say which section and what they saw."""
+
+    def __init__(self, raw: dict[str, list[str]]) -> None:
+        self.raw = raw
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.raw
+
+    def lines(self, name: str) -> list[str]:
+        """The section's lines ([] when it printed nothing)."""
+        return self.raw.get(name, [])
+
+    def first(self, name: str) -> str | None:
+        """The section's first non-blank line, stripped; None when there is none."""
+        return first_line(self.raw.get(name))
+
+    def text(self, name: str) -> str:
+        return "\n".join(self.raw.get(name, []))
+
+    def required(self, name: str) -> str:
+        """The first non-blank line, which must be there."""
+        value = self.first(name)
+        if value is None:
+            self.unreadable(name, "" if name in self.raw else None)
+        return value
+
+    def integer(self, name: str, default: int | None = None) -> int:
+        """The first line as an int; `default` when the section printed nothing (when given)."""
+        value = self.first(name)
+        if value is None and default is not None:
+            return default
+        try:
+            return int(value or "")
+        except ValueError:
+            self.unreadable(name, value)
+
+    @staticmethod
+    def unreadable(what: str, value: str | None = None) -> NoReturn:
+        """Stop parsing: `what` could not be read (its value quoted, or "missing" when there was none)."""
+        raise CannotRead(f"{what} {value!r}" if value is not None else f"{what} (missing)")
+
+
+class SectionFact(FactBase[T], Generic[T]):
+    """A fact read with one `section_command` and parsed by `parse`; see the module's docstring."""
+
+    def parse(self, sections: Sections) -> T:
+        raise NotImplementedError
+
+    def process(self, output: list[str]) -> T:
+        try:
+            return self.parse(Sections(split_sections(output)))
+        except CannotRead as err:
+            what = str(err)
+        except PARSE_ERRORS as err:
+            what = f"its output ({type(err).__name__}: {err})"
+        return fail_host(type(self).__name__, what, self.default())
+
+
+def fail_host(fact: str, what: str, default: T) -> T:
+    """One line for this host; the host failed and out of the run; raise while planning, `default` while
+    executing (see the module's docstring)."""
+    if not (ctx_host.isset() and ctx_state.isset()):
+        raise FactUnreadable(f"{fact} could not read {what}")
+    host, state = ctx_host.get(), ctx_state.get()
+    line = f"{host.name}: {fact} could not read {what}"
+    logger.error(line)
+    state.failed_hosts.add(host)
+    state.active_hosts.discard(host)
+    if state.is_executing:
+        return default
+    raise FactUnreadable(line)
+
+
+class BootId(SectionFact[str | None]):
+    """The kernel's boot id (a new one after every boot); None when it cannot be read (a failed host)."""
+
+    def command(self) -> str:
+        return section_command({"boot_id": "cat /proc/sys/kernel/random/boot_id"})
+
+    def parse(self, sections: Sections) -> str | None:
+        return sections.required("boot_id")
 
 
 class FileText(FactBase):
