@@ -39,8 +39,8 @@ def test_templates_render_like_pyinfra_does() -> None:
 
 
 def test_alternative_fact_reads_mode_and_target_together() -> None:
-    assert Alternative().process(["mode=manual", "target=/usr/local/cuda-12.9"]) == {
+    assert Alternative().process(["@@mode", "manual", "@@target", "/usr/local/cuda-12.9"]) == {
         "mode": "manual",
         "target": "/usr/local/cuda-12.9",
     }
-    assert Alternative().process(["mode=", "target="]) == {"mode": None, "target": None}
+    assert Alternative().process(["@@mode", "@@target"]) == {"mode": None, "target": None}

@@ -22,14 +22,14 @@ def test_the_fact_reads_real_dpkg_for_the_names_asked() -> None:
 
 
 def test_removed_but_configured_packages_count_as_missing() -> None:
-    assert PackageVersions().process(["gcc\t4:12.2.0-3\tii ", "dkms\t3.0\trc ", "git\t1:2.39\thi "]) == {
+    assert PackageVersions().process(["@@dpkg", "gcc\t4:12.2.0-3\tii ", "dkms\t3.0\trc ", "git\t1:2.39\thi "]) == {
         "gcc": "4:12.2.0-3",
         "git": "1:2.39",
     }
 
 
 def test_only_missing_packages_are_installed_without_recommends() -> None:
-    found = {"dpkg-query": ["gcc\t4:12.2.0-3\tii ", "make\t4.3-4.1\tii "]}
+    found = {"dpkg-query": ["@@dpkg", "gcc\t4:12.2.0-3\tii ", "make\t4.3-4.1\tii "]}
     changes, commands = plan(found, distro_packages, packages=["gcc", "make", "ccache", "g++"])
     assert changes and len(commands) == 1
     assert commands[0].endswith("install --no-install-recommends ccache g++")
@@ -40,8 +40,8 @@ def test_only_missing_packages_are_installed_without_recommends() -> None:
 
 def test_the_keyring_is_installed_unless_that_version_is() -> None:
     url = "https://example.invalid/repos/ubuntu2404/x86_64/cuda-keyring_1.1-1_all.deb"
-    assert plan({"dpkg-query": ["cuda-keyring\t1.1-1\tii "]}, keyring_deb, url=url) == (False, [])
-    changes, commands = plan({"dpkg-query": ["cuda-keyring\t1.0-1\tii "]}, keyring_deb, url=url)
+    assert plan({"dpkg-query": ["@@dpkg", "cuda-keyring\t1.1-1\tii "]}, keyring_deb, url=url) == (False, [])
+    changes, commands = plan({"dpkg-query": ["@@dpkg", "cuda-keyring\t1.0-1\tii "]}, keyring_deb, url=url)
     # through apt, which waits for the dpkg lock (dpkg -i fails at once while unattended-upgrades holds it)
     assert changes and "install --no-install-recommends /tmp/vllm-rig-cuda-keyring.deb" in commands[0]
     assert "DPkg::Lock::Timeout=600" in commands[0] and "dpkg -i" not in commands[0]

@@ -17,8 +17,10 @@ def _read(name: str):
     return fact.process(out.stdout.splitlines())
 
 
-def _found(*lines: str) -> dict[str, list[str]]:
-    return {"getent passwd": list(lines)}
+def _found(passwd: str = "", groups: str = "", primary: str = "", home_owner: str = "") -> dict[str, list[str]]:
+    """What SystemUser's command prints, section by section."""
+    out = ["@@passwd", passwd, "@@groups", groups, "@@primary", primary, "@@home_owner", home_owner]
+    return {"getent passwd": out}
 
 
 def test_the_fact_reads_a_real_account_and_none_for_a_missing_one() -> None:
@@ -36,12 +38,12 @@ def test_a_missing_user_is_made_with_home_shell_and_groups() -> None:
 
 
 def test_an_account_as_wanted_is_left_alone() -> None:
-    found = _found(PASSWD, "groups=vllm render video", "primary=vllm", "home_owner=vllm:vllm")
+    found = _found(PASSWD, "vllm render video", "vllm", "vllm:vllm")
     assert plan(found, system_user, **USER) == (False, [])
 
 
 def test_only_what_differs_is_changed() -> None:
-    found = _found(PASSWD.replace("nologin", "false"), "groups=vllm video", "primary=vllm", "home_owner=root:root")
+    found = _found(PASSWD.replace("nologin", "false"), "vllm video", "vllm", "root:root")
     changes, commands = plan(found, system_user, **USER)
     assert changes
     assert commands == [
@@ -51,5 +53,5 @@ def test_only_what_differs_is_changed() -> None:
 
 
 def test_no_gpu_groups_leaves_the_groups_alone() -> None:
-    found = _found(PASSWD, "groups=vllm docker", "primary=vllm", "home_owner=vllm:vllm")
+    found = _found(PASSWD, "vllm docker", "vllm", "vllm:vllm")
     assert plan(found, system_user, **{**USER, "groups": []}) == (False, [])

@@ -3,25 +3,34 @@
 from __future__ import annotations
 
 import shlex
+from typing import TypedDict
 
 from pyinfra import host
-from pyinfra.api import FactBase, operation
+from pyinfra.api import operation
+
+from vllm_rig.core.facts import SectionFact, Sections, section_command
 
 
-class Alternative(FactBase):
-    """{"mode": "auto"|"manual"|None, "target": where /etc/alternatives/<link> points}, in one command."""
+class AlternativeState(TypedDict):
+    mode: str | None  # "auto" or "manual"; None when dpkg knows no such alternative
+    target: str | None  # where /etc/alternatives/<link> points
+
+
+class Alternative(SectionFact[AlternativeState]):
+    """An alternative's mode and target, in one command."""
+
+    @staticmethod
+    def default() -> AlternativeState:
+        return {"mode": None, "target": None}
 
     def command(self, link: str) -> str:  # ("name" is reserved by pyinfra for operation names)
         q = shlex.quote(link)
-        script = (
-            f'printf "mode=%s\\n" "$(head -1 /var/lib/dpkg/alternatives/{q} 2>/dev/null)"; '
-            f'printf "target=%s\\n" "$(readlink /etc/alternatives/{q})"'
+        return section_command(
+            {"mode": f"head -1 /var/lib/dpkg/alternatives/{q} 2>/dev/null", "target": f"readlink /etc/alternatives/{q}"}
         )
-        return f"sh -c {shlex.quote(script)}"
 
-    def process(self, output: list[str]) -> dict[str, str | None]:
-        values = dict(line.split("=", 1) for line in output if "=" in line)
-        return {"mode": values.get("mode") or None, "target": values.get("target") or None}
+    def parse(self, sections: Sections) -> AlternativeState:
+        return {"mode": sections.first("mode"), "target": sections.first("target")}
 
 
 @operation()

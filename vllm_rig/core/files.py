@@ -12,11 +12,13 @@ import shlex
 from dataclasses import dataclass
 from io import BytesIO
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import jinja2
 from pyinfra import host
-from pyinfra.api import FactBase, FileUploadCommand, operation
+from pyinfra.api import FileUploadCommand, operation
+
+from vllm_rig.core.facts import SectionFact, Sections, section_command
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -53,7 +55,7 @@ def rendered(dest: str, template: str, mode: str = "644", **variables: Any) -> C
 @operation()
 def config_files(files: tuple[ConfigFile, ...]):
     """Each file with exactly this content, mode and owner; uploads only what differs."""
-    current = host.get_fact(FilesState, paths=tuple(f.dest for f in files)) or {}
+    current = host.get_fact(FilesState, paths=tuple(f.dest for f in files))
     stale = [f for f in files if _differs(f, current.get(f.dest))]
     if not stale:
         host.noop(f"{len(files)} file(s) up to date")
@@ -65,7 +67,7 @@ def config_files(files: tuple[ConfigFile, ...]):
         yield f"chown {f.user}:{f.group} {shlex.quote(f.dest)} && chmod {f.mode} {shlex.quote(f.dest)}"
 
 
-def _differs(wanted: ConfigFile, found: dict[str, str] | None) -> bool:
+def _differs(wanted: ConfigFile, found: FileState | None) -> bool:
     if found is None:
         return True
     return (found["sha256"], found["mode"], found["user"], found["group"]) != (
@@ -76,24 +78,41 @@ def _differs(wanted: ConfigFile, found: dict[str, str] | None) -> bool:
     )
 
 
+class FileState(TypedDict):
+    sha256: str
+    mode: str  # octal, as stat %a prints it
+    user: str
+    group: str
+
+
 # Many files' state in one remote command: sha256, mode, owner (None where missing).
-class FilesState(FactBase):
+class FilesState(SectionFact[dict[str, FileState | None]]):
+    @staticmethod
+    def default() -> dict[str, FileState | None]:
+        return {}
+
     def command(self, paths: tuple[str, ...]) -> str:
         # One line per path: "<path>\t<sha256>\t<mode> <user> <group>", or "<path>\t-" when missing.
-        script = (
-            'for p in "$@"; do if [ -f "$p" ]; then '
-            'printf "%s\\t%s\\t%s\\n" "$p" "$(sha256sum "$p" | cut -d" " -f1)" "$(stat -c "%a %U %G" "$p")"; '
-            'else printf "%s\\t-\\n" "$p"; fi; done'
+        args = " ".join(shlex.quote(p) for p in paths)
+        return section_command(
+            {
+                "files": (
+                    f'for p in {args}; do if [ -f "$p" ]; then '
+                    'printf "%s\\t%s\\t%s\\n" "$p" "$(sha256sum "$p" | cut -d" " -f1)" "$(stat -c "%a %U %G" "$p")"; '
+                    'else printf "%s\\t-\\n" "$p"; fi; done'
+                )
+            }
         )
-        return f"sh -c {shlex.quote(script)} files " + " ".join(shlex.quote(p) for p in paths)
 
-    def process(self, output: list[str]) -> dict[str, Any]:
-        state: dict[str, Any] = {}
-        for line in output:
+    def parse(self, sections: Sections) -> dict[str, FileState | None]:
+        state: dict[str, FileState | None] = {}
+        for line in sections.lines("files"):
             parts = line.split("\t")
             if len(parts) == 2 and parts[1] == "-":
                 state[parts[0]] = None
             elif len(parts) == 3 and len(parts[2].split()) == 3:
                 mode, user, group = parts[2].split()
                 state[parts[0]] = {"sha256": parts[1], "mode": mode, "user": user, "group": group}
+            else:
+                sections.unreadable("files", line)
         return state

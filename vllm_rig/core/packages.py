@@ -6,7 +6,9 @@ import shlex
 from collections.abc import Sequence
 
 from pyinfra import host
-from pyinfra.api import FactBase, operation
+from pyinfra.api import operation
+
+from vllm_rig.core.facts import SectionFact, Sections, section_command
 
 APT_INSTALL = "DEBIAN_FRONTEND=noninteractive apt-get -y -q -o DPkg::Lock::Timeout=600 install --no-install-recommends"
 
@@ -38,20 +40,20 @@ def lists_fresh(packages: Sequence[str], max_age_s: int = 86400):
 
 
 # The installed versions of named distribution packages, in one short command.
-class PackageVersions(FactBase):
+class PackageVersions(SectionFact[dict[str, str]]):
     """name -> version for each of `packages` that is installed (absent ones are missing from the dict)."""
 
     @staticmethod
     def default() -> dict[str, str]:
-        return {}  # pyinfra answers this when the command printed nothing: none of them is installed
+        return {}
 
     def command(self, packages: tuple[str, ...]) -> str:
         fmt = "${binary:Package}\\t${Version}\\t${db:Status-Abbrev}\\n"
-        return f"dpkg-query -W -f={shlex.quote(fmt)} {shlex.join(packages)} 2>/dev/null || true"
+        return section_command({"dpkg": f"dpkg-query -W -f={shlex.quote(fmt)} {shlex.join(packages)} 2>/dev/null"})
 
-    def process(self, output: list[str]) -> dict[str, str]:
+    def parse(self, sections: Sections) -> dict[str, str]:
         # Multi-Arch: same packages print as name:arch.
-        return {name.split(":")[0]: version for name, version in parse_packages(output).items()}
+        return {name.split(":")[0]: version for name, version in parse_packages(sections.lines("dpkg")).items()}
 
 
 def parse_packages(lines: list[str]) -> dict[str, str]:

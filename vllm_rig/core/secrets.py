@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Iterator
+from typing import TypedDict
 
 from pyinfra import host
-from pyinfra.api import FactBase, operation
+from pyinfra.api import operation
+
+from vllm_rig.core.facts import SectionFact, Sections, section_command
 
 
 class Secret:
@@ -45,24 +48,38 @@ class SecretStdin:
 
 
 # The service's API key: made once on the host, kept in a root-owned env file readable by the service.
-class KeyFile(FactBase):
-    """{"exists", "has_key", "mode", "group"} for an env file, without reading the key itself."""
+class KeyFileState(TypedDict):
+    exists: bool
+    has_key: bool  # a non-empty VLLM_API_KEY= line is in it
+    mode: str | None  # octal, as stat %a prints it
+    group: str | None
+
+
+class KeyFile(SectionFact[KeyFileState]):
+    """An env file's state, without reading the key itself."""
+
+    @staticmethod
+    def default() -> KeyFileState:
+        return {"exists": False, "has_key": False, "mode": None, "group": None}
 
     def command(self, path: str) -> str:
         p = shlex.quote(path)
-        script = (
-            f'if [ -f {p} ]; then echo "exists=1"; echo "has_key=$(grep -c "^VLLM_API_KEY=." {p})"; '
-            f'stat --printf "mode=%a\ngroup=%G\n" {p}; else echo exists=0; fi'
+        return section_command(
+            {
+                "exists": f"test -f {p} && echo yes",
+                "has_key": f'grep -c "^VLLM_API_KEY=." {p} 2>/dev/null',
+                "stat": f"stat -c '%a %G' {p} 2>/dev/null",
+            }
         )
-        return f"sh -c {shlex.quote(script)}"
 
-    def process(self, output: list[str]) -> dict:
-        values = dict(line.split("=", 1) for line in output if "=" in line)
+    def parse(self, sections: Sections) -> KeyFileState:
+        exists = sections.first("exists") == "yes"
+        mode, _, group = (sections.first("stat") or "").partition(" ")
         return {
-            "exists": values.get("exists") == "1",
-            "has_key": int(values.get("has_key") or 0) > 0,
-            "mode": values.get("mode"),
-            "group": values.get("group"),
+            "exists": exists,
+            "has_key": exists and sections.integer("has_key", default=0) > 0,
+            "mode": mode or None,
+            "group": group or None,
         }
 
 

@@ -3,19 +3,26 @@
 from __future__ import annotations
 
 import shlex
-from typing import Any
 
 from pyinfra import host
-from pyinfra.api import FactBase, operation
+from pyinfra.api import operation
+
+from vllm_rig.core.facts import SectionFact, Sections, section_command
 
 
-class UnitState(FactBase):
+class UnitState(SectionFact[dict[str, str]]):
+    """The unit's LoadState, ActiveState, SubState, UnitFileState and Result (those systemctl printed)."""
+
+    @staticmethod
+    def default() -> dict[str, str]:
+        return {}
+
     def command(self, unit: str) -> str:
         props = "-p LoadState -p ActiveState -p SubState -p UnitFileState -p Result"
-        return f"systemctl show {props} {shlex.quote(unit)}"
+        return section_command({"show": f"systemctl show {props} {shlex.quote(unit)}"})
 
-    def process(self, output: list[str]) -> dict[str, Any]:
-        return dict(line.split("=", 1) for line in output if "=" in line)
+    def parse(self, sections: Sections) -> dict[str, str]:
+        return dict(line.split("=", 1) for line in sections.lines("show") if "=" in line)
 
 
 # A systemd unit enabled and started, read with one command (pyinfra's systemd.service uses two).

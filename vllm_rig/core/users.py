@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
-from typing import Any
+from typing import TypedDict
 
 from pyinfra import host
-from pyinfra.api import FactBase, operation
+from pyinfra.api import operation
 
+from vllm_rig.core.facts import SectionFact, Sections, section_command
 from vllm_rig.paths import Layout
 
 
@@ -57,29 +58,40 @@ def system_user(user: str, home: str, shell: str, groups: Sequence[str]):
 
 
 # One user's account in one command: pyinfra's server.user reads every account on the box (Users runs
-_SCRIPT = (
-    'entry=$(getent passwd "$1") || exit 0; printf "%s\\n" "$entry"; '
-    'printf "groups=%s\\n" "$(id -nG "$1")"; '
-    'printf "primary=%s\\n" "$(id -ng "$1")"; '
-    'printf "home_owner=%s\\n" "$(stat -c "%U:%G" "$(printf "%s" "$entry" | cut -d: -f6)" 2>/dev/null)"'
-)
+# getent for all of them); this reads one.
+class Account(TypedDict):
+    home: str
+    shell: str
+    groups: list[str]  # secondary groups, sorted
+    home_owner: str | None  # "user:group" of the home directory; None when it is not there
 
 
-class SystemUser(FactBase):
-    """{"home", "shell", "groups" (secondary), "home_owner" ("user:group" or None)}; None when absent."""
+class SystemUser(SectionFact[Account | None]):
+    """The account of `user`; None when there is none."""
+
+    @staticmethod
+    def default() -> None:
+        return None
 
     def command(self, user: str) -> str:
-        return f"sh -c {shlex.quote(_SCRIPT)} user {shlex.quote(user)}"
+        u = shlex.quote(user)
+        return section_command(
+            {
+                "passwd": f"getent passwd {u}",
+                "groups": f"id -nG {u} 2>/dev/null",
+                "primary": f"id -ng {u} 2>/dev/null",
+                "home_owner": f'stat -c "%U:%G" "$(getent passwd {u} | cut -d: -f6)" 2>/dev/null',
+            }
+        )
 
-    def process(self, output: list[str]) -> dict[str, Any] | None:
-        entry = output[0].split(":") if output else []
+    def parse(self, sections: Sections) -> Account | None:
+        entry = (sections.first("passwd") or "").split(":")
         if len(entry) != 7:
             return None
-        fields = dict(line.split("=", 1) for line in output[1:] if "=" in line)
-        primary = fields.get("primary", "")
+        primary = sections.first("primary") or ""
         return {
             "home": entry[5],
             "shell": entry[6],
-            "groups": sorted(set(fields.get("groups", "").split()) - {primary}),
-            "home_owner": fields.get("home_owner") or None,
+            "groups": sorted(set((sections.first("groups") or "").split()) - {primary}),
+            "home_owner": sections.first("home_owner"),
         }
