@@ -100,7 +100,16 @@ def _plan_on_fake_host(driver_state_output: list[str], version: str) -> bool:
 
 
 def test_a_matching_driver_from_elsewhere_is_left_alone() -> None:
-    loaded_not_packaged = ["@@packages", "@@loaded", "580.159.04", "@@nouveau", "@@boot_id", "b"]
+    loaded_not_packaged = [
+        "@@packages",
+        "@@loaded",
+        "580.159.04",
+        "@@nouveau",
+        "@@boot_id",
+        "b",
+        "@@kernel",
+        "6.8.0-1-generic",
+    ]
     assert _plan_on_fake_host(loaded_not_packaged, "580.159.04") is False
     assert _plan_on_fake_host(loaded_not_packaged, "580.159.03") is True  # a replace (preflight guards it)
 
@@ -239,6 +248,7 @@ def test_a_kept_archive_driver_is_pinned_at_its_versions_with_its_modules_and_ke
 
 def test_replacing_an_archive_driver_purges_canonicals_modules_first() -> None:
     lines = ["@@packages", *(f"{n}\t{v}\thi " for n, v in ARCHIVE.items()), "@@loaded", "580.173.02", "@@boot_id", "b"]
+    lines += ["@@kernel", "6.8.0-1-generic"]
     from pyinfra.api import Config, Inventory, State
     from pyinfra.api.connect import connect_all
     from pyinfra.api.operation import add_op

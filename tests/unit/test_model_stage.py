@@ -124,8 +124,10 @@ def test_fact_commands_quote_what_they_are_given() -> None:
     sh, dash_c, script = shlex.split(command)
     assert (sh, dash_c) == ("sh", "-c") and "--dest '/data/my model'" in script
     preflight_command = ModelPreflight().command("http://127.0.0.1:18080", "a/b", "main", "/m")
-    assert preflight_command.startswith("VLLM_RIG_SECRET_ENV=HF_TOKEN python3 -c ") and TOKEN not in preflight_command
-    assert shlex.split(preflight_command)[4:7] == ["model_preflight", "--endpoint", "http://127.0.0.1:18080"]
+    sh, dash_c, script = shlex.split(preflight_command)
+    assert (sh, dash_c) == ("sh", "-c") and TOKEN not in preflight_command
+    assert "{ VLLM_RIG_SECRET_ENV=HF_TOKEN python3 -c " in script
+    assert " model_preflight --endpoint http://127.0.0.1:18080 --repo a/b" in script
 
 
 def test_preflight_fact_reads_the_json_line_or_says_what_went_wrong() -> None:
@@ -136,12 +138,12 @@ def test_preflight_fact_reads_the_json_line_or_says_what_went_wrong() -> None:
 
 
 def test_secret_file_fact_gives_mode_owner_digest_or_none() -> None:
-    assert SecretFile().process(["600 root:root", "ab" * 32 + "  -"]) == {
+    assert SecretFile().process(["@@stat", "600 root:root", "@@sha256", "ab" * 32 + "  -"]) == {
         "mode": "600",
         "owner": "root:root",
         "sha256": "ab" * 32,
     }
-    assert SecretFile().process([]) is None
+    assert SecretFile().process(["@@stat", "@@sha256"]) is None
 
 
 def test_tools_venv_fact_reads_a_real_venv(tmp_path: Path) -> None:

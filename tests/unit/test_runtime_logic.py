@@ -288,7 +288,7 @@ def test_host_fingerprint_names_kernel_and_driver() -> None:
 
 
 def test_log_progress_counts_whole_lines() -> None:
-    out = ["@@count", "42", "@@lines", "==> step 5/6: compile", "  [3/13] Building CUDA object x.o"]
+    out = ["@@log", "42", "==> step 5/6: compile", "  [3/13] Building CUDA object x.o"]
     assert LogProgress().process(out) == {
         "count": 42,
         "lines": ["==> step 5/6: compile", "  [3/13] Building CUDA object x.o"],

@@ -132,9 +132,11 @@ def test_switch_removes_runtimes_other_than_current_previous_and_a_running_build
 
 def test_directories_are_made_with_mode_and_owner_in_one_read() -> None:
     dirs = (Directory("/a"), Directory("/b", user="vllm", group="vllm"))
-    done = {"dirs /a /b": ["/a\t755 root root", "/b\t755 vllm vllm"]}
+    done = {"for p in /a /b": ["@@dirs", "/a\t755 root root", "/b\t755 vllm vllm"]}
     assert _plan(done, directories, dirs=dirs)[0] is False
-    _, commands = _plan({"dirs /a /b": ["/a\t755 root root", "/b\t755 root root"]}, directories, dirs=dirs)
+    _, commands = _plan(
+        {"for p in /a /b": ["@@dirs", "/a\t755 root root", "/b\t755 root root"]}, directories, dirs=dirs
+    )
     assert commands == ["mkdir -p /b && chown vllm:vllm /b && chmod 755 /b"]
 
 
@@ -168,9 +170,9 @@ def test_a_stale_service_is_restarted_with_try_restart() -> None:
 def test_git_checkouts_are_decided_by_head_in_one_read() -> None:
     sha = "c" * 40
     sources = (GitSource("a", "u", sha, "/d1", "/c1"), GitSource("b", "u2", "v1.0", "/d2", "/c2"))
-    at = {"checkouts /d1": [f"/d1\t{sha}\t", f"/d2\t{'e' * 40}\t{'e' * 40}"]}
+    at = {"set -- /d1": ["@@checkouts", f"/d1\t{sha}\t", f"/d2\t{'e' * 40}\t{'e' * 40}"]}
     assert _plan(at, git_checkouts, sources=sources)[0] is False
-    elsewhere = {"checkouts /d1": [f"/d1\t{'d' * 40}\t", f"/d2\t{'e' * 40}\t{'e' * 40}"]}
+    elsewhere = {"set -- /d1": ["@@checkouts", f"/d1\t{'d' * 40}\t", f"/d2\t{'e' * 40}\t{'e' * 40}"]}
     changed, commands = _plan(elsewhere, git_checkouts, sources=sources)
     assert changed and len(commands) == 2 and "/c1" in commands[0] and "/d1.partial" in commands[1]
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pyinfra import host
 from pyinfra.api import operation
 
-from vllm_rig.stages.runtime.facts import GitCheckouts, checkout_matches
+from vllm_rig.stages.runtime.facts import NO_CHECKOUT, GitCheckouts, checkout_matches
 
 SHA40 = re.compile(r"^[0-9a-f]{40}$")
 
@@ -74,7 +74,7 @@ def git_checkouts(sources: tuple[GitSource, ...]):
     """Each `dest` is a checkout of its `url` at its `ref`. Decided by HEAD, not by a marker (a half-made
     checkout is never at the commit, so the next run makes it again); all read with one command."""
     found = host.get_fact(GitCheckouts, checkouts=tuple((s.dest, s.ref) for s in sources))
-    stale = [s for s in sources if not checkout_matches(found.get(s.dest, {}), s.ref)]
+    stale = [s for s in sources if not checkout_matches(found.get(s.dest, NO_CHECKOUT), s.ref)]
     if not stale:
         host.noop(", ".join(f"{s.label} at {s.ref[:12]}" for s in sources))
         return

@@ -4,11 +4,9 @@ nouveau, the boot id. Decides upgrades and reboots (`_if=` callables read it aft
 from __future__ import annotations
 
 import shlex
-from typing import Any
+from typing import TypedDict
 
-from pyinfra.api import FactBase
-
-from vllm_rig.core.facts import split_sections
+from vllm_rig.core.facts import SectionFact, Sections, section_command
 from vllm_rig.core.packages import parse_packages
 from vllm_rig.stages.preflight.facts import parse_holds
 
@@ -16,29 +14,47 @@ SECTIONS = {
     "packages": (
         "dpkg-query -W -f='${binary:Package}\\t${Version}\\t${db:Status-Abbrev}\\n' "
         "'nvidia-*' 'libnvidia-*' 'libcuda1' 'cuda-*' 'dkms' 'linux-headers-*' "
-        "'linux-modules-nvidia-*' 'linux-generic*' 'linux-image-generic*' 2>/dev/null || true"
+        "'linux-modules-nvidia-*' 'linux-generic*' 'linux-image-generic*' 2>/dev/null"
     ),
-    "loaded": "cat /sys/module/nvidia/version 2>/dev/null || true",
-    "nouveau": "test -d /sys/module/nouveau && echo loaded || true",
+    "loaded": "cat /sys/module/nvidia/version 2>/dev/null",
+    "nouveau": "test -d /sys/module/nouveau && echo loaded",
     "boot_id": "cat /proc/sys/kernel/random/boot_id",
     "kernel": "uname -r",
 }
 
 
-class DriverState(FactBase):
-    def command(self) -> str:
-        return "sh -c " + shlex.quote("; ".join(f"echo @@{k}; {{ {v}; }}" for k, v in SECTIONS.items()))
+class Driver(TypedDict):
+    packages: dict[str, str]  # installed name -> version
+    holds: list[str]
+    loaded_version: str | None  # the loaded nvidia module's version
+    nouveau_loaded: bool
+    boot_id: str | None
+    kernel: str | None
 
-    def process(self, output: list[str]) -> dict[str, Any]:
-        raw = split_sections(output)
-        loaded = [line.strip() for line in raw.get("loaded", []) if line.strip()]
+
+class DriverState(SectionFact[Driver]):
+    @staticmethod
+    def default() -> Driver:
         return {
-            "packages": parse_packages(raw.get("packages", [])),
-            "holds": parse_holds(raw.get("packages", [])),
-            "loaded_version": loaded[0] if loaded else None,
-            "nouveau_loaded": bool([x for x in raw.get("nouveau", []) if x.strip()]),
-            "boot_id": next((x.strip() for x in raw.get("boot_id", []) if x.strip()), None),
-            "kernel": next((x.strip() for x in raw.get("kernel", []) if x.strip()), None),
+            "packages": {},
+            "holds": [],
+            "loaded_version": None,
+            "nouveau_loaded": False,
+            "boot_id": None,
+            "kernel": None,
+        }
+
+    def command(self) -> str:
+        return section_command(SECTIONS)
+
+    def parse(self, sections: Sections) -> Driver:
+        return {
+            "packages": parse_packages(sections.lines("packages")),
+            "holds": parse_holds(sections.lines("packages")),
+            "loaded_version": sections.first("loaded"),
+            "nouveau_loaded": sections.first("nouveau") is not None,
+            "boot_id": sections.required("boot_id"),
+            "kernel": sections.required("kernel"),
         }
 
 
@@ -53,7 +69,15 @@ REFUSAL_PATTERN = (
 )
 
 
-class ModuleFailure(FactBase):
+class ModuleDiagnosis(TypedDict):
+    kernel: str | None
+    module_file: str | None  # the nvidia.ko modprobe would load for the running kernel
+    dkms: list[str]
+    make_log: list[str]  # the make.log's path, then its last lines
+    journal: list[str]
+
+
+class ModuleFailure(SectionFact[ModuleDiagnosis]):
     """What there is to say about an nvidia module that does not load: the module file modprobe would
     take for the running kernel, dkms's status, the end of a failed build's make.log, and the kernel's
     refusal lines of this boot (the journal holds the kernel log on systemd boxes)."""
@@ -69,17 +93,21 @@ class ModuleFailure(FactBase):
                 f"journalctl -b --no-pager -o cat 2>/dev/null | grep -E {shlex.quote(REFUSAL_PATTERN)} | tail -n 3"
             ),
         }
-        body = "; ".join(f"echo @@{k}; {{ {v}; }}" for k, v in parts.items())
-        return "sh -c " + shlex.quote(body + "; true")
+        return section_command(parts)
 
-    def process(self, output: list[str]) -> dict[str, Any]:
-        raw = split_sections(output)
-        clean = {k: [line.strip() for line in v if line.strip()] for k, v in raw.items()}
-        module = (clean.get("module") or [""])[0]
+    @staticmethod
+    def default() -> ModuleDiagnosis:
+        return {"kernel": None, "module_file": None, "dkms": [], "make_log": [], "journal": []}
+
+    def parse(self, sections: Sections) -> ModuleDiagnosis:
+        def clean(name: str) -> list[str]:
+            return [line.strip() for line in sections.lines(name) if line.strip()]
+
+        module = sections.first("module") or ""
         return {
-            "kernel": (clean.get("kernel") or [None])[0],
+            "kernel": sections.first("kernel"),
             "module_file": module if module.startswith("/") else None,
-            "dkms": clean.get("dkms", []),
-            "make_log": clean.get("makelog", []),
-            "journal": clean.get("journal", []),
+            "dkms": clean("dkms"),
+            "make_log": clean("makelog"),
+            "journal": clean("journal"),
         }

@@ -15,7 +15,7 @@ import shlex
 from pyinfra import host
 from pyinfra.api import StringCommand, operation
 
-from vllm_rig.stages.preflight.facts import HostState
+from vllm_rig.stages.preflight.facts import Host, HostState
 
 SUBJECT = "/CN=DKMS module signing key"  # what dkms puts in the pair it makes itself
 
@@ -24,14 +24,12 @@ def mok_password_stdin(password: str | None) -> str:
     return f"{password}\n{password}\n" if password else ""
 
 
-def needs_staging(box: dict | None) -> bool:
+def needs_staging(box: Host | None) -> bool:
     """Secure Boot on and dkms's certificate neither enrolled nor pending (or enrolled without its key)."""
-    mok = (box or {}).get("mok") or {}
     if not box or box.get("secure_boot") is not True:
         return False
-    return mok.get("state") in ("not_enrolled", "missing") or (
-        mok.get("state") == "enrolled" and not mok.get("key_present", True)
-    )
+    mok = box["mok"]
+    return mok["state"] in ("not_enrolled", "missing") or (mok["state"] == "enrolled" and not mok["key_present"])
 
 
 @operation(is_idempotent=True)
@@ -43,6 +41,9 @@ def mok_enrollment_staged(install_root: str = "/"):
         return
     mok = box["mok"]
     key, cert = mok["key"], mok["cert"]
+    if not key or not cert:  # _mok_shell always names both; without them there is nothing to stage
+        host.noop("dkms's signing key and certificate are not known")
+        return
     if mok.get("state") == "missing" or not mok.get("key_present"):
         dirs = " ".join(shlex.quote(d) for d in sorted({posixpath.dirname(key), posixpath.dirname(cert)}))
         yield StringCommand(
@@ -54,12 +55,11 @@ def mok_enrollment_staged(install_root: str = "/"):
     yield StringCommand(f"mokutil --import {shlex.quote(cert)}")
 
 
-def enrollment_problem(box: dict | None) -> str | None:
+def enrollment_problem(box: Host | None) -> str | None:
     """The line that stops the host while the enrollment waits for MokManager at the console."""
-    mok = (box or {}).get("mok") or {}
-    if not box or box.get("secure_boot") is not True or mok.get("state") != "pending":
+    if not box or box.get("secure_boot") is not True or box["mok"]["state"] != "pending":
         return None
     return (
-        f"the enrollment of {mok.get('cert')} is staged: reboot the box at its console, choose Enroll MOK in "
+        f"the enrollment of {box['mok']['cert']} is staged: reboot the box at its console, choose Enroll MOK in "
         "MokManager, then Continue, Yes and the secure_boot_mok_password, and run the deploy again"
     )

@@ -38,8 +38,8 @@ def archive_driver(packages: dict[str, str]) -> str | None:
     from_archive = [n for n in utils if _ARCHIVE_REVISION.search(packages[n])]
     if not from_archive and not archive_modules(packages):
         return None
-    name = (from_archive or utils or [None])[0]
-    return packages[name].split("-", 1)[0] if name else None
+    names = from_archive or utils
+    return packages[names[0]].split("-", 1)[0] if names else None
 
 
 def archive_modules(packages: dict[str, str]) -> list[str]:

@@ -22,12 +22,12 @@ from pyinfra.connectors.local import LocalConnector
 from vllm_rig.core.checks import fail_host
 from vllm_rig.core.facts import BootId, FileText
 from vllm_rig.paths import STATE_DIR
-from vllm_rig.stages.driver.facts import DriverState, ModuleFailure
+from vllm_rig.stages.driver.facts import Driver, DriverState, ModuleFailure
 
 REBOOTED_FOR = f"{STATE_DIR}/rebooted-for-driver"  # "<version> <kernel>" of the last driver reboot
 
 
-def reboot_reasons(state: dict, version: str) -> list[str]:
+def reboot_reasons(state: Driver, version: str) -> list[str]:
     """Why this host must boot again before the driver works ([] when it need not)."""
     reasons = []
     installed = any(v.split("-", 1)[0] == version for v in state["packages"].values())

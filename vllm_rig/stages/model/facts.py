@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import json
 import shlex
-from typing import Any
+from typing import Any, TypedDict
 
-from pyinfra.api import FactBase
-
-from vllm_rig.core.facts import split_sections
+from vllm_rig.core.facts import SectionFact, Sections, section_command, split_sections
 from vllm_rig.core.host_package import run_from_stdin, stdin_text
 from vllm_rig.core.secrets import SecretStdin
 
@@ -20,18 +18,23 @@ def preflight_stdin(token: str | None) -> SecretStdin:
     return SecretStdin(stdin_text(token))
 
 
-class ModelPreflight(FactBase):
+class ModelPreflight(SectionFact[dict[str, Any]]):
     """Is repo@revision on the endpoint, and does the disk hold it? Pass `_stdin=preflight_stdin(token)`.
 
     Runs the host's system python3 with the standard library only: this is read before anything is installed.
+    The verdict is the JSON object vllm_rig/host/model_preflight.py prints (its keys: that script's `emit`).
     """
+
+    @staticmethod
+    def default() -> dict[str, Any]:
+        return parse_preflight([])
 
     def command(self, endpoint: str, repo: str, revision: str, dest: str) -> str:
         args = ["--endpoint", endpoint, "--repo", repo, "--revision", revision, "--dest", dest]
-        return run_from_stdin("model_preflight", args, secret_env="HF_TOKEN") + " 2>&1 || true"
+        return section_command({"preflight": run_from_stdin("model_preflight", args, secret_env="HF_TOKEN") + " 2>&1"})
 
-    def process(self, output: list[str]) -> dict[str, Any]:
-        return parse_preflight(output)
+    def parse(self, sections: Sections) -> dict[str, Any]:
+        return parse_preflight(sections.lines("preflight"))
 
 
 def parse_preflight(output: list[str]) -> dict[str, Any]:
@@ -47,35 +50,55 @@ def parse_preflight(output: list[str]) -> dict[str, Any]:
     return {"ok": False, "kind": "internal", "problem": f"the model preflight did not run on the host: {said}"}
 
 
-class ModelFetch(FactBase):
+class FetchState(TypedDict):
+    active: str  # the download unit's ActiveState
+    description: str  # its Description (names repo@revision)
+    since: str  # its ActiveEnterTimestamp
+    check_rc: int | None  # `model_fetch.py check`'s exit code; None when it could not run or the unit runs
+    check: str  # what the check said
+    status: dict[str, Any] | None  # the progress file model_fetch.py writes
+
+
+class ModelFetch(SectionFact[FetchState]):
     """The download's state: its unit, `model_fetch.py check` (only when the unit is not running) and the
     progress file. `check_rc` is None when the check could not run (no tools venv or script yet)."""
+
+    @staticmethod
+    def default() -> FetchState:
+        return fetch_state(Sections({}))
 
     def command(
         self, unit: str, python: str, package: str, repo: str, revision: str, dest: str, status_file: str
     ) -> str:
         q = shlex.quote
         check = f"{q(python)} {q(package)} model_fetch check --repo {q(repo)} --revision {q(revision)} --dest {q(dest)}"
-        script_text = (
-            f"echo @@unit; systemctl show {q(unit)} -p ActiveState -p Description -p ActiveEnterTimestamp "
-            "2>/dev/null || true; "
-            f"echo @@check; if systemctl -q is-active {q(unit)}; then echo rc=running; "
-            f"elif [ -x {q(python)} ] && [ -f {q(package)} ]; then {check} 2>&1; echo rc=$?; else echo rc=none; fi; "
-            f"echo @@status; cat {q(status_file)} 2>/dev/null || true"
+        return section_command(
+            {
+                "unit": (f"systemctl show {q(unit)} -p ActiveState -p Description -p ActiveEnterTimestamp 2>/dev/null"),
+                "check": (
+                    f"if systemctl -q is-active {q(unit)}; then echo rc=running; "
+                    f"elif [ -x {q(python)} ] && [ -f {q(package)} ]; then {check} 2>&1; echo rc=$?; "
+                    "else echo rc=none; fi"
+                ),
+                "status": f"cat {q(status_file)} 2>/dev/null",
+            }
         )
-        return "sh -c " + q(script_text)
 
-    def process(self, output: list[str]) -> dict[str, Any]:
-        return parse_fetch_state(output)
+    def parse(self, sections: Sections) -> FetchState:
+        return fetch_state(sections)
 
 
-def parse_fetch_state(output: list[str]) -> dict[str, Any]:
-    raw = split_sections(output)
-    props = dict(line.partition("=")[::2] for line in raw.get("unit", []) if "=" in line)
-    check_lines = [line.strip() for line in raw.get("check", []) if line.strip()]
+def parse_fetch_state(output: list[str]) -> FetchState:
+    return fetch_state(Sections(split_sections(output)))
+
+
+def fetch_state(sections: Sections) -> FetchState:
+    props = dict(line.partition("=")[::2] for line in sections.lines("unit") if "=" in line)
+    check_lines = [line.strip() for line in sections.lines("check") if line.strip()]
     rc_text = check_lines[-1].removeprefix("rc=") if check_lines and check_lines[-1].startswith("rc=") else ""
     try:
-        status = json.loads("\n".join(raw.get("status", [])))
+        # A progress file caught half-written is not an error: the next poll reads it whole.
+        status = json.loads(sections.text("status"))
     except ValueError:
         status = None
     return {
@@ -88,20 +111,28 @@ def parse_fetch_state(output: list[str]) -> dict[str, Any]:
     }
 
 
-class SecretFile(FactBase):
+class Secret(TypedDict):
+    mode: str  # octal, as stat %a prints it
+    owner: str  # "user:group"
+    sha256: str
+
+
+class SecretFile(SectionFact[Secret | None]):
     """A root-only file's mode, owner and sha256, or None: enough to tell whether a secret is in place
     without ever reading it back."""
 
     def command(self, path: str) -> str:
         q = shlex.quote(path)
-        return f"if [ -f {q} ]; then stat -c '%a %U:%G' {q}; sha256sum < {q}; fi"
+        return section_command(
+            {"stat": f"stat -c '%a %U:%G' {q} 2>/dev/null", "sha256": f"sha256sum < {q} 2>/dev/null"}
+        )
 
-    def process(self, output: list[str]) -> dict[str, str] | None:
-        lines = [line.strip() for line in output if line.strip()]
-        if len(lines) < 2:
+    def parse(self, sections: Sections) -> Secret | None:
+        stat, digest = sections.first("stat"), sections.first("sha256")
+        if stat is None or digest is None:
             return None
-        mode, _, owner = lines[0].partition(" ")
-        return {"mode": mode, "owner": owner, "sha256": lines[1].split()[0]}
+        mode, _, owner = stat.partition(" ")
+        return {"mode": mode, "owner": owner, "sha256": digest.split()[0]}
 
     @staticmethod
     def default() -> None:

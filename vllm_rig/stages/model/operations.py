@@ -20,7 +20,7 @@ from vllm_rig.core.secrets import Secret, SecretStdin
 from vllm_rig.host.units import human
 from vllm_rig.paths import HF_HOME, HF_TOKEN_FILE, MODEL_FETCH_STATUS, MODEL_FETCH_UNIT, Layout
 from vllm_rig.settings import Settings
-from vllm_rig.stages.model.facts import ModelFetch, SecretFile
+from vllm_rig.stages.model.facts import FetchState, ModelFetch, SecretFile
 
 RUNNING = ("active", "activating", "reloading")
 PROGRESS_EVERY_S = 30.0  # a progress line at least this often while the download runs
@@ -107,7 +107,7 @@ class FetchSpec:
         )
 
 
-def is_running(state: dict[str, Any]) -> bool:
+def is_running(state: FetchState) -> bool:
     return state["active"] in RUNNING
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import Any
+from typing import TypedDict
 
 from pyinfra import host
-from pyinfra.api import FactBase, operation
+from pyinfra.api import operation
 
-from vllm_rig.core.facts import split_sections
+from vllm_rig.core.facts import SectionFact, Sections, section_command
 from vllm_rig.core.packages import APT_INSTALL
 
 
@@ -30,28 +30,36 @@ def tools_venv(path: str, package: str, version: str, index_url: str | None = No
 
 
 # A small venv for host tools, read in one command: is python3-venv installed, is the venv there, and which
-class ToolsVenv(FactBase):
+class Venv(TypedDict):
+    python3_venv: bool  # Debian's python3-venv is installed
+    python: str | None  # the venv's python version (pyvenv.cfg); None when there is no venv
+    version: str | None  # the package's version in it
+
+
+class ToolsVenv(SectionFact[Venv]):
+    @staticmethod
+    def default() -> Venv:
+        return {"python3_venv": False, "python": None, "version": None}
+
     def command(self, path: str, package: str) -> str:
         # Read from files instead of starting the venv's python twice (~25 ms each, on every re-run): pyvenv.cfg
         # names the python version, the package's dist-info its version.
         venv = shlex.quote(path)
         dist = re.sub(r"[-_.]+", "_", package).lower()  # the dist-info directory's spelling of the name
-        script = (
-            "echo @@venv_pkg; dpkg-query -W -f='${Status}\\n' python3-venv 2>/dev/null || true; "
-            f"echo @@python; [ -x {venv}/bin/python ] && sed -n 's/^version *= *//p' {venv}/pyvenv.cfg 2>/dev/null; "
-            f"echo @@version; for d in {venv}/lib/python*/site-packages/{dist}-*.dist-info; do "
-            "sed -n 's/^Version: //p' \"$d/METADATA\" 2>/dev/null; done; true"
+        return section_command(
+            {
+                "venv_pkg": "dpkg-query -W -f='${Status}\\n' python3-venv 2>/dev/null",
+                "python": f"[ -x {venv}/bin/python ] && sed -n 's/^version *= *//p' {venv}/pyvenv.cfg 2>/dev/null",
+                "version": (
+                    f"for d in {venv}/lib/python*/site-packages/{dist}-*.dist-info; do "
+                    "sed -n 's/^Version: //p' \"$d/METADATA\" 2>/dev/null; done"
+                ),
+            }
         )
-        return "sh -c " + shlex.quote(script)
 
-    def process(self, output: list[str]) -> dict[str, Any]:
-        raw = split_sections(output)
-
-        def first(key: str) -> str | None:
-            return next((line.strip() for line in raw.get(key, []) if line.strip()), None)
-
+    def parse(self, sections: Sections) -> Venv:
         return {
-            "python3_venv": (first("venv_pkg") or "").endswith("installed"),
-            "python": first("python"),
-            "version": first("version"),
+            "python3_venv": (sections.first("venv_pkg") or "").endswith("installed"),
+            "python": sections.first("python"),
+            "version": sections.first("version"),
         }

@@ -13,6 +13,7 @@ from typing import Any
 from vllm_rig.host.nvidia_smi import MISMATCH
 from vllm_rig.settings import Settings
 from vllm_rig.stages.driver.packages import archive_driver, archive_modules
+from vllm_rig.stages.preflight.facts import Host
 
 # PCI device ids of TU102 (RTX 2080 Ti, TITAN RTX, Quadro RTX 6000/8000).
 TU102_IDS = frozenset({"1e02", "1e04", "1e07", "1e30", "1e36", "1e78"})
@@ -40,7 +41,7 @@ def fail(name: str, detail: str, way_out: str) -> Check:
 
 
 def verdict(
-    host: dict[str, Any] | None,
+    host: Host | None,
     gpus: dict[str, Any] | None,
     topo: dict[str, Any] | None,
     s: Settings,
@@ -70,26 +71,26 @@ def verdict(
     return checks
 
 
-def check_os(host: dict[str, Any]) -> Check:
+def check_os(host: Host) -> Check:
     os = host["os"]
     if (os["id"], os["version_id"]) in SUPPORTED_OS and host["arch"] == "x86_64":
         return ok("os", f"{os['pretty']} ({host['arch']}, kernel {host['kernel']})")
     return fail("os", f"{os['pretty'] or 'unknown'} on {host['arch']}", "use Ubuntu 24.04 (or Debian 12) on x86_64")
 
 
-def check_cpu(host: dict[str, Any]) -> Check:
+def check_cpu(host: Host) -> Check:
     if host["cpus"] >= 4:
         return ok("cpu", f"{host['cpus']} threads")
     return warn("cpu", f"{host['cpus']} threads", "the CUDA build will take hours; 4+ threads recommended")
 
 
-def check_ram(host: dict[str, Any], s: Settings) -> Check:
+def check_ram(host: Host, s: Settings) -> Check:
     if host["ram_gb"] >= s.min_ram_gb:
         return ok("ram", f"{host['ram_gb']} GB")
     return fail("ram", f"{host['ram_gb']} GB, need {s.min_ram_gb}", "add RAM or lower min_ram_gb and build_max_jobs")
 
 
-def check_disk(host: dict[str, Any], s: Settings) -> Check:
+def check_disk(host: Host, s: Settings) -> Check:
     where = f"free under {s.install_root}"
     if host["disk_free_gb"] >= s.min_free_disk_gb:
         return ok("disk", f"{host['disk_free_gb']} GB {where}")
@@ -100,7 +101,7 @@ def check_disk(host: dict[str, Any], s: Settings) -> Check:
     )
 
 
-def check_pci_gpus(host: dict[str, Any], s: Settings) -> Check:
+def check_pci_gpus(host: Host, s: Settings) -> Check:
     pci = host["pci_gpus"]
     if not pci["available"]:
         return warn("pci", "lspci is not installed; PCI check skipped", "apt-get install pciutils")
@@ -127,7 +128,7 @@ MAKE_KEY = {
 }
 
 
-def enrollment_steps(host: dict[str, Any]) -> str:
+def enrollment_steps(host: Host) -> str:
     """What the owner does at the box so that the DKMS-built module loads under Secure Boot."""
     mok = host.get("mok") or {}
     key, cert = mok.get("key") or "the dkms signing key", mok.get("cert") or "its certificate"
@@ -147,7 +148,7 @@ def enrollment_steps(host: dict[str, Any]) -> str:
     )
 
 
-def check_secure_boot(host: dict[str, Any], s: Settings) -> Check:
+def check_secure_boot(host: Host, s: Settings) -> Check:
     """Under Secure Boot the DKMS module loads only when the key dkms signs with is enrolled."""
     state, source = host["secure_boot"], host.get("secure_boot_source")
     if state is None:
@@ -184,7 +185,7 @@ def check_secure_boot(host: dict[str, Any], s: Settings) -> Check:
     return fail("secure boot", detail + ": the DKMS-built module will not load", enrollment_steps(host))
 
 
-def check_pci_bar1(host: dict[str, Any], gpus: dict[str, Any] | None, s: Settings) -> list[Check]:
+def check_pci_bar1(host: Host, gpus: dict[str, Any] | None, s: Settings) -> list[Check]:
     """Before any driver: the open modules refuse a card whose BAR1 cannot map all of its memory (static
     BAR1 on Turing); lspci reads BAR1 from the PCI config space. nvidia-smi's check takes over once it answers."""
     bars = host.get("pci_bar1_mib")
@@ -205,7 +206,7 @@ def check_pci_bar1(host: dict[str, Any], gpus: dict[str, Any] | None, s: Setting
     ]
 
 
-def check_cuda_sources(host: dict[str, Any]) -> list[Check]:
+def check_cuda_sources(host: Host) -> list[Check]:
     """A hand-written source for NVIDIA's repository beside the keyring package's makes apt stop with
     "Conflicting values set for option Signed-By" when the keys differ."""
     extra = host.get("cuda_sources") or []
@@ -222,19 +223,19 @@ def check_cuda_sources(host: dict[str, Any]) -> list[Check]:
     ]
 
 
-def check_nouveau(host: dict[str, Any]) -> Check:
+def check_nouveau(host: Host) -> Check:
     if "nouveau" in host["modules"]:
         return warn("nouveau", "loaded", "the driver stage blacklists it and reboots once")
     return ok("nouveau", "not loaded")
 
 
-def check_headers(host: dict[str, Any]) -> Check:
+def check_headers(host: Host) -> Check:
     if host["headers"]:
         return ok("headers", f"present for {host['kernel']}")
     return warn("headers", f"missing for {host['kernel']}", f"the driver stage installs linux-headers-{host['kernel']}")
 
 
-def installed_driver_version(host: dict[str, Any]) -> str | None:
+def installed_driver_version(host: Host) -> str | None:
     """The driver version dpkg has, from the utilities package that carries nvidia-smi."""
     for name, version in host["packages"].items():
         if name.startswith(("nvidia-driver", "nvidia-utils", "libnvidia-compute", "libcuda1")):
@@ -242,7 +243,7 @@ def installed_driver_version(host: dict[str, Any]) -> str | None:
     return None
 
 
-def _loaded_module(host: dict[str, Any]) -> str:
+def _loaded_module(host: Host) -> str:
     """What the driver line says of the loaded module (/proc/driver/nvidia/version): its flavour and
     version ("; loaded: the open module 580.159.03"), or nothing when none is loaded."""
     version = host.get("driver_loaded")
@@ -252,7 +253,7 @@ def _loaded_module(host: dict[str, Any]) -> str:
     return f"; loaded: the {flavour} module {version}" if flavour else f"; loaded: module {version}"
 
 
-def check_existing_driver(host: dict[str, Any], gpus: dict[str, Any] | None, s: Settings) -> Check:
+def check_existing_driver(host: Host, gpus: dict[str, Any] | None, s: Settings) -> Check:
     found = installed_driver_version(host) or host["driver_loaded"]
     if gpus and gpus.get("gpus"):
         found = found or gpus["gpus"][0]["driver_version"]
@@ -286,7 +287,7 @@ def check_existing_driver(host: dict[str, Any], gpus: dict[str, Any] | None, s: 
     )
 
 
-def check_dpkg_lock(host: dict[str, Any]) -> Check:
+def check_dpkg_lock(host: Host) -> Check:
     if host["dpkg_locked"]:
         return warn("dpkg lock", "held (unattended-upgrades?)", "apt steps wait and retry")
     return ok("dpkg lock", "free")

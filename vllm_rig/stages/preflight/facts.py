@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import Any
+from typing import TypedDict
 
-from pyinfra.api import FactBase
-
-from vllm_rig.core.facts import first_line, split_sections
+from vllm_rig.core.facts import SectionFact, Sections, section_command
 from vllm_rig.core.packages import parse_packages
 from vllm_rig.host.nvidia_smi import parse_driver_module
 from vllm_rig.paths import DRIVER_RECORD
@@ -91,47 +89,94 @@ SECTIONS: dict[str, str] = {
 }
 
 
-class HostState(FactBase):
+class OsRelease(TypedDict):
+    id: str
+    version_id: str
+    pretty: str
+
+
+class PciGpus(TypedDict):
+    available: bool  # lspci is installed
+    devices: list[dict[str, str]]  # {"slot", "class", "device_id"} of each NVIDIA display controller
+
+
+class Mok(TypedDict):
+    key: str | None  # dkms's signing key
+    cert: str | None
+    key_present: bool
+    state: str  # "enrolled", "pending", "not_enrolled", "missing" (no certificate) or "unknown"
+    detail: str  # what mokutil said
+
+
+class SecureBoot(TypedDict):
+    secure_boot: bool | None  # None: nobody could tell
+    secure_boot_source: str | None
+
+
+class Host(SecureBoot):
+    os: OsRelease
+    kernel: str
+    proc_version: str
+    arch: str | None
+    cpus: int
+    ram_gb: float
+    disk_free_gb: float
+    pci_gpus: PciGpus
+    mok: Mok
+    pci_bar1_mib: dict[str, int] | None  # {slot: BAR1 MiB}; None without lspci
+    cuda_sources: list[dict[str, str]]
+    modules: list[str]
+    driver_loaded: str | None  # the loaded module's version
+    driver_flavour: str | None  # "open" or "proprietary"
+    headers: bool
+    packages: dict[str, str]
+    holds: list[str]
+    dpkg_locked: bool
+    nouveau_blacklisted: bool
+    boot_id: str | None
+    rig_driver: str | None
+    gpu_groups: list[str]
+
+
+class HostState(SectionFact[Host]):
     """Everything preflight needs, in one command. `path` is where the build and model go: the disk
     check reads its nearest existing parent."""
 
     def command(self, path: str = "/") -> str:
-        parts = [f"echo @@{name}; {{ {shell}; }}" for name, shell in SECTIONS.items()]
         disk = f'p={shlex.quote(path)}; while [ ! -e "$p" ]; do p=$(dirname "$p"); done; df -P -B1 "$p"'
-        parts.append(f"echo @@disk; {{ {disk}; }}")
-        return "sh -c " + shlex.quote("; ".join(parts))
+        return section_command({**SECTIONS, "disk": disk})
 
-    def process(self, output: list[str]) -> dict[str, Any]:
-        raw = split_sections(output)
-        module = parse_driver_module(raw.get("driver_loaded", []))
+    def parse(self, sections: Sections) -> Host:
+        lines = sections.lines
+        module = parse_driver_module(lines("driver_loaded"))
         return {
-            "os": parse_os_release(raw.get("os", [])),
-            "kernel": first_line(raw.get("kernel")),
-            "proc_version": first_line(raw.get("proc_version")) or "",
-            "arch": first_line(raw.get("arch")),
-            "cpus": int(first_line(raw.get("cpus")) or 0),
-            "ram_gb": parse_meminfo_gb(raw.get("meminfo", [])),
-            "disk_free_gb": parse_df_free_gb(raw.get("disk", [])),
-            "pci_gpus": parse_lspci(raw.get("lspci", [])),
-            **secure_boot_state(raw.get("secureboot", []), raw.get("efi", [])),
-            "mok": parse_mok(raw.get("mok", [])),
-            "pci_bar1_mib": parse_lspci_bar1(raw.get("lspci_vv", [])),
-            "cuda_sources": parse_cuda_sources(raw.get("cuda_sources", [])),
-            "modules": parse_modules(raw.get("modules", [])),
+            "os": parse_os_release(lines("os")),
+            "kernel": sections.required("kernel"),
+            "proc_version": sections.first("proc_version") or "",
+            "arch": sections.first("arch"),
+            "cpus": sections.integer("cpus", default=0),
+            "ram_gb": parse_meminfo_gb(lines("meminfo")),
+            "disk_free_gb": parse_df_free_gb(lines("disk")),
+            "pci_gpus": parse_lspci(lines("lspci")),
+            **secure_boot_state(lines("secureboot"), lines("efi")),
+            "mok": parse_mok(lines("mok")),
+            "pci_bar1_mib": parse_lspci_bar1(lines("lspci_vv")),
+            "cuda_sources": parse_cuda_sources(lines("cuda_sources")),
+            "modules": parse_modules(lines("modules")),
             "driver_loaded": module.version,
             "driver_flavour": module.flavour,  # "open" or "proprietary", of the loaded module
-            "headers": first_line(raw.get("headers")) == "present",
-            "packages": parse_packages(raw.get("packages", [])),
-            "holds": parse_holds(raw.get("packages", [])),
-            "dpkg_locked": bool(" ".join(raw.get("dpkg_lock", [])).strip()),
-            "nouveau_blacklisted": bool(raw.get("nouveau_blacklist")),
-            "boot_id": first_line(raw.get("boot_id")),
-            "rig_driver": first_line(raw.get("rig_driver")),
-            "gpu_groups": sorted(line.strip() for line in raw.get("gpu_groups", []) if line.strip()),
+            "headers": sections.first("headers") == "present",
+            "packages": parse_packages(lines("packages")),
+            "holds": parse_holds(lines("packages")),
+            "dpkg_locked": bool(" ".join(lines("dpkg_lock")).strip()),
+            "nouveau_blacklisted": bool(lines("nouveau_blacklist")),
+            "boot_id": sections.first("boot_id"),
+            "rig_driver": sections.first("rig_driver"),
+            "gpu_groups": sorted(line.strip() for line in lines("gpu_groups") if line.strip()),
         }
 
 
-def parse_os_release(lines: list[str]) -> dict[str, str]:
+def parse_os_release(lines: list[str]) -> OsRelease:
     out = {}
     for line in lines:
         key, sep, value = line.partition("=")
@@ -148,10 +193,12 @@ def parse_meminfo_gb(lines: list[str]) -> float:
 def parse_df_free_gb(lines: list[str]) -> float:
     """`df -P -B1 PATH`: the 4th column of the data line is the bytes available."""
     rows = [line.split() for line in lines[1:] if line.strip()]
+    if rows and (len(rows[-1]) < 4 or not rows[-1][3].isdigit()):
+        Sections.unreadable("df's available bytes", lines[-1].strip())
     return round(int(rows[-1][3]) / 1e9, 1) if rows else 0.0
 
 
-def parse_lspci(lines: list[str]) -> dict[str, Any]:
+def parse_lspci(lines: list[str]) -> PciGpus:
     """`lspci -D -mm -n -d 10de:`: NVIDIA display controllers (audio/USB functions skipped)."""
     if any("not found" in line for line in lines):
         return {"available": False, "devices": []}
@@ -184,7 +231,7 @@ def parse_efi_secure_boot(lines: list[str]) -> bool | None:
     return None
 
 
-def secure_boot_state(mokutil_lines: list[str], efi_lines: list[str]) -> dict[str, Any]:
+def secure_boot_state(mokutil_lines: list[str], efi_lines: list[str]) -> SecureBoot:
     """Secure Boot on or off and who said so: mokutil, else the EFI variable (so a box without mokutil
     is never read as "not reported")."""
     state = parse_secure_boot(mokutil_lines)
@@ -197,7 +244,7 @@ def secure_boot_state(mokutil_lines: list[str], efi_lines: list[str]) -> dict[st
     return {"secure_boot": state, "secure_boot_source": source}
 
 
-def parse_mok(lines: list[str]) -> dict[str, Any]:
+def parse_mok(lines: list[str]) -> Mok:
     """dkms's signing key and certificate and whether the firmware has the certificate, from
     `mokutil --test-key CERT` (lcp/mokutil: "is not enrolled" exits 0; "is already enrolled", "is already
     in db" and "is already in the enrollment request" exit 1)."""

@@ -7,42 +7,59 @@ from __future__ import annotations
 
 import json
 import shlex
-from typing import Any
+from typing import Any, TypedDict
 
 from pyinfra.api import FactBase
 
-from vllm_rig.core.facts import first_line, split_sections
+from vllm_rig.core.facts import SectionFact, Sections, first_line, section_command, split_sections
 
 
 def _sh(script: str) -> str:
     return "sh -c " + shlex.quote(script)
 
 
-class RuntimeState(FactBase):
-    """{"current": name|None, "previous": name|None, "runtimes": {name: {"fingerprint", "complete",
-    "rolled_back", "building"}}} under <root>/runtimes. `building`: its build unit is running."""
+class Runtime(TypedDict):
+    fingerprint: str
+    complete: bool  # runtime.json is there: built and checked
+    rolled_back: bool
+    building: bool  # its build unit is running
+
+
+class Runtimes(TypedDict):
+    current: str | None  # the runtime `current` names
+    previous: str | None
+    runtimes: dict[str, Runtime]  # every runtime under <root>/runtimes, by name
+
+
+class RuntimeState(SectionFact[Runtimes]):
+    """The runtimes under <root>/runtimes and the `current` and `previous` links."""
 
     def command(self, root: str) -> str:
         r = shlex.quote(root)
-        return _sh(
-            f"echo @@current; readlink {r}/current || true; echo @@previous; readlink {r}/previous || true; "
-            f'echo @@runtimes; for d in {r}/runtimes/*/; do [ -d "$d" ] || continue; n=$(basename "$d"); '
-            'printf "%s\\t%s\\t%s\\t%s\\t%s\\n" "$n" "$(cat "$d/fingerprint" 2>/dev/null)" '
-            '"$(test -f "$d/runtime.json" && echo complete)" "$(test -f "$d/rolled-back" && echo rolled-back)" '
-            '"$(systemctl is-active "vllm-rig-build-$n.service" 2>/dev/null)"; done'
+        return section_command(
+            {
+                "current": f"readlink {r}/current",
+                "previous": f"readlink {r}/previous",
+                "runtimes": (
+                    f'for d in {r}/runtimes/*/; do [ -d "$d" ] || continue; n=$(basename "$d"); '
+                    'printf "%s\\t%s\\t%s\\t%s\\t%s\\n" "$n" "$(cat "$d/fingerprint" 2>/dev/null)" '
+                    '"$(test -f "$d/runtime.json" && echo complete)" "$(test -f "$d/rolled-back" && echo rolled-back)" '
+                    '"$(systemctl is-active "vllm-rig-build-$n.service" 2>/dev/null)"; done'
+                ),
+            }
         )
 
-    def process(self, output: list[str]) -> dict[str, Any]:
-        return parse_runtime_state(output)
+    def parse(self, sections: Sections) -> Runtimes:
+        return parse_runtime_state(sections)
 
     @staticmethod
-    def default() -> dict[str, Any]:
+    def default() -> Runtimes:
         return {"current": None, "previous": None, "runtimes": {}}
 
 
-def parse_runtime_state(output: list[str]) -> dict[str, Any]:
-    raw = split_sections(output)
-    runtimes = {}
+def parse_runtime_state(output: list[str] | Sections) -> Runtimes:
+    raw = output.raw if isinstance(output, Sections) else split_sections(output)
+    runtimes: dict[str, Runtime] = {}
     for line in raw.get("runtimes", []):
         fields = (line.rstrip("\n").split("\t") + [""] * 5)[:5]
         if fields[0]:
@@ -64,45 +81,60 @@ def _link_name(lines: list[str] | None) -> str | None:
     return target.rstrip("/").rsplit("/", 1)[-1] if target else None
 
 
-class GitCheckouts(FactBase):
-    """{path: {"head": sha|None, "tag": the commit `ref` names as a tag there, or None}} for many checkouts,
-    in one command. `checkouts`: (path, ref) pairs."""
+class Checkout(TypedDict):
+    head: str | None  # HEAD's commit; None when it is not a checkout
+    tag: str | None  # the commit `ref` names as a tag there, or None
+
+
+NO_CHECKOUT: Checkout = {"head": None, "tag": None}
+
+
+class GitCheckouts(SectionFact[dict[str, Checkout]]):
+    """{path: Checkout} for many checkouts, in one command. `checkouts`: (path, ref) pairs."""
 
     def command(self, checkouts: tuple[tuple[str, str], ...]) -> str:
-        script = (
-            'while [ $# -gt 1 ]; do h=$(git -C "$1" rev-parse -q --verify HEAD 2>/dev/null); '
-            't=$(git -C "$1" rev-parse -q --verify "refs/tags/$2^{commit}" 2>/dev/null); '
-            'printf "%s\\t%s\\t%s\\n" "$1" "$h" "$t"; shift 2; done'
-        )
         args = " ".join(shlex.quote(x) for pair in checkouts for x in pair)
-        return f"sh -c {shlex.quote(script)} checkouts {args}"
+        return section_command(
+            {
+                "checkouts": (
+                    f"set -- {args}; "
+                    'while [ $# -gt 1 ]; do h=$(git -C "$1" rev-parse -q --verify HEAD 2>/dev/null); '
+                    't=$(git -C "$1" rev-parse -q --verify "refs/tags/$2^{commit}" 2>/dev/null); '
+                    'printf "%s\\t%s\\t%s\\n" "$1" "$h" "$t"; shift 2; done'
+                )
+            }
+        )
 
-    def process(self, output: list[str]) -> dict[str, dict[str, str | None]]:
-        found = {}
-        for line in output:
+    def parse(self, sections: Sections) -> dict[str, Checkout]:
+        found: dict[str, Checkout] = {}
+        for line in sections.lines("checkouts"):
             path, head, tag = (line.rstrip("\n").split("\t") + ["", "", ""])[:3]
             if path:
                 found[path] = {"head": head.strip() or None, "tag": tag.strip() or None}
         return found
 
     @staticmethod
-    def default() -> dict[str, dict[str, str | None]]:
+    def default() -> dict[str, Checkout]:
         return {}
 
 
-class DirsState(FactBase):
+class DirsState(SectionFact[dict[str, str | None]]):
     """{path: "mode user group" or None when it is not a directory}, for many paths in one command."""
 
     def command(self, paths: tuple[str, ...]) -> str:
-        script = (
-            'for p in "$@"; do if [ -d "$p" ]; then printf "%s\\t%s\\n" "$p" "$(stat -c "%a %U %G" "$p")"; '
-            'else printf "%s\\t-\\n" "$p"; fi; done'
+        args = " ".join(shlex.quote(p) for p in paths)
+        return section_command(
+            {
+                "dirs": (
+                    f'for p in {args}; do if [ -d "$p" ]; then printf "%s\\t%s\\n" "$p" "$(stat -c "%a %U %G" "$p")"; '
+                    'else printf "%s\\t-\\n" "$p"; fi; done'
+                )
+            }
         )
-        return f"sh -c {shlex.quote(script)} dirs " + " ".join(shlex.quote(p) for p in paths)
 
-    def process(self, output: list[str]) -> dict[str, str | None]:
+    def parse(self, sections: Sections) -> dict[str, str | None]:
         found: dict[str, str | None] = {}
-        for line in output:
+        for line in sections.lines("dirs"):
             path, _, state = line.rstrip("\n").partition("\t")
             found[path] = None if state.strip() in ("-", "") else state.strip()
         return found
@@ -112,37 +144,50 @@ class DirsState(FactBase):
         return {}
 
 
-def checkout_matches(found: dict[str, str | None], ref: str) -> bool:
+def checkout_matches(found: Checkout, ref: str) -> bool:
     """A checkout is at `ref` when HEAD is that commit, or `ref` is a tag there that points at HEAD."""
     head = found.get("head")
     return bool(head) and (head == ref or found.get("tag") == head)
 
 
-class BuildState(FactBase):
-    """The build of one runtime: {"complete", "unit": {ActiveState, Result, InvocationID, ...},
-    "status": the build script's status.json or {}, "others": other active vllm-rig-build units}."""
+class Build(TypedDict):
+    complete: bool  # runtime.json is there
+    unit: dict[str, str]  # the build unit's ActiveState, Result, InvocationID, ExecMainStatus, ...
+    active: bool
+    status: dict[str, Any]  # the build script's status.json, or {}
+    others: list[str]  # other active vllm-rig-build units
+
+
+class BuildState(SectionFact[Build]):
+    """The build of one runtime."""
 
     def command(self, runtime: str, unit: str) -> str:
         d, u = shlex.quote(runtime), shlex.quote(unit)
-        return _sh(
-            f"echo @@complete; test -f {d}/runtime.json && echo yes; "
-            f"echo @@unit; systemctl show {u} -p ActiveState -p Result -p InvocationID -p ExecMainStatus "
-            "-p ActiveEnterTimestampMonotonic 2>/dev/null || true; "
-            f"echo @@status; cat {d}/.build/status.json 2>/dev/null || true; "
-            "echo @@others; systemctl list-units --plain --no-legend --state=active,activating "
-            "'vllm-rig-build-*' 2>/dev/null | awk '{print $1}' || true"
+        return section_command(
+            {
+                "complete": f"test -f {d}/runtime.json && echo yes",
+                "unit": (
+                    f"systemctl show {u} -p ActiveState -p Result -p InvocationID -p ExecMainStatus "
+                    "-p ActiveEnterTimestampMonotonic 2>/dev/null"
+                ),
+                "status": f"cat {d}/.build/status.json 2>/dev/null",
+                "others": (
+                    "systemctl list-units --plain --no-legend --state=active,activating "
+                    "'vllm-rig-build-*' 2>/dev/null | awk '{print $1}'"
+                ),
+            }
         )
 
-    def process(self, output: list[str]) -> dict[str, Any]:
-        return parse_build_state(output)
+    def parse(self, sections: Sections) -> Build:
+        return parse_build_state(sections)
 
     @staticmethod
-    def default() -> dict[str, Any]:
+    def default() -> Build:
         return parse_build_state([])
 
 
-def parse_build_state(output: list[str]) -> dict[str, Any]:
-    raw = split_sections(output)
+def parse_build_state(output: list[str] | Sections) -> Build:
+    raw = output.raw if isinstance(output, Sections) else split_sections(output)
     unit = dict(line.strip().split("=", 1) for line in raw.get("unit", []) if "=" in line)
     try:
         status = json.loads("\n".join(raw.get("status", [])) or "{}")
@@ -157,37 +202,48 @@ def parse_build_state(output: list[str]) -> dict[str, Any]:
     }
 
 
-class LogProgress(FactBase):
-    """The build log after line `seen`: {"count": complete lines now, "lines": the progress lines among the
-    new ones (step lines, the build's [n/m] lines, start and success)}. Counting whole lines means a line
-    being written is never shown half, nor twice."""
+class Progress(TypedDict):
+    count: int  # complete lines in the log now
+    lines: list[str]  # the progress lines among the new ones
+
+
+class LogProgress(SectionFact[Progress]):
+    """The build log after line `seen`: the progress lines among the new ones (step lines, the build's
+    [n/m] lines, start and success). Counting whole lines means a line being written is never shown half,
+    nor twice. The count is printed first in the one section, so both come from the same moment."""
 
     def command(self, path: str, seen: int) -> str:
         p = shlex.quote(path)
-        return _sh(
-            f"n=$(wc -l < {p} 2>/dev/null || echo 0); echo @@count; echo $n; echo @@lines; "
-            f"awk -v a={int(seen)} -v b=\"$n\" 'NR > a && NR <= b' {p} 2>/dev/null | "
-            "grep -E '^\\s*(==> |\\[[0-9]+/[0-9]+\\] |BUILD (START|OK))' | tail -n 20 || true"
+        return section_command(
+            {
+                "log": (
+                    f"n=$(wc -l < {p} 2>/dev/null || echo 0); echo $n; "
+                    f"awk -v a={int(seen)} -v b=\"$n\" 'NR > a && NR <= b' {p} 2>/dev/null | "
+                    "grep -E '^\\s*(==> |\\[[0-9]+/[0-9]+\\] |BUILD (START|OK))' | tail -n 20"
+                )
+            }
         )
 
-    def process(self, output: list[str]) -> dict[str, Any]:
-        raw = split_sections(output)
-        count = first_line(raw.get("count")) or "0"
-        return {"count": int(count) if count.isdigit() else 0, "lines": [x.rstrip() for x in raw.get("lines", [])]}
+    def parse(self, sections: Sections) -> Progress:
+        lines = sections.lines("log")
+        count = lines[0].strip() if lines else "0"
+        if not count.isdigit():
+            sections.unreadable("the log's line count", count)
+        return {"count": int(count), "lines": [x.rstrip() for x in lines[1:]]}
 
     @staticmethod
-    def default() -> dict[str, Any]:
+    def default() -> Progress:
         return {"count": 0, "lines": []}
 
 
-class LogTail(FactBase):
+class LogTail(SectionFact[list[str]]):
     """The last `count` lines of a log (for an error report)."""
 
     def command(self, path: str, count: int = 25) -> str:
-        return f"tail -n {int(count)} {shlex.quote(path)} 2>/dev/null || true"
+        return section_command({"tail": f"tail -n {int(count)} {shlex.quote(path)} 2>/dev/null"})
 
-    def process(self, output: list[str]) -> list[str]:
-        return [line.rstrip() for line in output]
+    def parse(self, sections: Sections) -> list[str]:
+        return [line.rstrip() for line in sections.lines("tail")]
 
     @staticmethod
     def default() -> list[str]:

@@ -20,6 +20,7 @@ from packaging.version import Version
 
 from vllm_rig.paths import Layout, RuntimeDirs
 from vllm_rig.settings import Settings
+from vllm_rig.stages.runtime.facts import Runtimes
 
 # Bump when the build script changes what a runtime contains, so every host builds anew.
 BUILD_FORMAT = 3
@@ -120,7 +121,7 @@ def runtime_names(fp: str) -> list[str]:
     return [base] + [f"{base}-{i}" for i in range(2, 100)]
 
 
-def choose(fp: str, state: dict[str, Any], force: bool) -> Choice:
+def choose(fp: str, state: Runtimes, force: bool) -> Choice:
     """Pick the runtime directory for fingerprint `fp`, given the host's runtimes (facts.runtime.RuntimeState).
 
     Without force: the current runtime when it is this build; else a complete one to switch to; else an
@@ -128,7 +129,7 @@ def choose(fp: str, state: dict[str, Any], force: bool) -> Choice:
     that was rolled back away from is not switched to again (the deploy stops and says why). With force:
     resume an unfinished one, else a new directory beside the others.
     """
-    runtimes: dict[str, dict[str, Any]] = state.get("runtimes", {})
+    runtimes = state["runtimes"]
     names = runtime_names(fp)
     mine = [n for n in names if n in runtimes and runtimes[n].get("fingerprint") == fp]
     complete = [n for n in mine if runtimes[n].get("complete")]
