@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from types import FrameType
 from typing import Any
 
 import pyinfra
@@ -28,7 +29,9 @@ def operation_order(state: Any) -> list[int]:
     """The same list as pyinfra's: the op file's number (CLI), then the line of each frame from the
     outermost frame of the current deploy file inward, skipping pyinfra's own frames."""
     frames = []
-    frame = sys._getframe(1)  # the caller (pyinfra's operation module), as inspect.stack() would start
+    frame: FrameType | None = sys._getframe(
+        1
+    )  # the caller (pyinfra's operation module), as inspect.stack() would start
     while frame is not None:
         frames.append(frame)
         frame = frame.f_back
