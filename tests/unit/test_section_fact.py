@@ -84,3 +84,11 @@ def test_while_executing_the_host_fails_and_gets_the_default() -> None:
     assert _read(state, "odd") == (0, "")
     assert _read(state, "good") == (3, "w")
     assert [h.name for h in state.failed_hosts] == ["@fake/odd"]
+
+
+def test_a_fact_without_a_default_is_refused_when_defined() -> None:
+    with pytest.raises(TypeError, match="defines default"):
+
+        class NoDefault(SectionFact[int]):
+            def command(self) -> str:
+                return section_command({"n": "echo 1"})

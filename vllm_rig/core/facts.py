@@ -128,7 +128,13 @@ class Sections:
 
 
 class SectionFact(FactBase[T], Generic[T]):
-    """A fact read with one `section_command` and parsed by `parse`; see the module's docstring."""
+    """A fact read with one `section_command` and parsed by `parse`; see the module's docstring. Every
+    subclass says what its `default()` is: a failed host's callers get it while the run executes."""
+
+    def __init_subclass__(cls) -> None:
+        super().__init_subclass__()
+        if cls.default is FactBase.default:
+            raise TypeError(f"{cls.__name__}: a SectionFact defines default(), what a failed host's callers get")
 
     def parse(self, sections: Sections) -> T:
         raise NotImplementedError
@@ -160,6 +166,10 @@ def fail_host(fact: str, what: str, default: T) -> T:
 
 class BootId(SectionFact[str | None]):
     """The kernel's boot id (a new one after every boot); None when it cannot be read (a failed host)."""
+
+    @staticmethod
+    def default() -> str | None:
+        return None
 
     def command(self) -> str:
         return section_command({"boot_id": "cat /proc/sys/kernel/random/boot_id"})
