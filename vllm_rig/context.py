@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from vllm_rig.stages.preflight.facts import Host
 
 _validated: dict[str, Settings] = {}
-_host_states: dict[str, Host] = {}
+_host_states: dict[str, Host | None] = {}
 
 
 def stop_on_bad_settings() -> None:
@@ -64,7 +64,7 @@ def preflight_failed() -> bool:
     return host in state.failed_hosts
 
 
-def host_state() -> Host:
+def host_state() -> Host | None:
     """The batched HostState fact (OS, kernel, disk, GPUs on the bus...), read once per host per run:
     stages that need the OS or kernel share one remote command instead of each asking again."""
     from vllm_rig.stages.preflight.facts import HostState

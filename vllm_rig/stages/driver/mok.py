@@ -36,7 +36,7 @@ def needs_staging(box: Host | None) -> bool:
 def mok_enrollment_staged(install_root: str = "/"):
     """Stage the import when needs_staging(); enrollment_problem() then stops the host for the console."""
     box = host.get_fact(HostState, path=install_root)
-    if not needs_staging(box):
+    if box is None or not needs_staging(box):
         host.noop("nothing to stage")
         return
     mok = box["mok"]

@@ -138,44 +138,21 @@ class Host(SecureBoot):
     gpu_groups: list[str]
 
 
-class HostState(SectionFact[Host]):
+class HostState(SectionFact[Host | None]):
     """Everything preflight needs, in one command. `path` is where the build and model go: the disk
     check reads its nearest existing parent."""
 
     @staticmethod
-    def default() -> Host:
-        """Nothing known (what a failed host's callers get): no OS, no GPUs, no packages."""
-        return {
-            "os": parse_os_release([]),
-            "kernel": "",
-            "proc_version": "",
-            "arch": None,
-            "cpus": 0,
-            "ram_gb": 0.0,
-            "disk_free_gb": 0.0,
-            "pci_gpus": {"available": False, "devices": []},
-            "secure_boot": None,
-            "secure_boot_source": None,
-            "mok": parse_mok([]),
-            "pci_bar1_mib": None,
-            "cuda_sources": [],
-            "modules": [],
-            "driver_loaded": None,
-            "headers": False,
-            "packages": {},
-            "holds": [],
-            "dpkg_locked": False,
-            "nouveau_blacklisted": False,
-            "boot_id": None,
-            "rig_driver": None,
-            "gpu_groups": [],
-        }
+    def default() -> Host | None:
+        """None: pyinfra got no output at all (the command did not run); preflight says it could not read
+        the host, and a host failed while executing gets it too."""
+        return None
 
     def command(self, path: str = "/") -> str:
         disk = f'p={shlex.quote(path)}; while [ ! -e "$p" ]; do p=$(dirname "$p"); done; df -P -B1 "$p"'
         return section_command({**SECTIONS, "disk": disk})
 
-    def parse(self, sections: Sections) -> Host:
+    def parse(self, sections: Sections) -> Host | None:
         lines = sections.lines
         module = parse_driver_module(lines("driver_loaded"))
         return {
