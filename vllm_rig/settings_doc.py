@@ -60,13 +60,16 @@ def stages(text: str | None = None) -> dict[str, str | None]:
     """{field: stage} in field order, from the `# ---- <stage>` comments of the Settings class body."""
     text = SETTINGS_PY.read_text() if text is None else text
     body = next(n for n in ast.parse(text).body if isinstance(n, ast.ClassDef) and n.name == "Settings")
+    end = body.end_lineno or body.lineno  # ast sets it for a parsed class; typeshed says it may be None
     headings = [
         (line, m.group(1))
         for line, (column, comment) in _comments(text).items()
-        if body.lineno < line <= body.end_lineno and column == 4 and (m := HEADING.match(comment))
+        if body.lineno < line <= end and column == 4 and (m := HEADING.match(comment))
     ]
-    fields = [n for n in body.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)]
-    return {n.target.id: _stage_of(n.lineno, headings) for n in fields if n.target.id in Settings.model_fields}
+    fields = [
+        (n.target.id, n.lineno) for n in body.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+    ]
+    return {name: _stage_of(line, headings) for name, line in fields if name in Settings.model_fields}
 
 
 def description(key: str) -> str:

@@ -29,9 +29,13 @@ def test_meminfo_real() -> None:
 def test_loaded_modules_and_driver_real() -> None:
     assert facts.parse_modules(_lines("proc_modules_nvidia")) == ["nvidia", "nvidia_uvm"]
     # The loaded module's version and flavour, as the batched fact returns them (h200: the open module).
-    state = facts.HostState().process(["@@driver_loaded", *_lines("proc_driver_nvidia_version")])
+    state = facts.HostState().process(
+        ["@@kernel", "6.8.0-1-generic", "@@driver_loaded", *_lines("proc_driver_nvidia_version")]
+    )
     assert (state["driver_loaded"], state["driver_flavour"]) == ("580.159.04", "open")
-    state = facts.HostState().process(["@@driver_loaded"])  # no module loaded: the file is not there
+    state = facts.HostState().process(
+        ["@@kernel", "6.8.0-1-generic", "@@driver_loaded"]
+    )  # no module loaded: the file is not there
     assert (state["driver_loaded"], state["driver_flavour"]) == (None, None)
 
 

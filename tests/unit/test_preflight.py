@@ -422,7 +422,7 @@ def test_the_driver_line_names_the_loaded_modules_flavour() -> None:
         ("h200/proc_driver_nvidia_version", "580.159.04 (the pinned version); loaded: the open module 580.159.04"),
         ("truenas-580/proc_driver_nvidia_version", "loaded: the proprietary module 580.173.02"),
     ):
-        state = HostState().process(["@@driver_loaded", *_real(name)])
+        state = HostState().process(["@@kernel", "6.8.0-1-generic", "@@driver_loaded", *_real(name)])
         host = _host(driver_loaded=state["driver_loaded"], driver_flavour=state["driver_flavour"])
         pin = load_settings({**profile_data(), "nvidia_driver_version": "580.159.04"})
         assert said in preflight.check_existing_driver(host, None, pin).detail
@@ -431,7 +431,9 @@ def test_the_driver_line_names_the_loaded_modules_flavour() -> None:
 def test_the_mismatch_line_names_both_versions() -> None:
     """Case 4: truenas-580/nvidia-smi_plain (NVML library 580.178) beside its loaded module (580.173.02)."""
     gpus = NvidiaGpus().process(["@@query", *_real("truenas-580/nvidia-smi_plain"), "rc=18", "@@memory"])
-    state = HostState().process(["@@driver_loaded", *_real("truenas-580/proc_driver_nvidia_version")])
+    state = HostState().process(
+        ["@@kernel", "6.8.0-1-generic", "@@driver_loaded", *_real("truenas-580/proc_driver_nvidia_version")]
+    )
     [check] = preflight.check_driver_gpus(gpus, SETTINGS, state["driver_loaded"])
     assert check.status == "warn" and "reboot" in check.way_out
     assert check.detail == (
