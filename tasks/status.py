@@ -2,7 +2,7 @@
 
 The stage lives in vllm_rig/stages/status/; this file is its entry."""
 
-from vllm_rig.context import settings
+from vllm_rig.context import run_stage
 from vllm_rig.stages.status.deploy import show_status
 
-show_status(settings())
+run_stage(show_status)

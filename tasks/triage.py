@@ -2,7 +2,7 @@
 
 The stage lives in vllm_rig/stages/triage/; this file is its entry."""
 
-from vllm_rig.context import settings
+from vllm_rig.context import run_stage
 from vllm_rig.stages.triage.deploy import triage
 
-triage(settings())
+run_stage(triage)

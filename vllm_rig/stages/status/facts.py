@@ -9,8 +9,7 @@ import json
 import shlex
 from typing import Any
 
-from pyinfra.api import FactBase
-
+from vllm_rig.core.facts import SectionFact, Sections, section_command
 from vllm_rig.core.host_package import run_from_stdin, stdin_text
 from vllm_rig.core.secrets import SecretStdin
 from vllm_rig.paths import (
@@ -94,14 +93,18 @@ def status_spec(s: Settings) -> dict[str, Any]:
     }
 
 
-class RigStatus(FactBase):
+class RigStatus(SectionFact[dict[str, Any]]):
     """The probe's JSON (see status_probe.py), or {"error": ...} when it did not run. Pass `_stdin=probe_stdin()`."""
 
-    def command(self, spec: str) -> str:
-        return run_from_stdin("status_probe", [spec]) + " 2>&1 || true"
+    @staticmethod
+    def default() -> dict[str, Any]:
+        return parse_probe([])
 
-    def process(self, output: list[str]) -> dict[str, Any]:
-        return parse_probe(output)
+    def command(self, spec: str) -> str:
+        return section_command({"probe": run_from_stdin("status_probe", [spec]) + " 2>&1"})
+
+    def parse(self, sections: Sections) -> dict[str, Any]:
+        return parse_probe(sections.lines("probe"))
 
 
 def parse_probe(output: list[str]) -> dict[str, Any]:

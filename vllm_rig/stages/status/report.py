@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -34,7 +35,15 @@ COUNTERS = {"generated": GENERATED, "prompt": PROMPT, "drafted": DRAFTED, "accep
 COUNTERS |= {"prefix_queries": PREFIX_QUERIES, "prefix_hits": PREFIX_HITS}
 DRIVER_PACKAGES = ("nvidia-driver", "cuda-drivers", "nvidia-open", "nvidia-dkms")
 # The Gpu attributes of the live fields (vllm_rig/host/nvidia_smi.py QUERY_ATTRS), as the JSON names them.
-GPU_KEYS = ("index", "name", "temperature_c", "power_draw_w", "power_limit_w", "sm_clock_mhz", "sm_clock_max_mhz")
+GPU_KEYS: tuple[str, ...] = (
+    "index",
+    "name",
+    "temperature_c",
+    "power_draw_w",
+    "power_limit_w",
+    "sm_clock_mhz",
+    "sm_clock_max_mhz",
+)
 GPU_KEYS += ("memory_used_mib", "memory_mib")
 SECTIONS = ("driver", "cuda", "runtime", "model", "service", "gpu verdict", "api", "metrics")
 
@@ -125,7 +134,7 @@ def cuda_section(raw: dict, s: Settings) -> dict[str, Any]:
     }
 
 
-def _runtime_line(name: str | None, info: dict, built: dict) -> Any:
+def _runtime_line(name: str | None, info: Mapping[str, Any], built: dict) -> Any:
     if not name:
         return "none"
     rec = built.get(name) or {}
