@@ -32,6 +32,13 @@ traceback, and the other hosts go on:
 
 pyinfra itself would fail the host only on `FactProcessError` and print two lines for it; any other
 exception in `process()` aborts every host of the run with a traceback (pyinfra/api/facts.py, 3.10).
+pyinfra calls `process()` only when the command printed something: with no output at all (the command
+never ran) callers get `default()` too, so every subclass must define it (checked when it is defined).
+
+Adopting it for a fact that builds its own `@@` command (the nvidia-smi facts): subclass `SectionFact[T]`,
+return `section_command({name: snippet})` from `command()`, rename `process(output)` to
+`parse(sections)` (a parser of lines takes `sections.lines(name)`), call `Sections.unreadable(field, value)`
+where a value cannot be read (the field's name as the tool spells it), and add `default()`.
 """
 
 from __future__ import annotations
