@@ -130,6 +130,8 @@ torch_index_url = "https://download.pytorch.org/whl/cu128"  # torch wheel index,
 build_max_jobs = "auto"  # compile jobs: auto = min(8, threads, (RAM GB - 3) / 3)
 build_timeout_s = 14400  # give up on a build after this many seconds
 force_rebuild = False  # build a new runtime even when the fingerprint matches
+fork_release_line = "v0.1"  # the fork's line fork_ref follows: tasks/fork_releases.py lists its newer v0.1.N tags
+fork_update_margin_pct = 5.0  # tasks/update_fork.py switches only if decode and prefill are at most this % slower
 
 # ---- model: the FP8 checkpoint through the HF endpoint
 hf_endpoint = "https://hf-mirror.com"  # Hugging Face endpoint or mirror (the seed's mirror)
@@ -139,6 +141,25 @@ model_repo = "nerkyor/Qwen3.6-27B-DSV4Pro-Thinking-Distill-FP8"  # closest publi
 model_revision = "main"  # branch, tag or commit; the resolved commit is recorded on the host
 model_dir = "/opt/vllm-rig/models/Qwen3.6-27B-DSV4Pro-Thinking-FP8"  # where the checkpoint lives
 download_timeout_s = 14400  # give up on the download after this many seconds
+model = "default"  # the model served: "default" (the four settings above) or a name in models
+models = {  # the catalogue: name -> repo, revision, dir, served name and the server flags that go with the model
+    "qwen38": {  # the second seed's model and its flags (FP16 KV, 128K, qwen3_xml tools, 2048-token chunks)
+        "repo": "Qwen/Qwen3.8-27B-FP8",
+        "revision": "main",
+        "dir": "/opt/vllm-rig/models/Qwen3.8-27B-FP8",
+        "served_name": "qwen38-27b",
+        "flags": {
+            "kv_cache_dtype": "auto",
+            "max_model_len": 131072,
+            "mamba_cache_mode": "align",
+            "max_num_batched_tokens": 2048,
+            "tool_call_parser": "qwen3_xml",
+            "generation_config": "vllm",
+            "override_generation_config": {"temperature": 0.1},
+        },
+    },
+}
+models_keep = 1  # models served before the current one that stay on disk; older ones are removed (space printed)
 
 # ---- service: the systemd unit and the server's flags (the seed's unit)
 service_name = "vllm"  # systemd unit name (vllm.service)

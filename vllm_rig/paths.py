@@ -26,6 +26,7 @@ FLASHINFER_CHECK = "check-flashinfer-pr3621-sm75.sh"
 MODEL_FETCH_UNIT = "vllm-rig-model-fetch.service"
 MODEL_FETCH_STATUS = f"{STATE_DIR}/model-fetch.json"
 HF_TOKEN_FILE = f"{ETC_DIR}/hf-token.env"
+MODELS_RECORD = f"{STATE_DIR}/models.json"  # the models served, newest first (model_catalogue.py)
 HF_HOME = f"{STATE_DIR}/hf-home"  # the fetch's own HF_HOME: no token or cache from root's home is used
 # The runtime stage's state and markers.
 HOST_FINGERPRINT = f"{STATE_DIR}/host-fingerprint"  # kernel and driver the caches were made with
@@ -87,6 +88,10 @@ class Layout:
     def host_package(self) -> str:
         """The host programs as one zip (vllm_rig/host/): `python3 <this> <program> [args]`."""
         return f"{self.bin_dir}/vllm-rig-host.pyz"
+
+    @property
+    def model_catalogue(self) -> str:
+        return f"{self.bin_dir}/model_catalogue.py"
 
     @property
     def flashinfer_check(self) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -31,6 +31,7 @@ UNIT_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 HF_TOKEN = re.compile(r"^[A-Za-z0-9_.-]{8,512}$")
 FLAG = re.compile(r"^--[a-z0-9][a-z0-9-]*(=.*)?$")
 RELEASE_TAG = re.compile(r"^v?\d+(\.\d+)+([.-]?[A-Za-z0-9]+)*$")
+RELEASE_LINE = re.compile(r"^v?\d+(\.\d+)*$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 FLASHINFER_PATCHES = ("pr3621", "pr3526")
 
@@ -47,6 +48,46 @@ CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PI
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "int8")
 
 PositiveInt = Annotated[int, Field(ge=1)]
+
+# The model catalogue (`models`, chosen by `model`): what an entry names, and the server settings that may go
+# with a model in its "flags" (those of the service's flags that depend on the checkpoint, not on the box).
+DEFAULT_MODEL = "default"
+MODEL_ENTRY_KEYS = {
+    "repo": "model_repo",
+    "revision": "model_revision",
+    "dir": "model_dir",
+    "served_name": "served_model_name",
+}
+MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+MODEL_FLAG_KEYS = (
+    "dtype",
+    "quantization",
+    "kv_cache_dtype",
+    "max_model_len",
+    "enable_prefix_caching",
+    "mamba_cache_mode",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "enable_chunked_prefill",
+    "async_scheduling",
+    "skip_mm_profiling",
+    "reasoning_parser",
+    "reasoning_config",
+    "default_chat_template_kwargs",
+    "enable_auto_tool_choice",
+    "tool_call_parser",
+    "chat_template_content_format",
+    "gpu_memory_utilization",
+    "additional_config",
+    "num_speculative_tokens",
+    "cudagraph_mode",
+    "cudagraph_capture_sizes",
+    "generation_config",
+    "override_generation_config",
+    "cpu_offload_gb",
+    "vllm_env",
+    "vllm_extra_args",
+)
 
 
 def _setting(description: str, allowed: str) -> Any:
@@ -203,6 +244,14 @@ class Settings(BaseModel):
         "give up on a build after this many seconds", "seconds, at least 300"
     )
     force_rebuild: bool = _setting("build a new runtime even when the fingerprint matches", "true or false")
+    fork_release_line: str = _setting(
+        "the fork's line fork_ref follows: tasks/fork_releases.py lists its newer v0.1.N tags",
+        'a release line of the fork such as "v0.1" (its releases are the tags v0.1.N)',
+    )
+    fork_update_margin_pct: Annotated[float, Field(ge=0, le=50)] = _setting(
+        "tasks/update_fork.py switches only if decode and prefill are at most this % slower",
+        "percent (0 to 50) a new fork release's decode and prefill may be below the running one's and still switch",
+    )
 
     # ---- model
     hf_endpoint: str = _setting(
@@ -219,6 +268,20 @@ class Settings(BaseModel):
     model_dir: str = _setting("where the checkpoint lives", "an absolute path")
     download_timeout_s: Annotated[int, Field(ge=60)] = _setting(
         "give up on the download after this many seconds", "seconds, at least 60"
+    )
+    model: str = _setting(
+        'the model served: "default" (the four settings above) or a name in models',
+        '"default" (the model_repo, model_revision, model_dir and served_model_name settings) or a name in models',
+    )
+    models: dict[str, dict[str, Any]] = _setting(
+        "the catalogue: name -> repo, revision, dir, served name and the server flags that go with the model",
+        'a mapping name -> {"repo": owner/name, "revision": a branch, tag or commit (optional, "main"), "dir": an '
+        'absolute path, "served_name": a name without spaces, "flags": {setting: value} (optional; the server '
+        "settings that go with the model: " + ", ".join(MODEL_FLAG_KEYS) + ')}; "default" is taken',
+    )
+    models_keep: Annotated[int, Field(ge=0, le=20)] = _setting(
+        "models served before the current one that stay on disk; older ones are removed (space printed)",
+        "how many models served before the current one stay on disk: an integer from 0 to 20",
     )
 
     # ---- service: the unit and the server's flags
@@ -363,6 +426,18 @@ class Settings(BaseModel):
         "journal lines of the service and the build in a triage bundle", "10 to 100000 lines"
     )
 
+    # The model catalogue: the chosen entry becomes the model and server settings.
+
+    @model_validator(mode="before")
+    @classmethod
+    def _chosen_model(cls, data: Any) -> Any:
+        return apply_model_choice(data) if isinstance(data, dict) else data
+
+    @field_validator("models")
+    @classmethod
+    def _models(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        return _each_entry(value, _model_entry_problem)
+
     # ---- field checks: formats a type alone cannot say
 
     @field_validator("gpu_compute_capability", "cuda_version", "python_version", mode="before")
@@ -435,6 +510,13 @@ class Settings(BaseModel):
     @classmethod
     def _fetchcontent(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         return _each_entry(value, lambda _name, entry: _fetchcontent_problem(entry))
+
+    @field_validator("fork_release_line")
+    @classmethod
+    def _release_line(cls, value: str) -> str:
+        if not RELEASE_LINE.match(value):
+            raise ValueError('must be a release line such as "v0.1" (v, then numbers joined by dots)')
+        return value
 
     @field_validator("model_revision")
     @classmethod
@@ -676,6 +758,46 @@ class CrossRuleErrors(ValueError):
         self.problems = problems
 
 
+def catalogue_values(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings the chosen catalogue entry sets ({} for "default", an unknown name or a malformed entry)."""
+    name = data.get("model")
+    models = data.get("models")
+    if name == DEFAULT_MODEL or not isinstance(models, dict) or not isinstance(name, str):
+        return {}
+    entry = models.get(name)
+    if _model_entry_problem(name, entry) is not None:
+        return {}  # the models field reports it
+    values = {setting: entry[key] for key, setting in MODEL_ENTRY_KEYS.items() if key in entry}
+    values.setdefault("model_revision", "main")
+    values.update(entry.get("flags") or {})
+    return values
+
+
+def apply_model_choice(data: Mapping[str, Any]) -> dict[str, Any]:
+    """Host data with the chosen catalogue entry's values in place of the single-model settings."""
+    return {**data, **catalogue_values(data)}
+
+
+def _model_entry_problem(name: str, entry: Any) -> str | None:
+    """What is wrong with one models entry, or None (the values themselves are checked as the settings they set)."""
+    if name == DEFAULT_MODEL:
+        return '"default" is the model of the model_repo, model_revision, model_dir and served_model_name settings'
+    if not MODEL_NAME.match(name):
+        return "the name must be 1-64 letters, digits, dots, dashes or underscores"
+    if not isinstance(entry, dict) or not {"repo", "dir", "served_name"} <= set(entry):
+        return 'must be {"repo": ..., "dir": ..., "served_name": ...} ("revision" and "flags" may be left out)'
+    unknown = set(entry) - set(MODEL_ENTRY_KEYS) - {"flags"}
+    if unknown:
+        return f"{', '.join(sorted(unknown))}: not a key of a model entry (repo, revision, dir, served_name, flags)"
+    flags = entry.get("flags") or {}
+    if not isinstance(flags, dict):
+        return '"flags" must map server settings to their values'
+    foreign = [key for key in flags if key not in MODEL_FLAG_KEYS]
+    if foreign:
+        return f"flags {', '.join(foreign)}: not a server setting that goes with a model ({', '.join(MODEL_FLAG_KEYS)})"
+    return None
+
+
 def _each_entry(value: dict[str, Any], problem_of: Callable[[str, Any], str | None]) -> dict[str, Any]:
     """A mapping setting is valid when every entry is: the first entry with a problem is the one line."""
     for key, entry in value.items():
@@ -753,6 +875,8 @@ def _check_absolute(value: str) -> str:
 
 def _cross_rule_problems(s: Settings):
     """Yield (key, message) for each cross-field rule the settings break."""
+    if s.model != DEFAULT_MODEL and s.model not in s.models:
+        yield "model", f'must be "default" or a name in models ({", ".join(s.models) or "none"})'
     if s.secure_boot_mok_enrollment == "deploy_stages" and s.secure_boot_mok_password is None:
         yield (
             "secure_boot_mok_password",

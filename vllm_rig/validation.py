@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from vllm_rig.settings import SECRET_KEYS, CrossRuleErrors, Settings
+from vllm_rig.settings import SECRET_KEYS, CrossRuleErrors, Settings, catalogue_values
 
 # Host data keys that belong to pyinfra, its connectors or our inventory, not to the settings.
 FOREIGN_PREFIXES = ("_", "ssh_", "fake_", "local_", "chroot_", "docker_", "podman_", "vagrant_", "terraform_")
@@ -35,9 +35,23 @@ def load_settings(data: Mapping[str, Any]) -> Settings:
     except ValidationError as err:
         lines += list(_error_lines(err, data))
         raise SettingsError(lines) from None
+    lines += list(_catalogue_lines(settings, data))
     if lines:
         raise SettingsError(lines)
     return settings
+
+
+def _catalogue_lines(settings: Settings, data: Mapping[str, Any]) -> Iterable[str]:
+    """Every catalogue entry must make valid settings, not only the chosen one: a switch later must not be
+    the first to find a bad flag. One line per entry, its first problem."""
+    for name in settings.models:
+        if name == settings.model:
+            continue
+        try:
+            Settings.model_validate({**data, "model": name})
+        except ValidationError as err:
+            first = next(iter(_error_lines(err, {**data, "model": name})), "settings: invalid")
+            yield f"settings: models[{name!r}] would not be valid settings: {first.removeprefix('settings: ')}"
 
 
 def unknown_key_lines(data: Mapping[str, Any]) -> Iterable[str]:
@@ -52,6 +66,9 @@ def unknown_key_lines(data: Mapping[str, Any]) -> Iterable[str]:
 
 
 def _error_lines(err: ValidationError, data: Mapping[str, Any]) -> Iterable[str]:
+    chosen = catalogue_values(data)  # values the chosen catalogue entry set are shown, and named as its
+    origin = {key: f" (from models[{data.get('model')!r}])" for key in chosen}
+    data = {**data, **chosen}
     seen: set[str] = set()
     for error in err.errors():
         key = str(error["loc"][0]) if error["loc"] else ""
@@ -61,7 +78,7 @@ def _error_lines(err: ValidationError, data: Mapping[str, Any]) -> Iterable[str]
         cause = error.get("ctx", {}).get("error")
         if isinstance(cause, CrossRuleErrors):
             for key, message in cause.problems:
-                yield _line(key, data.get(key), message)
+                yield _line(key, data.get(key), message) + origin.get(key, "")
             continue
         if error["type"] == "missing":
             yield f"settings: {key} is missing; add it to group_data/all.py ({_allowed(key)})"
@@ -69,7 +86,7 @@ def _error_lines(err: ValidationError, data: Mapping[str, Any]) -> Iterable[str]
         several = sum(1 for e in err.errors() if e["loc"][:1] == error["loc"][:1]) > 1
         custom = isinstance(cause, ValueError) and not several
         message = str(cause) if custom else f"must be {_allowed(key)}"
-        yield _line(key, data.get(key), message)
+        yield _line(key, data.get(key), message) + origin.get(key, "")
 
 
 def _line(key: str, value: Any, message: str) -> str:

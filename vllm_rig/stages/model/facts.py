@@ -137,3 +137,27 @@ class SecretFile(SectionFact[Secret | None]):
     @staticmethod
     def default() -> None:
         return None
+
+
+class ServedModels(SectionFact[list[dict[str, Any]] | None]):
+    """The host's record of the models it served, newest first, each with whether it is still on disk
+    (`vllm-rig-host.pyz model_catalogue list`); None before the host programs are uploaded."""
+
+    def command(self, package: str, record: str) -> str:
+        q = shlex.quote
+        listing = f"[ -f {q(package)} ] && python3 {q(package)} model_catalogue list --record {q(record)}"
+        return section_command({"served": listing})
+
+    def parse(self, sections: Sections) -> list[dict[str, Any]] | None:
+        for line in reversed(sections.lines("served")):
+            try:
+                data = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(data, dict) and isinstance(data.get("models"), list):
+                return data["models"]
+        return None
+
+    @staticmethod
+    def default() -> None:
+        return None

@@ -16,11 +16,12 @@ from typing import Any
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 
+from vllm_rig.core.become import sudo_args
 from vllm_rig.core.secrets import Secret, SecretStdin
 from vllm_rig.host.units import human
 from vllm_rig.paths import HF_HOME, HF_TOKEN_FILE, MODEL_FETCH_STATUS, MODEL_FETCH_UNIT, Layout
 from vllm_rig.settings import Settings
-from vllm_rig.stages.model.facts import FetchState, ModelFetch, SecretFile
+from vllm_rig.stages.model.facts import FetchState, ModelFetch, SecretFile, ServedModels
 
 RUNNING = ("active", "activating", "reloading")
 PROGRESS_EVERY_S = 30.0  # a progress line at least this often while the download runs
@@ -234,3 +235,49 @@ def secret_env_file(path: str, variable: str, value: Secret):
         f'chown root:root "$tmp" && chmod 600 "$tmp" && mv -f "$tmp" {q}'
     )
     yield StringCommand("sh", "-c", shlex.quote(script), _stdin=SecretStdin(content))
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """The catalogue entry the settings serve, as the host's record of served models keeps it."""
+
+    name: str
+    repo: str
+    revision: str
+    dir: str
+
+    @classmethod
+    def of(cls, s: Settings) -> ServedModel:
+        return cls(s.model, s.model_repo, s.model_revision, s.model_dir)
+
+    def matches(self, entry: dict[str, Any]) -> bool:
+        return all(entry.get(key) == value for key, value in vars(self).items())
+
+
+def models_to_remove(served: ServedModel, record: list[dict[str, Any]], keep: int) -> list[str]:
+    """Directories of recorded models beyond the `keep` served before this one (still on disk)."""
+    older = [m for m in record if m.get("dir") != served.dir and m.get("present")]
+    return [m["dir"] for m in older[keep:]]
+
+
+@operation(is_idempotent=True)
+def models_kept(served: ServedModel, keep: int, script: str, record: str, unit_file: str):
+    """Record `served` as the model now served (first), keep `keep` models served before it, remove the older
+    ones (model_catalogue.py prints each with the space freed; it never removes the one the service serves)."""
+    found = host.get_fact(ServedModels, script=script, record=record)
+    if found is not None and found[:1] and served.matches(found[0]):
+        doomed = models_to_remove(served, found, keep)
+        if not doomed:
+            kept = [m.get("name") or m["dir"] for m in found[1:] if m.get("present")]
+            host.noop(f"{served.name} recorded as served; kept: {', '.join(kept) or 'no other model'}")
+            return
+    argv = ["python3", script, "served", "--record", record, "--name", served.name, "--repo", served.repo]
+    argv += ["--revision", served.revision, "--dir", served.dir, "--keep", str(keep), "--unit-file", unit_file]
+    yield FunctionCommand(_run_printed, (shlex.join(argv),), {})
+
+
+def _run_printed(state, host, command: str) -> bool:  # noqa: ARG001 - pyinfra passes them
+    ok, output = host.run_shell_command(StringCommand(command), **sudo_args(host))
+    for line in output.stdout_lines + output.stderr_lines:
+        logger.info(f"[{host.name}] {line}")
+    return ok

@@ -1,0 +1,33 @@
+"""Models (keep): after the service proved the model it serves, record it as served and keep `models_keep`
+models served before it on disk; older ones are removed, each with the space it freed printed.
+
+vllm_rig/host/model_catalogue.py does it on the host and refuses to remove the model the service serves (the
+unit's --model, the running server's, the one just proven). A switch back to a kept model downloads nothing.
+"""
+
+from pyinfra.api import deploy
+
+from vllm_rig.context import preflight_failed
+from vllm_rig.core.files import config_files, from_repo
+from vllm_rig.paths import MODELS_RECORD, Layout
+from vllm_rig.settings import Settings
+from vllm_rig.stages.model.operations import ServedModel, models_kept
+
+
+@deploy("Models (keep)")
+def keep_models(s: Settings) -> None:
+    if preflight_failed():
+        return
+    layout = Layout.of(s)
+    config_files(
+        name="Model catalogue script",
+        files=(from_repo(layout.model_catalogue, "vllm_rig/host/model_catalogue.py", "755"),),
+    )
+    models_kept(
+        name=f"{s.model} recorded as served; {s.models_keep} model(s) served before it kept",
+        served=ServedModel.of(s),
+        keep=s.models_keep,
+        script=layout.model_catalogue,
+        record=MODELS_RECORD,
+        unit_file=layout.unit_path,
+    )
