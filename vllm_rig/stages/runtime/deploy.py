@@ -17,6 +17,7 @@ import shlex
 
 from pyinfra import host
 from pyinfra.api import deploy
+from pyinfra.operations import files
 
 from vllm_rig import paths
 from vllm_rig.context import host_state, preflight_failed
@@ -73,7 +74,8 @@ def flashqla_warm_command(s: Settings, layout: Layout) -> str:
 
 
 @deploy("Runtime")
-def install_runtime(s: Settings) -> None:
+def install_runtime(s: Settings, retry_rolled_back: bool = False) -> None:
+    """`retry_rolled_back`: tasks/update_fork.py trying a release a guarded update rolled back from before."""
     if preflight_failed():
         return
     layout = Layout.of(s)
@@ -82,7 +84,7 @@ def install_runtime(s: Settings) -> None:
         return  # the host's state could not be read: preflight has already failed it
     inputs = runtime.build_inputs(s)
     fp = runtime.fingerprint(inputs)
-    choice = runtime.choose(fp, host.get_fact(RuntimeState, root=s.install_root), s.force_rebuild)
+    choice = runtime.choose(fp, host.get_fact(RuntimeState, root=s.install_root), s.force_rebuild, retry_rolled_back)
     dirs = runtime.RuntimeDirs(s.install_root, choice.name)
     jobs = runtime.max_jobs(s.build_max_jobs, box["cpus"], box["ram_gb"])
     user = s.service_user
@@ -143,6 +145,10 @@ def install_runtime(s: Settings) -> None:
         log=dirs.log,
         timeout_s=s.build_timeout_s,
     )
+    if retry_rolled_back:
+        files.file(
+            name=f"{choice.name} tried again: not marked rolled back", path=f"{dirs.dir}/rolled-back", present=False
+        )
     switch_runtime(
         name=f"current -> {choice.name}, the one before kept as previous, older ones removed",
         root=s.install_root,

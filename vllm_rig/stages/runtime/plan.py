@@ -121,19 +121,20 @@ def runtime_names(fp: str) -> list[str]:
     return [base] + [f"{base}-{i}" for i in range(2, 100)]
 
 
-def choose(fp: str, state: Runtimes, force: bool) -> Choice:
+def choose(fp: str, state: Runtimes, force: bool, retry_rolled_back: bool = False) -> Choice:
     """Pick the runtime directory for fingerprint `fp`, given the host's runtimes (facts.runtime.RuntimeState).
 
     Without force: the current runtime when it is this build; else a complete one to switch to; else an
     unfinished one to resume (a re-run re-attaches to its build); else a new directory. A complete runtime
     that was rolled back away from is not switched to again (the deploy stops and says why). With force:
-    resume an unfinished one, else a new directory beside the others.
+    resume an unfinished one, else a new directory beside the others. `retry_rolled_back` (a guarded fork
+    update trying a release again) treats a rolled-back runtime as usable.
     """
     runtimes = state["runtimes"]
     names = runtime_names(fp)
     mine = [n for n in names if n in runtimes and runtimes[n].get("fingerprint") == fp]
     complete = [n for n in mine if runtimes[n].get("complete")]
-    usable = [n for n in complete if not runtimes[n].get("rolled_back")]
+    usable = [n for n in complete if retry_rolled_back or not runtimes[n].get("rolled_back")]
     unfinished = [n for n in mine if not runtimes[n].get("complete")]
     current = state.get("current")
     if not force:

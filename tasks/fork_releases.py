@@ -1,0 +1,11 @@
+"""Fork releases (on demand): the newer releases on the pinned fork line, through the git cache and
+git_mirror_prefix, each with the guarded update that tries it.
+
+    pyinfra inventory.py tasks/fork_releases.py
+
+The stage lives in vllm_rig/stages/update/releases.py; this file is its entry."""
+
+from vllm_rig.context import settings
+from vllm_rig.stages.update.releases import fork_releases
+
+fork_releases(settings())

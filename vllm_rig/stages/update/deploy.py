@@ -1,0 +1,141 @@
+"""Guarded fork update (on demand): a new fork commit (a newer release from tasks/fork_releases.py) is built
+beside the running runtime, proven, benchmarked against it, and kept only when it is not slower.
+
+    pyinfra inventory.py tasks/update_fork.py --data fork_ref=<commit of the release>
+
+In order: the seed's benchmark on the runtime that serves now; the runtime stage for the new commit (built
+beside, checked, switched; the old one stays as `previous`); the GPU verdict; the service restarted on it and
+proven with a real completion; the same benchmark on it. When decode and prefill at every size are at most
+fork_update_margin_pct percent below the old runtime's, the new one stays; otherwise the rollback script puts
+the old one back (the new one is kept as `previous`, marked rolled back), the service is proven again, and the
+comparison says why. Either way the comparison (bench.py compare's table) is printed. Both GPUs hold one
+server, so the new runtime is measured in the service's place: the service restarts twice when it is kept back.
+Make a switch stick by setting fork_ref in the host's settings; trying the same commit again re-uses its build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+
+from pyinfra import host, logger
+from pyinfra.api import FunctionCommand, StringCommand, deploy, operation
+
+from vllm_rig.context import preflight_failed
+from vllm_rig.core.become import sudo_args
+from vllm_rig.core.files import config_files, from_repo
+from vllm_rig.host import bench as bench_tool
+from vllm_rig.paths import STATE_DIR, Layout, RuntimeDirs
+from vllm_rig.settings import Settings
+from vllm_rig.stages.runtime import plan as runtime
+from vllm_rig.stages.runtime.deploy import install_runtime
+from vllm_rig.stages.runtime.facts import RuntimeState
+from vllm_rig.stages.service.deploy import install_service
+from vllm_rig.stages.service.proof import streamed
+from vllm_rig.stages.service.unit import render_unit
+from vllm_rig.stages.update.guard import worse
+from vllm_rig.stages.verify.deploy import verify_gpus
+
+BEFORE = f"{STATE_DIR}/update-bench-running.json"
+AFTER = f"{STATE_DIR}/update-bench-new.json"
+
+
+def bench_command(s: Settings, layout: Layout, label: str, out: str) -> str:
+    return (
+        f"python3 {layout.bin_dir}/bench.py run --base-url http://127.0.0.1:{s.vllm_port} "
+        f"--model {shlex.quote(s.served_model_name)} --api-key-file {layout.env_file} --sizes {s.bench_sizes} "
+        f"--label {shlex.quote(label)} --json-out {out}"
+    )
+
+
+def probe_command(s: Settings, layout: Layout) -> str:
+    return (
+        f"python3 {layout.bin_dir}/service_probe.py --base-url http://127.0.0.1:{s.vllm_port} "
+        f"--model {shlex.quote(s.served_model_name)} --env-file {layout.env_file} --timeout {s.service_start_timeout_s}"
+    )
+
+
+@deploy("Guarded fork update")
+def update_fork(s: Settings) -> None:
+    if preflight_failed():
+        return
+    layout = Layout.of(s)
+    fp = runtime.fingerprint(runtime.build_inputs(s))
+    state = host.get_fact(RuntimeState, root=s.install_root)
+    running = state.get("current")
+    if running and (state["runtimes"].get(running) or {}).get("fingerprint") == fp:
+        logger.info(f"[{host.name}] update: runtime {running} already runs fork {s.fork_ref[:12]}; nothing to try")
+        return
+    config_files(
+        name="Benchmark script", files=(from_repo(f"{layout.bin_dir}/bench.py", "vllm_rig/host/bench.py", "755"),)
+    )
+    streamed(
+        name=f"Benchmark the running runtime {running}: {s.bench_sizes}",
+        command=bench_command(s, layout, f"running-{running}", BEFORE),
+    )
+    install_runtime(s, retry_rolled_back=True)
+    verify_gpus(s)
+    install_service(s)
+    streamed(
+        name=f"Benchmark the new runtime (fork {s.fork_ref[:12]}): {s.bench_sizes}",
+        command=bench_command(s, layout, f"fork-{s.fork_ref[:12]}", AFTER),
+    )
+    kept_if_not_slower(
+        name=f"The new runtime stays only if decode and prefill are within {s.fork_update_margin_pct:g}%",
+        margin_pct=s.fork_update_margin_pct,
+        rollback=RuntimeDirs(s.install_root, "").rollback_script,
+        probe=probe_command(s, layout),
+        stamp=f"{STATE_DIR}/service-proven",
+        proof_fingerprint=hashlib.sha256(
+            f"{render_unit(s, layout)}|driver {s.nvidia_driver_version}".encode()
+        ).hexdigest(),
+        root=s.install_root,
+    )
+
+
+@operation(is_idempotent=False)
+def kept_if_not_slower(margin_pct: float, rollback: str, probe: str, stamp: str, proof_fingerprint: str, root: str):
+    yield FunctionCommand(_decide, (margin_pct, rollback, probe, stamp, proof_fingerprint, root), {})
+
+
+def _run(host, command: str, print_output: bool = False) -> tuple[bool, str]:
+    ok, output = host.run_shell_command(StringCommand(command), print_output=print_output, **sudo_args(host))
+    return ok, output.stdout
+
+
+def _decide(state, host, margin_pct, rollback, probe, stamp, proof_fingerprint, root) -> bool:  # noqa: ARG001
+    results = []
+    for path in (BEFORE, AFTER):
+        ok, text = _run(host, f"cat {shlex.quote(path)}")
+        try:
+            results.append(json.loads(text) if ok else None)
+        except ValueError:
+            results.append(None)
+    before, after = results
+    if before is None or after is None:
+        logger.error(f"[{host.name}] update: a benchmark result is missing ({BEFORE}, {AFTER}); nothing decided")
+        return False
+    for line in bench_tool.compare_table(before, after).splitlines():
+        logger.info(f"[{host.name}] {line}")
+    problems = worse(before, after, margin_pct)
+    _, new = _run(host, f"readlink {shlex.quote(root + '/current')}")
+    if not problems:
+        logger.info(f"[{host.name}] update: switched: {new.strip()} serves (not slower than the runtime before)")
+        return True
+    logger.warning(f"[{host.name}] update: kept the running runtime: the new one is slower: {'; '.join(problems)}")
+    ok, said = _run(host, shlex.quote(rollback), print_output=True)
+    if not ok:
+        logger.error(f"[{host.name}] update: the rollback to the old runtime failed: {said.strip()[-300:]}")
+        return False
+    ok, _ = _run(host, probe, print_output=True)
+    if not ok:
+        logger.error(f"[{host.name}] update: the old runtime did not prove itself again after the rollback")
+        return False
+    _, old = _run(host, f"readlink {shlex.quote(root + '/current')}")
+    key = shlex.quote(f"{proof_fingerprint}:{old.strip()}")
+    _run(host, f"printf '%s\\n' {key} > {shlex.quote(stamp)}")
+    logger.warning(
+        f"[{host.name}] update: {old.strip()} serves again; the new runtime is kept as previous, marked rolled back"
+    )
+    return True
