@@ -312,8 +312,8 @@ def installed(venv: Path, fileserver: int, manifest: dict, cuda_home: Path, tmp_
 # --- git remotes -----------------------------------------------------------------------------------------
 def test_manifest_names_distinct_pinned_commits(manifest: dict) -> None:
     fork = manifest[forge.FORK]
-    assert set(fork) == {"v0.1.17", "main", "broken"}
-    assert len(set(fork.values())) == 3
+    assert set(fork) == {"v0.1.17", "main", "broken", forge.NEXT_TAG, forge.PREVIEW_TAG}
+    assert len(set(fork.values())) == 5
     assert all(re.fullmatch(r"[0-9a-f]{40}", sha) for repo in manifest.values() for sha in repo.values())
     assert manifest[forge.FLASHQLA]["main"] == manifest[forge.FLASHQLA]["sm70-sm75-gdn-forward"]
 
@@ -337,6 +337,8 @@ def test_repos_are_ready_for_dumb_http(manifest: dict) -> None:
         assert (bare / "HEAD").read_text().strip() == "ref: refs/heads/main"
     refs = (forge.GIT_DIR / f"{forge.FORK}.git" / "info" / "refs").read_text()
     assert f"{manifest[forge.FORK]['v0.1.17']}\trefs/tags/v0.1.17" in refs
+    for tag in (forge.NEXT_TAG, forge.PREVIEW_TAG):  # what `git ls-remote --tags` lists (tasks/fork_releases.py)
+        assert f"{manifest[forge.FORK][tag]}\trefs/tags/{tag}" in refs
 
 
 def test_clone_over_http_and_move_between_pins(fileserver: int, manifest: dict, tmp_path: Path) -> None:

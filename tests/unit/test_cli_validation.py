@@ -37,6 +37,9 @@ BAD = [
     "gpu_power_limit_w=500",
     'vllm_extra_args=["--max-model-len=5000"]',
     "max_model_lenn=5000",
+    "model=qwen39",
+    "models_keep=-1",
+    "fork_update_margin_pct=90",
 ]
 
 
@@ -70,6 +73,10 @@ def test_valid_overrides_pass() -> None:
         "device_ids=null",
     )
     _settings_passed(run)
+
+
+def test_a_catalogue_model_passes() -> None:
+    _settings_passed(_deploy("model=qwen38", "models_keep=0"))
 
 
 @pytest.mark.parametrize("item", BAD)

@@ -216,3 +216,40 @@ def test_preflight_verdict_includes_the_model_only_when_read() -> None:
     refused = {"ok": False, "kind": "endpoint", "problem": "a/b@main: repository not found at https://x"}
     checks = preflight.verdict(HEALTHY_HOST, None, None, SETTINGS, model=refused)
     assert preflight.has_failures(checks) and checks[-1].name == "model"
+
+
+def test_served_models_fact_reads_the_listing_of_the_real_script(tmp_path: Path) -> None:
+    from vllm_rig.stages.model.facts import ServedModels
+
+    record = tmp_path / "models.json"
+    record.write_text(json.dumps({"models": [{"name": "a", "repo": "o/a", "revision": "main", "dir": str(tmp_path)}]}))
+    script = Path(__file__).resolve().parents[2] / "vllm_rig" / "host" / "model_catalogue.py"
+    command = ServedModels().command(script=str(script), record=str(record))
+    out = subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert ServedModels().process(out) == [
+        {"name": "a", "repo": "o/a", "revision": "main", "dir": str(tmp_path), "present": True}
+    ]
+    missing = ServedModels().command(script=str(tmp_path / "absent.py"), record=str(record))
+    assert (
+        ServedModels().process(
+            subprocess.run(["sh", "-c", missing], capture_output=True, text=True).stdout.splitlines()
+        )
+        is None
+    )
+
+
+def test_which_models_a_switch_removes() -> None:
+    from vllm_rig.stages.model.operations import ServedModel, models_to_remove
+
+    served = ServedModel("a", "o/a", "main", "/m/a")
+    record = [
+        {"name": "b", "dir": "/m/b", "present": True},
+        {"name": "a", "dir": "/m/a", "present": True},  # the one served is never among them
+        {"name": "gone", "dir": "/m/gone", "present": False},  # removed by hand already
+        {"name": "c", "dir": "/m/c", "present": True},
+    ]
+    assert models_to_remove(served, record, keep=1) == ["/m/c"]
+    assert models_to_remove(served, record, keep=0) == ["/m/b", "/m/c"]
+    assert models_to_remove(served, record, keep=5) == []
+    assert served.matches({"name": "a", "repo": "o/a", "revision": "main", "dir": "/m/a", "present": True})
+    assert not served.matches({"name": "a", "repo": "o/a", "revision": "v2", "dir": "/m/a"})

@@ -22,6 +22,8 @@ _NO_FIX = {"flashinfer_version": "0.6.16"}
 
 _FC = {"repo": "https://github.com/vllm-project/FlashMLA.git", "ref": "a" * 40, "env": "FLASH_MLA_SRC_DIR"}
 
+_ENTRY = {"repo": "Qwen/Qwen3.8-27B-FP8", "dir": "/opt/vllm-rig/models/small", "served_name": "small"}
+
 # (key, refused value, accepted value, other settings needed to isolate the rule)
 RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
     ("ssh_tcp_nodelay", "off", False, {}),
@@ -165,11 +167,21 @@ RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
     ("status_format", "yaml", "json", {}),
     ("triage_journal_lines", 5, 1000, {}),
     ("vllm_extra_args", ["--max-model-len=5000"], ["--seed=1"], {}),  # repeats a rendered flag
+    ("model", "qwen39", "qwen38", {}),  # not in the catalogue
+    ("models", {"small": {"repo": "a/b"}}, {"small": _ENTRY}, {}),  # no dir, no served name
+    ("models", {"default": _ENTRY}, {"small": _ENTRY}, {}),  # "default" is the single-model settings' name
+    ("models", {"small": {**_ENTRY, "flags": {"vllm_port": 9000}}}, {"small": {**_ENTRY, "flags": {}}}, {}),
+    ("models", {"small": {**_ENTRY, "size": 4}}, {"small": {**_ENTRY, "revision": "v2"}}, {}),
+    ("models_keep", -1, 0, {}),
+    ("fork_release_line", "0.1.x", "v0.2", {}),
+    ("fork_update_margin_pct", 80.0, 0.0, {}),
 ]
 
 
 def _with(**changes: Any) -> dict[str, Any]:
     data = profile_data()
+    if not {"model", "models"} & set(changes):
+        data["models"] = {}  # each rule alone: the catalogue's entries would inherit the value under test
     data.update(changes)
     return data
 
@@ -245,3 +257,43 @@ def test_several_problems_give_one_line_each() -> None:
         load_settings(_with(vllm_port=0, kv_cache_dtype="int8", cudagraph_mode="FULL"))
     keys = sorted(line.split("=", 1)[0] for line in err.value.lines)
     assert keys == ["settings: cudagraph_mode", "settings: kv_cache_dtype", "settings: vllm_port"]
+
+
+def test_the_chosen_catalogue_entry_becomes_the_model_and_its_flags() -> None:
+    entry = {**_ENTRY, "revision": "v2", "flags": {"max_model_len": 65536, "tool_call_parser": "qwen3_xml"}}
+    s = load_settings(_with(model="small", models={"small": entry}))
+    assert (s.model_repo, s.model_revision, s.model_dir, s.served_model_name) == (
+        "Qwen/Qwen3.8-27B-FP8",
+        "v2",
+        "/opt/vllm-rig/models/small",
+        "small",
+    )
+    assert (s.max_model_len, s.tool_call_parser) == (65536, "qwen3_xml")
+    default = load_settings(_with(models={"small": entry}))  # "default": the single-model settings as they are
+    plain = profile_data()
+    assert (default.model_repo, default.max_model_len) == (plain["model_repo"], plain["max_model_len"])
+
+
+def test_a_bad_flag_in_the_chosen_entry_is_named_with_its_entry() -> None:
+    bad = {**_ENTRY, "flags": {"max_model_len": 300000}}
+    with pytest.raises(SettingsError) as err:
+        load_settings(_with(model="small", models={"small": bad}))
+    assert err.value.lines == [
+        "settings: max_model_len=300000 is not allowed: must be at most 262144 (the model's max_position_embeddings)"
+        " (from models['small'])"
+    ]
+
+
+def test_an_entry_not_chosen_is_checked_too() -> None:
+    bad = {**_ENTRY, "flags": {"kv_cache_dtype": "int8"}}
+    with pytest.raises(SettingsError) as err:
+        load_settings(_with(models={"small": bad}))
+    assert len(err.value.lines) == 1
+    assert err.value.lines[0].startswith("settings: models['small'] would not be valid settings: kv_cache_dtype='int8'")
+
+
+def test_the_second_seeds_model_is_in_the_default_catalogue() -> None:
+    s = load_settings(_with(model="qwen38"))
+    qwen38 = load_settings(profile_data("qwen38"))
+    for key in ("model_repo", "model_dir", "served_model_name", "kv_cache_dtype", "max_model_len", "tool_call_parser"):
+        assert getattr(s, key) == getattr(qwen38, key), key

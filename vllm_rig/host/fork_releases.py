@@ -83,9 +83,12 @@ def releases(url: str, line: str, ref: str, cache: Path | None) -> dict:
     current = behind[-1] if behind else None
     out["current"] = current
     floor = numbers(current) if current else None
+    known = current is not None or history  # without either, nothing says which releases come after the pin
     for tag, commit in ordered:
         newer = commit != ref and tag not in behind and (floor is None or (numbers(tag) or ()) > floor)
-        out["releases"].append({"tag": tag, "commit": commit, "version": tag.lstrip("v"), "newer": newer})
+        out["releases"].append(
+            {"tag": tag, "commit": commit, "version": tag.lstrip("v"), "newer": newer if known else None}
+        )
     if current is None and not history:
         out["error"] = "which release the pinned commit is could not be read (no git cache of the fork yet)"
     return out

@@ -33,6 +33,8 @@ def release_lines(result: dict) -> list[str]:
     for r in result["releases"]:
         if r["newer"]:
             what = f"newer: pyinfra inventory.py tasks/update_fork.py --data fork_ref={r['commit']}"
+        elif r["newer"] is None:
+            what = "newer or not: unknown"
         elif r["tag"] == current:
             what = "what fork_ref is" if r["commit"] == ref else "fork_ref is past it"
         else:
