@@ -21,6 +21,7 @@ import shlex
 
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, deploy, operation
+from pyinfra.operations import files
 
 from vllm_rig.context import preflight_failed
 from vllm_rig.core.become import sudo_args
@@ -74,12 +75,16 @@ def update_fork(s: Settings) -> None:
         name=f"Benchmark the running runtime {running}: {s.bench_sizes}",
         command=bench_command(s, layout, f"running-{running}", BEFORE),
     )
-    install_runtime(s, retry_rolled_back=True)
-    verify_gpus(s)
-    install_service(s)
+    install_runtime(s, retry_rolled_back=True)  # a failed build stops here: `current` was never moved
+    # From here the new runtime is on trial: a failed verdict, proof or benchmark does not stop the host, the
+    # guard below sees no result for the new runtime and puts the old one back.
+    files.file(name="No benchmark of a new runtime yet", path=AFTER, present=False)
+    verify_gpus(s, _ignore_errors=True)
+    install_service(s, _ignore_errors=True)
     streamed(
         name=f"Benchmark the new runtime (fork {s.fork_ref[:12]}): {s.bench_sizes}",
         command=bench_command(s, layout, f"fork-{s.fork_ref[:12]}", AFTER),
+        _ignore_errors=True,
     )
     kept_if_not_slower(
         name=f"The new runtime stays only if decode and prefill are within {s.fork_update_margin_pct:g}%",
@@ -104,7 +109,7 @@ def _run(host, command: str, print_output: bool = False) -> tuple[bool, str]:
     return ok, output.stdout
 
 
-def _decide(state, host, margin_pct, rollback, probe, stamp, proof_fingerprint, root) -> bool:  # noqa: ARG001
+def _decide(state, host, margin_pct, rollback, probe, stamp, proof_fingerprint, root, fork_ref) -> bool:  # noqa: ARG001
     results = []
     for path in (BEFORE, AFTER):
         ok, text = _run(host, f"cat {shlex.quote(path)}")
@@ -113,17 +118,24 @@ def _decide(state, host, margin_pct, rollback, probe, stamp, proof_fingerprint, 
         except ValueError:
             results.append(None)
     before, after = results
-    if before is None or after is None:
-        logger.error(f"[{host.name}] update: a benchmark result is missing ({BEFORE}, {AFTER}); nothing decided")
+    if before is None:
+        logger.error(f"[{host.name}] update: the running runtime's benchmark is missing ({BEFORE}); nothing decided")
         return False
-    for line in bench_tool.compare_table(before, after).splitlines():
-        logger.info(f"[{host.name}] {line}")
-    problems = worse(before, after, margin_pct)
+    if after is None:
+        problems = ["it did not pass its GPU verdict, proof or benchmark (see above)"]
+    else:
+        for line in bench_tool.compare_table(before, after).splitlines():
+            logger.info(f"[{host.name}] {line}")
+        problems = worse(before, after, margin_pct)
     _, new = _run(host, f"readlink {shlex.quote(root + '/current')}")
     if not problems:
-        logger.info(f"[{host.name}] update: switched: {new.strip()} serves (not slower than the runtime before)")
+        logger.info(
+            f"[{host.name}] update: switched: {new.strip()} serves (not slower than the runtime before); set "
+            f"fork_ref={fork_ref} in the host's settings to keep it on later deploys"
+        )
         return True
-    logger.warning(f"[{host.name}] update: kept the running runtime: the new one is slower: {'; '.join(problems)}")
+    why = "is slower" if after is not None else "failed"
+    logger.warning(f"[{host.name}] update: kept the running runtime: the new one {why}: {'; '.join(problems)}")
     ok, said = _run(host, shlex.quote(rollback), print_output=True)
     if not ok:
         logger.error(f"[{host.name}] update: the rollback to the old runtime failed: {said.strip()[-300:]}")
