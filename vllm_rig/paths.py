@@ -90,10 +90,6 @@ class Layout:
         return f"{self.bin_dir}/vllm-rig-host.pyz"
 
     @property
-    def model_catalogue(self) -> str:
-        return f"{self.bin_dir}/model_catalogue.py"
-
-    @property
     def flashinfer_check(self) -> str:
         return f"{self.bin_dir}/{FLASHINFER_CHECK}"
 

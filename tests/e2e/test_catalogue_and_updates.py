@@ -90,8 +90,9 @@ def test_models_keep_zero_removes_the_old_model_with_the_space_freed(rig: Rig) -
 def test_the_model_that_serves_cannot_be_removed(rig: Rig) -> None:
     out = rig.ssh(
         "rig1",
-        "sudo python3 /opt/vllm-rig/bin/model_catalogue.py remove --record /var/lib/vllm-rig/models.json "
-        f"--dir {DEFAULT_DIR} --unit-file /etc/systemd/system/vllm.service 2>&1; echo rc=$?",
+        "sudo python3 /opt/vllm-rig/bin/vllm-rig-host.pyz model_catalogue remove "
+        f"--record /var/lib/vllm-rig/models.json --dir {DEFAULT_DIR} --unit-file /etc/systemd/system/vllm.service "
+        "2>&1; echo rc=$?",
     )
     assert "refused" in out and "is the model the service serves" in out and out.strip().endswith("rc=3"), out
     assert _exists(rig, DEFAULT_DIR) and _served(rig) == ["qwen-local"]

@@ -223,13 +223,16 @@ def test_served_models_fact_reads_the_listing_of_the_real_script(tmp_path: Path)
 
     record = tmp_path / "models.json"
     record.write_text(json.dumps({"models": [{"name": "a", "repo": "o/a", "revision": "main", "dir": str(tmp_path)}]}))
-    script = Path(__file__).resolve().parents[2] / "vllm_rig" / "host" / "model_catalogue.py"
-    command = ServedModels().command(script=str(script), record=str(record))
+    from vllm_rig.core.host_package import zip_bytes
+
+    package = tmp_path / "vllm-rig-host.pyz"  # the host programs as the deploy uploads them
+    package.write_bytes(zip_bytes())
+    command = ServedModels().command(package=str(package), record=str(record))
     out = subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=True).stdout.splitlines()
     assert ServedModels().process(out) == [
         {"name": "a", "repo": "o/a", "revision": "main", "dir": str(tmp_path), "present": True}
     ]
-    missing = ServedModels().command(script=str(tmp_path / "absent.py"), record=str(record))
+    missing = ServedModels().command(package=str(tmp_path / "absent.pyz"), record=str(record))
     assert (
         ServedModels().process(
             subprocess.run(["sh", "-c", missing], capture_output=True, text=True).stdout.splitlines()

@@ -7,7 +7,9 @@ import sys
 
 PROGRAMS = (
     "bench",
+    "fork_releases",
     "gpu_verdict",
+    "model_catalogue",
     "model_fetch",
     "model_preflight",
     "runtime_build",

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Releases of the fork on one line (tags vX.Y.N of the line vX.Y) against the commit a host pins. Stdlib and git.
 
-    fork_releases.py --url URL --line v0.1 --ref SHA [--cache DIR]
+    vllm-rig-host.pyz fork_releases --url URL --line v0.1 --ref SHA [--cache DIR]
 
 Asks the remote for its tags (`git ls-remote --tags URL`; URL carries git_mirror_prefix) and, when the runtime
 stage's bare git cache of the fork exists, fetches the line's tags into it, so that which release `--ref` is

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """The models a host has served, newest first, and the removal of the older ones. Stdlib only (system python3).
 
-    model_catalogue.py list   --record F
-    model_catalogue.py served --record F --name N --repo R --revision REV --dir D --keep K --unit-file U
-    model_catalogue.py remove --record F --dir D --unit-file U
+    vllm-rig-host.pyz model_catalogue list   --record F
+    vllm-rig-host.pyz model_catalogue served --record F --name N --repo R --revision REV --dir D --keep K --unit-file U
+    vllm-rig-host.pyz model_catalogue remove --record F --dir D --unit-file U
 
 `served` (run after the service proved the model) puts the model first in the record, keeps the K models
 served before it and removes the older ones from disk, printing the space each freed. `remove` removes one

@@ -8,7 +8,7 @@ unit's --model, the running server's, the one just proven). A switch back to a k
 from pyinfra.api import deploy
 
 from vllm_rig.context import preflight_failed
-from vllm_rig.core.files import config_files, from_repo
+from vllm_rig.core.host_package import host_programs
 from vllm_rig.paths import MODELS_RECORD, Layout
 from vllm_rig.settings import Settings
 from vllm_rig.stages.model.operations import ServedModel, models_kept
@@ -19,15 +19,12 @@ def keep_models(s: Settings) -> None:
     if preflight_failed():
         return
     layout = Layout.of(s)
-    config_files(
-        name="Model catalogue script",
-        files=(from_repo(layout.model_catalogue, "vllm_rig/host/model_catalogue.py", "755"),),
-    )
+    host_programs(layout.host_package)
     models_kept(
         name=f"{s.model} recorded as served; {s.models_keep} model(s) served before it kept",
         served=ServedModel.of(s),
         keep=s.models_keep,
-        script=layout.model_catalogue,
+        package=layout.host_package,
         record=MODELS_RECORD,
         unit_file=layout.unit_path,
     )

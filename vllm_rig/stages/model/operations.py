@@ -261,17 +261,28 @@ def models_to_remove(served: ServedModel, record: list[dict[str, Any]], keep: in
 
 
 @operation(is_idempotent=True)
-def models_kept(served: ServedModel, keep: int, script: str, record: str, unit_file: str):
+def models_kept(served: ServedModel, keep: int, package: str, record: str, unit_file: str):
     """Record `served` as the model now served (first), keep `keep` models served before it, remove the older
     ones (model_catalogue.py prints each with the space freed; it never removes the one the service serves)."""
-    found = host.get_fact(ServedModels, script=script, record=record)
+    found = host.get_fact(ServedModels, package=package, record=record)
     if found is not None and found[:1] and served.matches(found[0]):
         doomed = models_to_remove(served, found, keep)
         if not doomed:
             kept = [m.get("name") or m["dir"] for m in found[1:] if m.get("present")]
             host.noop(f"{served.name} recorded as served; kept: {', '.join(kept) or 'no other model'}")
             return
-    argv = ["python3", script, "served", "--record", record, "--name", served.name, "--repo", served.repo]
+    argv = [
+        "python3",
+        package,
+        "model_catalogue",
+        "served",
+        "--record",
+        record,
+        "--name",
+        served.name,
+        "--repo",
+        served.repo,
+    ]
     argv += ["--revision", served.revision, "--dir", served.dir, "--keep", str(keep), "--unit-file", unit_file]
     yield FunctionCommand(_run_printed, (shlex.join(argv),), {})
 

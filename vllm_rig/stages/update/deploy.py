@@ -25,7 +25,7 @@ from pyinfra.operations import files
 
 from vllm_rig.context import preflight_failed
 from vllm_rig.core.become import sudo_args
-from vllm_rig.core.files import config_files, from_repo
+from vllm_rig.core.host_package import host_programs
 from vllm_rig.host import bench as bench_tool
 from vllm_rig.paths import STATE_DIR, Layout, RuntimeDirs
 from vllm_rig.settings import Settings
@@ -44,7 +44,7 @@ AFTER = f"{STATE_DIR}/update-bench-new.json"
 
 def bench_command(s: Settings, layout: Layout, label: str, out: str) -> str:
     return (
-        f"python3 {layout.bin_dir}/bench.py run --base-url http://127.0.0.1:{s.vllm_port} "
+        f"python3 {layout.host_package} bench run --base-url http://127.0.0.1:{s.vllm_port} "
         f"--model {shlex.quote(s.served_model_name)} --api-key-file {layout.env_file} --sizes {s.bench_sizes} "
         f"--label {shlex.quote(label)} --json-out {out}"
     )
@@ -52,7 +52,7 @@ def bench_command(s: Settings, layout: Layout, label: str, out: str) -> str:
 
 def probe_command(s: Settings, layout: Layout) -> str:
     return (
-        f"python3 {layout.bin_dir}/service_probe.py --base-url http://127.0.0.1:{s.vllm_port} "
+        f"python3 {layout.host_package} service_probe --base-url http://127.0.0.1:{s.vllm_port} "
         f"--model {shlex.quote(s.served_model_name)} --env-file {layout.env_file} --timeout {s.service_start_timeout_s}"
     )
 
@@ -68,9 +68,7 @@ def update_fork(s: Settings) -> None:
     if running and (state["runtimes"].get(running) or {}).get("fingerprint") == fp:
         logger.info(f"[{host.name}] update: runtime {running} already runs fork {s.fork_ref[:12]}; nothing to try")
         return
-    config_files(
-        name="Benchmark script", files=(from_repo(f"{layout.bin_dir}/bench.py", "vllm_rig/host/bench.py", "755"),)
-    )
+    host_programs(layout.host_package)
     streamed(
         name=f"Benchmark the running runtime {running}: {s.bench_sizes}",
         command=bench_command(s, layout, f"running-{running}", BEFORE),

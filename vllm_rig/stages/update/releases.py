@@ -18,7 +18,7 @@ from pyinfra.api import FunctionCommand, StringCommand, deploy, operation
 
 from vllm_rig.context import preflight_failed
 from vllm_rig.core.become import sudo_args
-from vllm_rig.core.files import config_files, from_repo
+from vllm_rig.core.host_package import host_programs
 from vllm_rig.paths import Layout
 from vllm_rig.settings import Settings
 from vllm_rig.stages.runtime.plan import cache_name
@@ -78,9 +78,20 @@ def fork_releases(s: Settings) -> None:
     if preflight_failed():
         return
     layout = Layout.of(s)
-    script = f"{layout.bin_dir}/fork_releases.py"
-    config_files(name="Fork release lister", files=(from_repo(script, "vllm_rig/host/fork_releases.py", "755"),))
+    host_programs(layout.host_package)
     url = s.git_mirror_prefix + s.fork_repo
     cache = f"{s.install_root}/cache/git/{cache_name(url)}.git"
-    argv = ["python3", script, "--url", url, "--line", s.fork_release_line, "--ref", s.fork_ref, "--cache", cache]
+    argv = [
+        "python3",
+        layout.host_package,
+        "fork_releases",
+        "--url",
+        url,
+        "--line",
+        s.fork_release_line,
+        "--ref",
+        s.fork_ref,
+        "--cache",
+        cache,
+    ]
     releases_listed(name=f"Releases on the fork's {s.fork_release_line} line", command=shlex.join(argv))
