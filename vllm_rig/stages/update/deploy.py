@@ -94,12 +94,16 @@ def update_fork(s: Settings) -> None:
             f"{render_unit(s, layout)}|driver {s.nvidia_driver_version}".encode()
         ).hexdigest(),
         root=s.install_root,
+        fork_ref=s.fork_ref,
     )
 
 
 @operation(is_idempotent=False)
-def kept_if_not_slower(margin_pct: float, rollback: str, probe: str, stamp: str, proof_fingerprint: str, root: str):
-    yield FunctionCommand(_decide, (margin_pct, rollback, probe, stamp, proof_fingerprint, root), {})
+def kept_if_not_slower(
+    margin_pct: float, rollback: str, probe: str, stamp: str, proof_fingerprint: str, root: str, fork_ref: str
+):
+    """Keep the new runtime, or roll back to the old one (see update_fork); prints the comparison either way."""
+    yield FunctionCommand(_decide, (margin_pct, rollback, probe, stamp, proof_fingerprint, root, fork_ref), {})
 
 
 def _run(host, command: str, print_output: bool = False) -> tuple[bool, str]:
@@ -107,7 +111,8 @@ def _run(host, command: str, print_output: bool = False) -> tuple[bool, str]:
     return ok, output.stdout
 
 
-def _decide(state, host, margin_pct, rollback, probe, stamp, proof_fingerprint, root, fork_ref) -> bool:  # noqa: ARG001
+def _problems(host, margin_pct: float) -> tuple[list[str], bool]:
+    """What keeps the new runtime out ([] when nothing), and whether both benchmarks were there to compare."""
     results = []
     for path in (BEFORE, AFTER):
         ok, text = _run(host, f"cat {shlex.quote(path)}")
@@ -117,14 +122,19 @@ def _decide(state, host, margin_pct, rollback, probe, stamp, proof_fingerprint, 
             results.append(None)
     before, after = results
     if before is None:
-        logger.error(f"[{host.name}] update: the running runtime's benchmark is missing ({BEFORE}); nothing decided")
-        return False
+        return [f"the running runtime's benchmark is missing ({BEFORE})"], False
     if after is None:
-        problems = ["it did not pass its GPU verdict, proof or benchmark (see above)"]
-    else:
-        for line in bench_tool.compare_table(before, after).splitlines():
-            logger.info(f"[{host.name}] {line}")
-        problems = worse(before, after, margin_pct)
+        return ["it did not pass its GPU verdict, proof or benchmark (see above)"], False
+    for line in bench_tool.compare_table(before, after).splitlines():
+        logger.info(f"[{host.name}] {line}")
+    return worse(before, after, margin_pct), True
+
+
+def _decide(state, host, margin_pct, rollback, probe, stamp, proof_fingerprint, root, fork_ref) -> bool:  # noqa: ARG001
+    try:
+        problems, compared = _problems(host, margin_pct)
+    except Exception as exc:  # noqa: BLE001 - whatever went wrong here, the old runtime must serve again
+        problems, compared = [f"the guard could not compare the two ({type(exc).__name__}: {exc})"], False
     _, new = _run(host, f"readlink {shlex.quote(root + '/current')}")
     if not problems:
         logger.info(
@@ -132,7 +142,7 @@ def _decide(state, host, margin_pct, rollback, probe, stamp, proof_fingerprint, 
             f"fork_ref={fork_ref} in the host's settings to keep it on later deploys"
         )
         return True
-    why = "is slower" if after is not None else "failed"
+    why = "is slower" if compared else "failed"
     logger.warning(f"[{host.name}] update: kept the running runtime: the new one {why}: {'; '.join(problems)}")
     ok, said = _run(host, shlex.quote(rollback), print_output=True)
     if not ok:
