@@ -8,6 +8,7 @@ One machine, fresh at the start, goes through the steps in order (each test buil
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -22,7 +23,9 @@ DEFAULT_DIR = "/opt/vllm-rig/models/Qwen3.6-27B-DSV4Pro-Thinking-FP8"
 QWEN38_DIR = "/opt/vllm-rig/models/Qwen3.8-27B-FP8"
 SWITCH = "tasks/switch_model.py"
 UPDATE = "tasks/update_fork.py"
-BENCH = {"bench_sizes": "2000:2:64"}  # 2K tokens twice: 1.5 s of prefill each at the stand-in's 1300 tok/s
+# 2K tokens twice: 1.5 s of prefill each at the stand-in's 1300 tok/s. A 15% margin: on this shared 2-core
+# machine one run's decode figure was seen 9% off the stand-in's speed; the slower release is 30% slower.
+BENCH = {"bench_sizes": "2000:2:64", "fork_update_margin_pct": 15.0}
 SLOWER = 60.0  # tok/s the next release decodes at when it is slower (v0.1.17's stand-in decodes 85)
 
 
@@ -124,7 +127,7 @@ def test_a_guarded_update_keeps_the_old_runtime_when_the_new_release_decodes_slo
     )
     decode = float(said.split("2K decode ", 1)[1].split()[0])
     assert abs(decode - SLOWER) / SLOWER < 0.03, said  # the stand-in's slower release, read back by the benchmark
-    assert "2K Decode   85.0 tok/s" in run.log  # the comparison, printed
+    assert re.search(r"2K Decode +\d+\.\d tok/s +[56]\d\.\d tok/s +-\d+\.\d%", run.log)  # the comparison, printed
     assert _current(rig) == old and _served(rig) == ["qwen-local"]
     previous = rig.ssh("rig1", "readlink -f /opt/vllm-rig/previous").strip()
     assert previous != old and _exists(rig, f"{previous}/rolled-back")
