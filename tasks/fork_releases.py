@@ -5,7 +5,7 @@ git_mirror_prefix, each with the guarded update that tries it.
 
 The stage lives in vllm_rig/stages/update/releases.py; this file is its entry."""
 
-from vllm_rig.context import settings
+from vllm_rig.context import run_stage
 from vllm_rig.stages.update.releases import fork_releases
 
-fork_releases(settings())
+run_stage(fork_releases)

@@ -5,8 +5,7 @@ both and switch only when decode and prefill are not worse than fork_update_marg
 
 The stage lives in vllm_rig/stages/update/deploy.py; this file is its entry."""
 
-from vllm_rig.context import settings, stop_on_bad_settings
+from vllm_rig.context import run_stage
 from vllm_rig.stages.update.deploy import update_fork
 
-stop_on_bad_settings()
-update_fork(settings())
+run_stage(update_fork)

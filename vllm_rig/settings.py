@@ -765,7 +765,7 @@ def catalogue_values(data: Mapping[str, Any]) -> dict[str, Any]:
     if name == DEFAULT_MODEL or not isinstance(models, dict) or not isinstance(name, str):
         return {}
     entry = models.get(name)
-    if _model_entry_problem(name, entry) is not None:
+    if not isinstance(entry, dict) or _model_entry_problem(name, entry) is not None:
         return {}  # the models field reports it
     values = {setting: entry[key] for key, setting in MODEL_ENTRY_KEYS.items() if key in entry}
     values.setdefault("model_revision", "main")

@@ -79,7 +79,7 @@ def releases(url: str, line: str, ref: str, cache: Path | None) -> dict:
             fetched.returncode == 0 and git("-C", str(cache), "cat-file", "-e", f"{ref}^{{commit}}").returncode == 0
         )
     ordered = sorted(tags.items(), key=lambda item: numbers(item[0]) or ())
-    behind = [t for t, c in ordered if c == ref or (history and is_ancestor(cache, c, ref))]  # type: ignore[arg-type]
+    behind = [t for t, c in ordered if c == ref or (history and cache is not None and is_ancestor(cache, c, ref))]
     current = behind[-1] if behind else None
     out["current"] = current
     floor = numbers(current) if current else None

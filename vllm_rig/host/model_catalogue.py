@@ -169,7 +169,8 @@ def cmd_served(args: argparse.Namespace) -> int:
     current = {"name": args.name, "repo": args.repo, "revision": args.revision, "dir": args.dir}
     before = [m for m in read_record(record) if not same_model(m["dir"], args.dir)]
     serving = serving_dirs(Path(args.unit_file), [args.dir])
-    kept, freed = [], 0
+    kept: list[dict[str, Any]] = []
+    freed = 0
     for entry in before:
         if not present(entry["dir"]):
             continue  # removed by hand: forget it

@@ -18,6 +18,8 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
+from collections.abc import Callable
+from typing import cast
 
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, deploy, operation
@@ -42,6 +44,12 @@ BEFORE = f"{STATE_DIR}/update-bench-running.json"
 AFTER = f"{STATE_DIR}/update-bench-new.json"
 
 
+def stage(deploy_function: object) -> Callable[..., object]:
+    """A stage's @deploy function, called inside this one with its own arguments and pyinfra's global ones
+    (`_ignore_errors`); pyinfra's types describe a @deploy function as an operation's, hence the cast."""
+    return cast("Callable[..., object]", deploy_function)
+
+
 def bench_command(s: Settings, layout: Layout, label: str, out: str) -> str:
     return (
         f"python3 {layout.host_package} bench run --base-url http://127.0.0.1:{s.vllm_port} "
@@ -64,8 +72,9 @@ def update_fork(s: Settings) -> None:
     layout = Layout.of(s)
     fp = runtime.fingerprint(runtime.build_inputs(s))
     state = host.get_fact(RuntimeState, root=s.install_root)
-    running = state.get("current")
-    if running and (state["runtimes"].get(running) or {}).get("fingerprint") == fp:
+    running = state["current"]
+    info = state["runtimes"].get(running) if running else None
+    if info is not None and info["fingerprint"] == fp:
         logger.info(f"[{host.name}] update: runtime {running} already runs fork {s.fork_ref[:12]}; nothing to try")
         return
     host_programs(layout.host_package)
@@ -73,12 +82,12 @@ def update_fork(s: Settings) -> None:
         name=f"Benchmark the running runtime {running}: {s.bench_sizes}",
         command=bench_command(s, layout, f"running-{running}", BEFORE),
     )
-    install_runtime(s, retry_rolled_back=True)  # a failed build stops here: `current` was never moved
+    stage(install_runtime)(s, retry_rolled_back=True)  # a failed build stops here: `current` was never moved
     # From here the new runtime is on trial: a failed verdict, proof or benchmark does not stop the host, the
     # guard below sees no result for the new runtime and puts the old one back.
     files.file(name="No benchmark of a new runtime yet", path=AFTER, present=False)
-    verify_gpus(s, _ignore_errors=True)
-    install_service(s, _ignore_errors=True)
+    stage(verify_gpus)(s, _ignore_errors=True)
+    stage(install_service)(s, _ignore_errors=True)
     streamed(
         name=f"Benchmark the new runtime (fork {s.fork_ref[:12]}): {s.bench_sizes}",
         command=bench_command(s, layout, f"fork-{s.fork_ref[:12]}", AFTER),
