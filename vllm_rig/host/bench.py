@@ -34,7 +34,7 @@ import sys
 import time
 import urllib.parse
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -235,9 +235,15 @@ class SpecCounters:
         return cls(metric_total(text, ACCEPTED), metric_total(text, DRAFTED))
 
     def since(self, before: SpecCounters) -> tuple[float | None, float | None]:
-        if None in (self.accepted, self.drafted, before.accepted, before.drafted):
+        accepted, drafted, accepted_before, drafted_before = (
+            self.accepted,
+            self.drafted,
+            before.accepted,
+            before.drafted,
+        )
+        if accepted is None or drafted is None or accepted_before is None or drafted_before is None:
             return None, None
-        return self.accepted - before.accepted, self.drafted - before.drafted
+        return accepted - accepted_before, drafted - drafted_before
 
 
 # ---- prompts -------------------------------------------------------------------------------------------
@@ -346,8 +352,11 @@ def _run_figures(
 ) -> Run:
     usage = stream.usage
     prompt, completion = int(usage["prompt_tokens"]), int(usage.get("completion_tokens") or 0)
-    ttft = stream.first - stream.sent
-    decode_s = stream.last - stream.first
+    first, last = stream.first, stream.last
+    if first is None or last is None:  # stream_chat raised already; this tells the type checker
+        raise BenchError("the stream carried no token")
+    ttft = first - stream.sent
+    decode_s = last - first
     return Run(
         size=size.label,
         run=run,
@@ -362,7 +371,7 @@ def _run_figures(
         decode_s=decode_s,
         accepted=accepted,
         drafted=drafted,
-        acceptance=accepted / drafted if drafted else None,
+        acceptance=accepted / drafted if accepted is not None and drafted else None,
         e2e_s=done - stream.sent,
     )
 
@@ -374,7 +383,7 @@ class Bench:
     options: argparse.Namespace
     rng: random.Random
     log: Callable[[str], None]
-    calibration: Calibration | None = None
+    calibration: Calibration
     warmups: list[dict[str, Any]] = field(default_factory=list)
 
     def sized(self, size: Size, run: int) -> tuple[int, Run]:
@@ -410,8 +419,8 @@ def run_bench(options: argparse.Namespace, log: Callable[[str], None]) -> dict[s
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     server = Server(options.base_url, read_api_key(options.api_key_file), options.timeout)
     model = options.model or first_model(server)
-    bench = Bench(server, model, options, random.Random(options.seed), log)
-    bench.calibration = calibrate(server, model, bench.rng)
+    rng = random.Random(options.seed)
+    bench = Bench(server, model, options, rng, log, calibrate(server, model, rng))
     log(f"calibration: {bench.calibration.base:.0f} tokens + {bench.calibration.per_word:.3f} per word")
     bench.warm_up(options.sizes)
     runs = bench.measured(options.sizes)
@@ -489,7 +498,7 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.1f}%"
 
 
-def _table(rows: list[tuple[str, ...]]) -> str:
+def _table(rows: Sequence[tuple[str, ...]]) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)
 

@@ -31,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -568,7 +568,7 @@ def gate_memory(report: Report) -> dict[str, Any]:
 
 def gate_compute_cap(report: Report) -> dict[str, Any]:
     wanted, values = report.options.compute_cap, _per_gpu(report, "compute_cap")
-    if not values and report.torch_devices:
+    if not values and report.torch and report.torch_devices:
         values = [d["capability"] for d in report.torch["devices"]]
     if not values:
         return gate("compute_capability", None, wanted, NOT_MEASURED, True)
@@ -607,6 +607,7 @@ def gate_p2p_bandwidth(report: Report) -> dict[str, Any]:
     least, value = report.options.min_p2p_gbps, report.p2p_bandwidth
     if (early := _early_result("p2p_copy_gbps", value, least)) is not None:
         return early
+    assert isinstance(value, dict)  # _early_result answered a word and None
     broken = [k for k, v in value.items() if v.get("error") or not v.get("verified")]
     figures = {k: v.get("gbps") for k, v in value.items()}
     if broken:
@@ -622,6 +623,7 @@ def gate_allreduce(report: Report) -> dict[str, Any]:
     least, value = report.options.min_allreduce_gbps, report.allreduce
     if (early := _early_result("allreduce_busbw_gbps", value, least)) is not None:
         return early
+    assert isinstance(value, dict)  # _early_result answered a word and None
     busbw = value.get("plateau_busbw_gbps")
     if not value.get("correct", True):
         return gate("allreduce_busbw_gbps", busbw, least, FAIL, True, "all-reduce returned a wrong sum")
@@ -755,7 +757,7 @@ def _num(value: float | None) -> str:
     return "?" if value is None else f"{value:g}"
 
 
-def _columns(rows: list[tuple[str, ...]]) -> list[str]:
+def _columns(rows: Sequence[tuple[str, ...]]) -> list[str]:
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
     return ["  " + "  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 NOT_AVAILABLE = re.compile(r"^\[?(N/A|Not Supported|Unknown Error|Insufficient Permissions|Requested functionality)")
@@ -175,7 +176,8 @@ def parse_query_gpu(lines: list[str], fields: tuple[str, ...] | None = None, rc:
             problems.append(f"expected {len(fields)} fields, got {len(cells)}: {', '.join(cells)!r}")
             continue
         printed = dict(zip(fields, cells, strict=True))
-        values = {
+        # Each value has the kind QUERY_ATTRS gives its attribute (_value converts to it): Any for Gpu(**).
+        values: dict[str, Any] = {
             QUERY_ATTRS[name][0]: _value(text, QUERY_ATTRS[name][1])
             for name, text in printed.items()
             if name in QUERY_ATTRS

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tarfile
 import time
+from typing import Any
 
 MAX_PART = 8 * 1024 * 1024
 MIN_SECRET = 8  # shorter values ("1", "auto") would redact ordinary words
@@ -86,7 +87,9 @@ def bundle(spec: dict) -> dict:
     top = spec["top"]
     members: list[tuple[str, bytes]] = []
     manifest: dict = {"made_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "parts": {}, "redacted_total": 0}
-    texts = [(name, text, {"given": True}) for name, text in (spec.get("given") or {}).items()]
+    texts: list[tuple[str, str, dict[str, Any]]] = [
+        (name, text, {"given": True}) for name, text in (spec.get("given") or {}).items()
+    ]
     for name, part in (spec.get("parts") or {}).items():
         text, how = read_part(part, timeout)
         texts.append((name, text, how))
