@@ -2,7 +2,7 @@
 
     python benchmarks/gpu_facts.py [--runs 10]         # on the GPU box itself (needs pyinfra importable)
 
-Runs the exact commands the facts send (vllm_rig/facts/host.py, nvidia_smi.py) locally, --runs times each,
+Runs the exact commands the facts send (vllm_rig/stages/preflight/facts.py, gpu_facts.py) locally, --runs times each,
 and prints the median and minimum in ms. Every deploy, no-op re-runs included, reads these once per host:
 this says how much of a re-run is the driver answering rather than SSH or pyinfra.
 """

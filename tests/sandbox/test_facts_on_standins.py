@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from typing import Any
 
 from tests.sandbox.test_nvidia_repo import NEW, OLD, Machine, machine, repo  # noqa: F401 - fixtures
 from tests.unit.groupdata import profile_data
@@ -18,11 +19,14 @@ from vllm_rig.validation import load_settings
 SETTINGS = load_settings(profile_data())
 
 
-def _fact(m: Machine, fact: NvidiaGpus | NvidiaTopology) -> dict:
+def _fact(m: Machine, fact: NvidiaGpus | NvidiaTopology) -> Any:
+    """The fact's typed result (GpusResult, TopologyResult) for the stand-in; None would fail the test."""
     env = {**os.environ, "NVIDIA_STANDIN_ROOT": str(m.root), "PATH": f"{m.root}/usr/bin:{os.environ['PATH']}"}
     run = subprocess.run(fact.command(), shell=True, env=env, capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
-    return fact.process(run.stdout.splitlines())
+    result = fact.process(run.stdout.splitlines())
+    assert result is not None
+    return result
 
 
 def _checks(m: Machine) -> dict[str, preflight.Check]:

@@ -3,6 +3,8 @@ README says whence). The parsing itself is vllm_rig/host/nvidia_smi.py's, tested
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 
 from tests.unit.test_host_nvidia_smi import CAPTURED_FIELDS
@@ -98,3 +100,33 @@ def test_topology_fact_names_the_command_that_failed() -> None:
     assert (result["rc"], result["error"]) == (6, "No devices were found")
     assert result["problems"] == {"topo -m": "nvidia-smi topo -m exited 6: No devices were found"}
     assert result["topo"] == {} and result["nvlink_down"] == ["GPU2 all links"]
+
+
+def test_a_failing_nvidia_smi_is_data_and_the_command_exits_0(tmp_path: Path) -> None:
+    """The facts' own commands, run by the real sh with a PATH that has sh but no nvidia-smi: each call's
+    exit status comes back as rc=127 with the shell's error line, and the command itself exits 0 (pyinfra
+    would fail a host on a non-zero exit)."""
+    (tmp_path / "sh").symlink_to(shutil.which("sh") or "/bin/sh")
+    for fact in (NvidiaGpus(), NvidiaTopology()):
+        run = subprocess.run(
+            fact.command(), shell=True, env={"PATH": str(tmp_path)}, capture_output=True, text=True, timeout=30
+        )
+        assert run.returncode == 0, run.stderr
+        result = fact.process(run.stdout.splitlines())
+        assert result is not None and result["rc"] == 127 and "nvidia-smi" in (result["error"] or "")
+        if isinstance(fact, NvidiaGpus):
+            assert result["gpus"] == [] and result["problem"] is None
+
+
+def test_a_missing_topology_section_reads_as_not_run() -> None:
+    """A section cut off (no `@@rw` at all) is exit 127 for that command, named in problems."""
+    out = ["@@-m", *_lines("rtx5090/nvidia-smi_topo_m"), "rc=0", "@@-s", *_lines("b200/nvidia-smi_nvlink_s"), "rc=0"]
+    result = NvidiaTopology().process(out)
+    assert result is not None and result["rc"] == 127
+    assert list(result["problems"]) == ["topo -p2p rw"] and result["topo"]["GPU1"]["GPU0"] == "PHB"
+
+
+def test_a_failed_host_gets_none_from_both_facts() -> None:
+    """What pyinfra hands callers when the host failed or nvidia-smi is absent: preflight reads None as
+    'not installed yet'."""
+    assert NvidiaGpus.default() is None and NvidiaTopology.default() is None

@@ -14,6 +14,7 @@ from vllm_rig.host.nvidia_smi import MISMATCH
 from vllm_rig.settings import Settings
 from vllm_rig.stages.driver.packages import archive_driver, archive_modules
 from vllm_rig.stages.preflight.facts import Host
+from vllm_rig.stages.preflight.gpu_facts import GpuInfo, GpusResult, TopologyResult
 
 # PCI device ids of TU102 (RTX 2080 Ti, TITAN RTX, Quadro RTX 6000/8000).
 TU102_IDS = frozenset({"1e02", "1e04", "1e07", "1e30", "1e36", "1e78"})
@@ -42,8 +43,8 @@ def fail(name: str, detail: str, way_out: str) -> Check:
 
 def verdict(
     host: Host | None,
-    gpus: dict[str, Any] | None,
-    topo: dict[str, Any] | None,
+    gpus: GpusResult | None,
+    topo: TopologyResult | None,
     s: Settings,
     model: dict[str, Any] | None = None,
 ) -> list[Check]:
@@ -185,7 +186,7 @@ def check_secure_boot(host: Host, s: Settings) -> Check:
     return fail("secure boot", detail + ": the DKMS-built module will not load", enrollment_steps(host))
 
 
-def check_pci_bar1(host: Host, gpus: dict[str, Any] | None, s: Settings) -> list[Check]:
+def check_pci_bar1(host: Host, gpus: GpusResult | None, s: Settings) -> list[Check]:
     """Before any driver: the open modules refuse a card whose BAR1 cannot map all of its memory (static
     BAR1 on Turing); lspci reads BAR1 from the PCI config space. nvidia-smi's check takes over once it answers."""
     bars = host.get("pci_bar1_mib")
@@ -253,7 +254,7 @@ def _loaded_module(host: Host) -> str:
     return f"; loaded: the {flavour} module {version}" if flavour else f"; loaded: module {version}"
 
 
-def check_existing_driver(host: Host, gpus: dict[str, Any] | None, s: Settings) -> Check:
+def check_existing_driver(host: Host, gpus: GpusResult | None, s: Settings) -> Check:
     found = installed_driver_version(host) or host["driver_loaded"]
     if gpus and gpus.get("gpus"):
         found = found or gpus["gpus"][0]["driver_version"]
@@ -294,20 +295,21 @@ def check_dpkg_lock(host: Host) -> Check:
 
 
 def check_driver_gpus(
-    gpus: dict[str, Any] | None, s: Settings, host_loaded: str | None = None, installed: str | None = None
+    gpus: GpusResult | None, s: Settings, host_loaded: str | None = None, installed: str | None = None
 ) -> list[Check]:
     """What nvidia-smi says, once a driver is there (host_loaded: the loaded module's version; installed:
     the packaged driver's)."""
     if gpus is None:
         return [ok("nvidia-smi", "not installed yet (the driver stage installs it)")]
     if gpus["rc"] != 0:
-        if MISMATCH in (gpus["error"] or ""):
+        error = gpus["error"] or ""
+        if MISMATCH in error:
             versions = [
                 f"NVML library {gpus['library_version']}" if gpus.get("library_version") else "",
                 f"loaded module {host_loaded}" if host_loaded else "",
             ]
             said = ", ".join(v for v in versions if v)
-            detail = f"{gpus['error']} ({said})" if said else gpus["error"]
+            detail = f"{error} ({said})" if said else error
             return [warn("nvidia-smi", detail, "a reboot loads the installed driver (the driver stage does it)")]
         if not host_loaded and installed == s.nvidia_driver_version:
             # The pinned driver is installed but no module is loaded: the driver stage reboots once for it,
@@ -333,7 +335,7 @@ def check_driver_gpus(
     return checks
 
 
-def _gpu_checks(gpu: dict[str, Any], s: Settings) -> list[Check]:
+def _gpu_checks(gpu: GpuInfo, s: Settings) -> list[Check]:
     """One GPU's line(s). nvidia-smi answers [N/A] for what it cannot read (a riser's link width): that
     value is None here and is said, never compared."""
     name = f"gpu{gpu['index']}"
@@ -368,7 +370,7 @@ def _cell(matrix: dict[str, dict[str, str]], a: str, b: str) -> str | None:
     return matrix.get(a, {}).get(b) or matrix.get(b, {}).get(a)
 
 
-def check_links(gpus: dict[str, Any] | None, topo: dict[str, Any] | None, s: Settings) -> list[Check]:
+def check_links(gpus: GpusResult | None, topo: TopologyResult | None, s: Settings) -> list[Check]:
     """NVLink and the driver's P2P grant between every pair of the GPUs the rig uses (the first gpu_count
     that nvidia-smi lists), and every NVLink of those GPUs up."""
     if s.gpu_count < 2 or not gpus or gpus["rc"] != 0 or len(gpus["gpus"]) < 2 or not topo:
@@ -393,7 +395,7 @@ def check_links(gpus: dict[str, Any] | None, topo: dict[str, Any] | None, s: Set
 
 
 def _nvlink_check(
-    kinds: dict[str, str | None], nvlink: dict, used: list[int], down: list[str], all_down: list[str]
+    kinds: dict[str, str | None], nvlink: dict, used: list[int | None], down: list[str], all_down: list[str]
 ) -> Check:
     seat = "seat the NVLink bridge: GeForce Turing has no PCIe P2P, so TP traffic goes through the CPU"
     if all_down:

@@ -1,17 +1,16 @@
 """The facts that run nvidia-smi; its outputs are read by vllm_rig/host/nvidia_smi.py, the parser the host's
 GPU verdict uses too.
 
-Each fact runs its command through `sh -c '...; echo rc=$?'` so a failing nvidia-smi (no driver, the
-"Driver/library version mismatch" after an upgrade) is data for the deploy to act on, not a failed host.
+Both are `SectionFact`s (vllm_rig/core/facts.py). Each nvidia-smi call in a section ends with
+`echo rc=$?`, so a failing nvidia-smi (no driver, the "Driver/library version mismatch" after an upgrade)
+is data for the deploy to act on, not a failed host.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
-from pyinfra.api import FactBase
-
-from vllm_rig.core.facts import split_sections
+from vllm_rig.core.facts import SectionFact, Sections, section_command
 from vllm_rig.host.nvidia_smi import (
     Gpu,
     parse_error,
@@ -38,85 +37,125 @@ GPU_FIELDS = (
     "pcie.link.width.max",
     "pci.bus_id",
 )
-# What preflight reads of each GPU (Gpu's attributes for those fields); None where nvidia-smi said [N/A].
-GPU_KEYS = (
-    "index",
-    "name",
-    "uuid",
-    "memory_mib",
-    "compute_cap",
-    "driver_version",
-    "persistence",
-    "power_limit_w",
-    "power_min_w",
-    "power_max_w",
-    "pcie_width",
-    "pcie_width_max",
-    "bus_id",
-)
 
 
-def _gpu_dict(gpu: Gpu) -> dict[str, Any]:
-    return {key: getattr(gpu, key) for key in GPU_KEYS}
+class GpuInfo(TypedDict):
+    """What preflight reads of one GPU (Gpu's attributes for GPU_FIELDS); None where nvidia-smi said [N/A]."""
+
+    index: int | None
+    name: str | None
+    uuid: str | None
+    memory_mib: int | None
+    compute_cap: str | None
+    driver_version: str | None
+    persistence: bool | None
+    power_limit_w: float | None
+    power_min_w: float | None
+    power_max_w: float | None
+    pcie_width: int | None
+    pcie_width_max: int | None
+    bus_id: str | None
+    bar1_mib: int | None  # from `nvidia-smi -q -d MEMORY`; None where it lists no block for this GPU
 
 
-def _wrapped(command: str) -> str:
-    return f"sh -c '{command} 2>&1; echo rc=$?'"
+class GpusResult(TypedDict):
+    """NvidiaGpus: nvidia-smi's exit status and error line, the NVML library's version where the error
+    names it, the rows not understood, and the GPUs."""
+
+    rc: int
+    error: str | None
+    library_version: str | None
+    problem: str | None
+    gpus: list[GpuInfo]
 
 
-class NvidiaGpus(FactBase):
-    """GPUs as the driver sees them: {"rc", "error", "library_version" (of NVML, where the error names it),
-    "problem" (rows not understood), "gpus": [...]}; None when nvidia-smi is absent."""
+class TopologyResult(TypedDict):
+    """NvidiaTopology: the first failing command's rc and error, {command: sentence} for each command that
+    failed or was not understood, the topo and p2p matrices, NVLink speeds and the links that are down."""
+
+    rc: int
+    error: str | None
+    problems: dict[str, str]
+    topo: dict[str, dict[str, str]]
+    p2p: dict[str, dict[str, str]]
+    nvlink: dict[int, list[float | None]]
+    nvlink_down: list[str]
+
+
+def _gpu_info(gpu: Gpu, bar1_mib: int | None) -> GpuInfo:
+    return GpuInfo(
+        index=gpu.index,
+        name=gpu.name,
+        uuid=gpu.uuid,
+        memory_mib=gpu.memory_mib,
+        compute_cap=gpu.compute_cap,
+        driver_version=gpu.driver_version,
+        persistence=gpu.persistence,
+        power_limit_w=gpu.power_limit_w,
+        power_min_w=gpu.power_min_w,
+        power_max_w=gpu.power_max_w,
+        pcie_width=gpu.pcie_width,
+        pcie_width_max=gpu.pcie_width_max,
+        bus_id=gpu.bus_id,
+        bar1_mib=bar1_mib,
+    )
+
+
+def _with_rc(command: str) -> str:
+    """The command's output and error, then its exit status as `rc=N` (split_rc reads it back)."""
+    return f"{command} 2>&1; echo rc=$?"
+
+
+class NvidiaGpus(SectionFact[GpusResult | None]):
+    """GPUs as the driver sees them; None when nvidia-smi is absent (or the host failed)."""
+
+    @staticmethod
+    def default() -> GpusResult | None:
+        return None
 
     def requires_command(self) -> str:
         return "nvidia-smi"
 
     def command(self) -> str:
         query = f"nvidia-smi --query-gpu={','.join(GPU_FIELDS)} --format=csv,noheader,nounits"
-        return (
-            "sh -c '"
-            + f"echo @@query; {query} 2>&1; echo rc=$?; echo @@memory; nvidia-smi -q -d MEMORY 2>&1; true"
-            + "'"
-        )
+        return section_command({"query": _with_rc(query), "memory": "nvidia-smi -q -d MEMORY 2>&1"})
 
-    def process(self, output: list[str]) -> dict[str, Any]:
-        sections = split_sections(output) if output and output[0].startswith("@@") else {"query": output}
-        result = split_rc(sections.get("query", []))
+    def parse(self, sections: Sections) -> GpusResult:
+        result = split_rc(sections.lines("query"))
         query = parse_query_gpu(result.lines, GPU_FIELDS, rc=result.rc)
-        gpus = [_gpu_dict(gpu) for gpu in query.gpus]
         # BAR1 per GPU, in the same order as the query's rows (both follow nvidia-smi's index order).
-        for gpu, memory in zip(gpus, parse_memory(sections.get("memory", [])), strict=False):
-            gpu["bar1_mib"] = memory.bar1_total_mib
+        bar1 = [memory.bar1_total_mib for memory in parse_memory(sections.lines("memory"))]
+        gpus = [_gpu_info(gpu, bar1[i] if i < len(bar1) else None) for i, gpu in enumerate(query.gpus)]
         error = parse_error(result.lines, result.rc) if result.rc != 0 else None
-        return {
-            "rc": result.rc,
-            "error": error.message if error else None,
+        return GpusResult(
+            rc=result.rc,
+            error=error.message if error else None,
             # The NVML mismatch names the library's version ("NVML library version: 580.178"): preflight
             # puts it beside the loaded module's.
-            "library_version": error.library_version if error else None,
-            "problem": None if result.rc != 0 else query.problem,
-            "gpus": gpus,
-        }
+            library_version=error.library_version if error else None,
+            problem=None if result.rc != 0 else query.problem,
+            gpus=gpus,
+        )
 
 
-class NvidiaTopology(FactBase):
-    """Links between GPUs, one remote command for three: {"rc", "error" (the first failing command's),
-    "problems": {command: sentence} for each command that failed or was not understood, "topo": matrix of
-    NV2/PHB/..., "p2p": matrix of OK/CNS/..., "nvlink": {gpu: [GB/s, None where down]}, "nvlink_down":
-    ["GPU1 link 1", "GPU0 all links", ...]}."""
+class NvidiaTopology(SectionFact[TopologyResult | None]):
+    """Links between GPUs, one remote command for three; None when nvidia-smi is absent (or the host
+    failed). A section that is missing altogether reads as exit 127 (not run)."""
 
     COMMANDS = {"-m": "topo -m", "rw": "topo -p2p rw", "-s": "nvlink -s"}
+
+    @staticmethod
+    def default() -> TopologyResult | None:
+        return None
 
     def requires_command(self) -> str:
         return "nvidia-smi"
 
     def command(self) -> str:
-        parts = [f"nvidia-smi {c}" for c in self.COMMANDS.values()]
-        return "sh -c '" + "; ".join(f"echo @@{p.split()[-1]}; {p} 2>&1; echo rc=$?" for p in parts) + "'"
+        return section_command({name: _with_rc(f"nvidia-smi {c}") for name, c in self.COMMANDS.items()})
 
-    def process(self, output: list[str]) -> dict[str, Any]:
-        sections = split_sections(output)
-        results = {name: split_rc(sections.get(name, ["rc=127"])) for name in self.COMMANDS}
+    def parse(self, sections: Sections) -> TopologyResult:
+        results = {name: split_rc(sections.lines(name) if name in sections else ["rc=127"]) for name in self.COMMANDS}
         failed = next((r for r in results.values() if r.rc != 0), None)
         topo = parse_matrix(results["-m"].lines, results["-m"].rc, "topo -m")
         p2p = parse_matrix(results["rw"].lines, results["rw"].rc, "topo -p2p rw")
@@ -128,12 +167,12 @@ class NvidiaTopology(FactBase):
             )
             if problem
         }
-        return {
-            "rc": failed.rc if failed else 0,
-            "error": failed.error if failed else None,
-            "problems": problems,
-            "topo": topo.cells,
-            "p2p": p2p.cells,
-            "nvlink": nvlink.speeds(),
-            "nvlink_down": nvlink.down(),
-        }
+        return TopologyResult(
+            rc=failed.rc if failed else 0,
+            error=failed.error if failed else None,
+            problems=problems,
+            topo=topo.cells,
+            p2p=p2p.cells,
+            nvlink=nvlink.speeds(),
+            nvlink_down=nvlink.down(),
+        )
