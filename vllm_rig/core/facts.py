@@ -35,7 +35,7 @@ exception in `process()` aborts every host of the run with a traceback (pyinfra/
 pyinfra calls `process()` only when the command printed something: with no output at all (the command
 never ran) callers get `default()` too, so every subclass must define it (checked when it is defined).
 
-Adopting it for a fact that builds its own `@@` command (the nvidia-smi facts): subclass `SectionFact[T]`,
+Adopting it for a fact that builds its own `@@` command (as the nvidia-smi ones did): subclass `SectionFact[T]`,
 return `section_command({name: snippet})` from `command()`, rename `process(output)` to
 `parse(sections)` (a parser of lines takes `sections.lines(name)`), call `Sections.unreadable(field, value)`
 where a value cannot be read (the field's name as the tool spells it), and add `default()`.
