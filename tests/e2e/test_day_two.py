@@ -181,4 +181,34 @@ def test_a_smaller_kv_cache_restarts_once_then_warns(rig: Rig) -> None:
         forge.write_knobs(kv_cache_scale=1.0)
     journal = _journal(rig, since)
     assert "check kv_cache: FAILED: KV cache 103,846 tokens, 50% below the recorded 207,692" in journal
-    assert journal.count("restarting once") == 1 and "WARNING: KV cache 103,846 tokens" in journal
+    assert journal.count("check kv_cache: FAILED") == 1 and "WARNING: KV cache 103,846 tokens" in journal
+    assert "start 2 proven" in journal  # the one restart, then it serves (and says so)
+
+
+def test_streamed_tool_calls_dropped_fail_the_start_check(rig: Rig) -> None:
+    """What club-3090 #145 saw with qwen3_coder and reasoning on: the call leaks into content, finish "stop"."""
+    since = time.time()
+    forge.write_knobs(stream_drops_tool_calls=True)
+    try:
+        rig.ssh("rig1", "sudo systemctl restart --no-block vllm")
+        journal = _wait(
+            "the tool_call check failing",
+            lambda: (j := _journal(rig, since)) and "failed check tool_call" in j and j,
+            timeout=90,
+        )
+    finally:
+        forge.write_knobs(stream_drops_tool_calls=False)
+    line = next(x for x in journal.splitlines() if "check tool_call: FAILED" in x)
+    assert "no tool_calls in the stream (finish_reason stop)" in line and "<tool_call>" in line, line
+    _proven_after(rig, since, timeout=90)  # the knob cleared: systemd's restart passes
+
+
+def test_the_watchdog_is_one_setting_away_from_off(rig: Rig) -> None:
+    pid = rig.ssh("rig1", "systemctl show vllm -p MainPID --value").strip()
+    run = deploy(rig, "deploy.py", data={**DATA, "watchdog_enabled": False})
+    assert run.ok, run.log[-3000:]
+    assert rig.ssh("rig1", "systemctl is-enabled vllm-rig-watchdog.timer", check=False).strip() == "disabled"
+    assert rig.ssh("rig1", "systemctl is-active vllm-rig-watchdog.timer", check=False).strip() == "inactive"
+    assert rig.ssh("rig1", "systemctl show vllm -p MainPID --value").strip() == pid  # the server was left alone
+    run = deploy(rig, "deploy.py", data=DATA)
+    assert run.ok and rig.ssh("rig1", "systemctl is-active vllm-rig-watchdog.timer").strip() == "active"
