@@ -306,7 +306,7 @@ class Settings(BaseModel):
         "words of the needle check's long prompt (~8K tokens)", "an integer from 100 to 60000"
     )
     start_check_kv_shrink_share: Annotated[float, Field(gt=0, lt=1)] = _setting(
-        "a start whose KV cache comes up this share below the recorded one restarts once, then warns",
+        "a KV cache this share below the recorded one restarts the start once, then warns",
         "a share between 0 and 1",
     )
     gpu_wait_timeout_s: Annotated[int, Field(ge=0, le=3600)] = _setting(
@@ -386,7 +386,7 @@ class Settings(BaseModel):
     )
     enable_auto_tool_choice: bool = _setting("let the model call tools on its own", "true or false")
     tool_call_parser: str | None = _setting(
-        "tool-call parser (qwen3_xml: the fork launcher's; qwen3_coder drops streamed tool calls with reasoning on)",
+        "tool-call parser; the fork launcher's qwen3_xml (qwen3_coder drops streamed calls)",
         "null or a parser name such as qwen3_coder or qwen3_xml",
     )
     chat_template_content_format: Literal["auto", "string", "openai"] | None = _setting(

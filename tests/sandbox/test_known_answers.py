@@ -15,9 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.sandbox.fixtures import forge
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "vllm_rig" / "host"))
-import service_probe  # noqa: E402
+from vllm_rig.host import service_probe
 
 
 @pytest.fixture(scope="module")

@@ -7,16 +7,11 @@ from __future__ import annotations
 import json
 import os
 import stat
-import sys
 from pathlib import Path
 
 import pytest
 
-HOST = Path(__file__).resolve().parents[2] / "vllm_rig" / "host"
-sys.path.insert(0, str(HOST))
-import gpu_wait  # noqa: E402
-import start_check  # noqa: E402
-import watchdog  # noqa: E402
+from vllm_rig.host import gpu_wait, nvidia_smi, start_check, watchdog
 
 # Rows in the formats `--query-gpu=index,pci.bus_id,memory.used` and
 # `--query-compute-apps=gpu_bus_id,pid,process_name,used_memory` print with csv,noheader,nounits.
@@ -60,8 +55,9 @@ def test_memory_in_use_without_a_process_is_named(tmp_path, monkeypatch, capsys)
 
 
 def test_process_names_with_commas_and_na_memory() -> None:
-    apps = gpu_wait.parse_apps(["00000000:01:00.0, 7, /usr/bin/python3 -c a,b, [N/A]"])
-    assert apps == [gpu_wait.App("00000000:01:00.0", 7, "/usr/bin/python3 -c a,b", None)]
+    apps = nvidia_smi.parse_compute_apps(["00000000:01:00.0, 7, /usr/bin/python3 -c a,b, [N/A]", ""])
+    assert apps == (nvidia_smi.ComputeApp("00000000:01:00.0", 7, "/usr/bin/python3 -c a,b", None),)
+    assert nvidia_smi.parse_compute_apps([]) == ()  # no process: nvidia-smi prints nothing
 
 
 def test_a_missing_gpu_and_a_failing_nvidia_smi_fail_the_wait(tmp_path, monkeypatch, capsys) -> None:
@@ -103,23 +99,18 @@ def test_xid_events_are_named_in_one_line() -> None:
     assert watchdog.describe_xids(watchdog.xid_events("nothing here")) == ""
 
 
-@pytest.fixture
-def state_dir(tmp_path, monkeypatch) -> Path:
-    monkeypatch.setattr(start_check, "KV_RECORD", str(tmp_path / "kv-cache.json"))
-    return tmp_path
-
-
-def test_kv_cache_first_size_is_recorded_and_a_smaller_one_restarts_once(state_dir) -> None:
+def test_kv_cache_first_size_is_recorded_and_a_smaller_one_restarts_once(tmp_path) -> None:
     said: list[str] = []
-    assert start_check.kv_verdict(207_692, 0.2, 1, said.append) == (True, "KV cache 207,692 tokens recorded")
+    state_dir, record = tmp_path, str(tmp_path / "kv-cache.json")
+    assert start_check.kv_verdict(207_692, 0.2, 1, said.append, record) == (True, "KV cache 207,692 tokens recorded")
     assert json.loads((state_dir / "kv-cache.json").read_text())["tokens"] == 207_692
-    assert start_check.kv_verdict(180_000, 0.2, 1, said.append)[0] is True  # 13% smaller: within the share
-    ok, detail = start_check.kv_verdict(103_846, 0.2, 1, said.append)
+    assert start_check.kv_verdict(180_000, 0.2, 1, said.append, record)[0] is True  # 13% smaller: within the share
+    ok, detail = start_check.kv_verdict(103_846, 0.2, 1, said.append, record)
     assert not ok and "50% below the recorded 207,692" in detail and "restarting once" in detail
-    ok, detail = start_check.kv_verdict(103_846, 0.2, 2, said.append)  # the start after that restart
+    ok, detail = start_check.kv_verdict(103_846, 0.2, 2, said.append, record)  # the start after that restart
     assert ok and said and said[-1].startswith("WARNING: KV cache 103,846 tokens")
     assert json.loads((state_dir / "kv-cache.json").read_text())["tokens"] == 207_692  # the record stays
-    assert start_check.kv_verdict(None, 0.2, 1, said.append)[0] is True
+    assert start_check.kv_verdict(None, 0.2, 1, said.append, record)[0] is True
 
 
 def test_results_are_written_whole_with_the_contract_keys(tmp_path) -> None:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Wait until every GPU the server will use is free: the vLLM unit's ExecStartPre (run as root, "+").
 
-    gpu_wait.py --devices 0,1 --max-used-mib 1024 --timeout 120 [--interval 2]
+    python3 vllm-rig-host.pyz gpu_wait --devices 0,1 --max-used-mib 1024 --timeout 120 [--interval 2]
 
 Free means no compute process on the card (`nvidia-smi --query-compute-apps`: a desktop session or a
 leftover worker is the classic cause) and memory.used at most --max-used-mib. A restart onto cards whose
@@ -18,78 +18,43 @@ import argparse
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 
+from . import nvidia_smi
 
-@dataclass(frozen=True)
-class Gpu:
-    index: int
-    bus_id: str
-    used_mib: int
-
-
-@dataclass(frozen=True)
-class App:
-    bus_id: str
-    pid: int
-    name: str
-    used_mib: int | None
+GPU_FIELDS = ("index", "pci.bus_id", "memory.used")
 
 
 def _smi(*args: str) -> list[str]:
     run = subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=60, check=False)
     if run.returncode != 0:
-        raise RuntimeError(
-            (run.stdout + run.stderr).strip().splitlines()[0]
-            if (run.stdout + run.stderr).strip()
-            else f"nvidia-smi exited {run.returncode}"
-        )
-    return [line for line in run.stdout.splitlines() if line.strip()]
-
-
-def _mib(value: str) -> int | None:
-    value = value.strip().removesuffix("MiB").strip()
-    return int(value) if value.isdigit() else None  # "[N/A]" on some cards and drivers
-
-
-def parse_gpus(lines: list[str]) -> list[Gpu]:
-    """`--query-gpu=index,pci.bus_id,memory.used --format=csv,noheader,nounits` rows."""
-    gpus = []
-    for line in lines:
-        index, bus, used = (cell.strip() for cell in line.split(",")[:3])
-        gpus.append(Gpu(int(index), bus, _mib(used) or 0))
-    return gpus
-
-
-def parse_apps(lines: list[str]) -> list[App]:
-    """`--query-compute-apps=gpu_bus_id,pid,process_name,used_memory --format=csv,noheader,nounits` rows;
-    a process name may itself hold commas, so the first two cells and the last one are split off."""
-    apps = []
-    for line in lines:
-        bus, pid, rest = (cell.strip() for cell in line.split(",", 2))
-        name, _, used = rest.rpartition(",")
-        apps.append(App(bus, int(pid), name.strip() or rest, _mib(used)))
-    return apps
+        raise RuntimeError(nvidia_smi.first_line((run.stdout + run.stderr).splitlines(), run.returncode))
+    return run.stdout.splitlines()
 
 
 def busy(devices: list[int] | None, max_used: int) -> list[str]:
     """What holds each chosen GPU, one phrase per card; [] when all are free."""
-    gpus = parse_gpus(_smi("--query-gpu=index,pci.bus_id,memory.used", "--format=csv,noheader,nounits"))
-    apps = parse_apps(
+    query = nvidia_smi.parse_query_gpu(
+        _smi(f"--query-gpu={','.join(GPU_FIELDS)}", "--format=csv,noheader,nounits"), GPU_FIELDS
+    )
+    if query.problem:
+        raise RuntimeError(query.problem)
+    gpus = query.gpus
+    apps = nvidia_smi.parse_compute_apps(
         _smi("--query-compute-apps=gpu_bus_id,pid,process_name,used_memory", "--format=csv,noheader,nounits")
     )
     chosen = [g for g in gpus if devices is None or g.index in devices]
     missing = sorted(set(devices or []) - {g.index for g in gpus})
     held = [f"GPU {i} is not there (nvidia-smi lists {len(gpus)})" for i in missing]
     for gpu in chosen:
-        on_card = [a for a in apps if a.bus_id.lower() == gpu.bus_id.lower()]
+        on_card = [a for a in apps if a.bus_id.lower() == (gpu.bus_id or "").lower()]
         if on_card:
             names = ", ".join(
                 f"pid {a.pid} {a.name}" + (f" ({a.used_mib} MiB)" if a.used_mib is not None else "") for a in on_card
             )
             held.append(f"GPU {gpu.index} ({gpu.bus_id}) is held by {names}")
-        elif gpu.used_mib > max_used:
-            held.append(f"GPU {gpu.index} ({gpu.bus_id}) has {gpu.used_mib} MiB in use (at most {max_used} allowed)")
+        elif (gpu.memory_used_mib or 0) > max_used:
+            used = gpu.memory_used_mib
+            held.append(f"GPU {gpu.index} ({gpu.bus_id}) has {used} MiB in use (at most {max_used} allowed)")
     return held
 
 

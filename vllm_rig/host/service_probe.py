@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Is the vLLM service really serving, and serving right? Run on the host after a (re)start.
 
-    service_probe.py --base-url http://127.0.0.1:8000 --model qwen-local --env-file /etc/vllm-rig/vllm.env
-                     [--timeout 900] [--warmup 2] [--needle-words 6000]
+    python3 vllm-rig-host.pyz service_probe --base-url http://127.0.0.1:8000 --model qwen-local
+        --env-file /etc/vllm-rig/vllm.env [--timeout 900] [--warmup 2] [--needle-words 6000]
 
 1. waits for /health (the first start compiles for minutes), printing progress;
 2. /v1/models must list the served model (a listed model is not proof of generation, so:)
@@ -12,7 +12,7 @@
    prompt, and a streamed tool call that must arrive parsed as a tool call.
 Exit 0 serving, 1 answering wrongly (HTTP error, empty generation, model missing, a wrong answer), 2 not up
 in time. The deploy's proof runs this; the start check (start_check.py) and the watchdog (watchdog.py)
-import it, so every start and every watchdog round asks the same questions.
+import it from the same host package, so every start and every watchdog round asks the same questions.
 The key is read from the env file (VLLM_API_KEY=...) or the environment, never from the command line, and
 never printed. Standard library only: it runs with the host's python3.
 """

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Prove every start of the vLLM service: its unit's ExecStartPost (run as root, "+").
 
-    start_check.py --unit vllm.service --base-url http://127.0.0.1:8000 --model qwen-local
+    python3 vllm-rig-host.pyz start_check --unit vllm.service --base-url http://127.0.0.1:8000 --model qwen-local
                    --env-file /etc/vllm-rig/vllm.env --timeout 840 --attempts 3
                    [--needle-words 6000] [--kv-shrink-share 0.2] [--log-file PATH]
 
@@ -29,12 +29,12 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import service_probe  # noqa: E402 - installed beside this file
+from . import service_probe
 
+# Defaults only: the unit passes --result from vllm_rig/paths.py; the KV record lives beside it.
 STATE_DIR = "/var/lib/vllm-rig"
 RESULT = f"{STATE_DIR}/start-check.json"
-KV_RECORD = f"{STATE_DIR}/kv-cache.json"
+KV_RECORD_NAME = "kv-cache.json"
 # vLLM v1 kv_cache_utils: logger.info("GPU KV cache size: %s tokens", f"{num_tokens:,}")
 KV_LINE = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
 
@@ -96,14 +96,14 @@ def kv_tokens(unit: str, log_file: str | None) -> int | None:
     return int(found[-1].replace(",", "")) if found else None
 
 
-def kv_verdict(tokens: int | None, share: float, attempt: int, say) -> tuple[bool, str]:
+def kv_verdict(tokens: int | None, share: float, attempt: int, say, record_path: str) -> tuple[bool, str]:
     """(ok, detail) for this start's KV cache size against the recorded one; records the first good size."""
     if tokens is None:
         return True, "no 'GPU KV cache size' line found; not compared"
-    record = read_json(KV_RECORD)
+    record = read_json(record_path)
     known = int(record.get("tokens") or 0)
     if not known or tokens >= known:
-        write_json(KV_RECORD, {"tokens": tokens, "boot_id": boot_id()})
+        write_json(record_path, {"tokens": tokens, "boot_id": boot_id()})
         return True, f"KV cache {tokens:,} tokens recorded"
     if tokens >= known * (1 - share):
         return True, f"KV cache {tokens:,} tokens (recorded {known:,})"
@@ -136,7 +136,8 @@ def main(argv: list[str]) -> int:
     base, key = args.base_url.rstrip("/"), service_probe.read_key(args.env_file)
     outcome = service_probe.prove(base, key, args.model, args.timeout, args.warmup, args.needle_words, say)
     if outcome.ok:
-        ok, detail = kv_verdict(kv_tokens(args.unit, args.log_file), args.kv_shrink_share, attempt, say)
+        record = str(Path(args.result).with_name(KV_RECORD_NAME))
+        ok, detail = kv_verdict(kv_tokens(args.unit, args.log_file), args.kv_shrink_share, attempt, say, record)
         outcome = service_probe.Result("kv_cache", ok, detail)
         say(f"check kv_cache: {'ok' if ok else 'FAILED'}: {detail}")
     if outcome.ok:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """One round of the vLLM watchdog: run by vllm-rig-watchdog.service from its timer, as root.
 
-    watchdog.py --unit vllm.service --base-url http://127.0.0.1:8000 --model qwen-local
+    python3 vllm-rig-host.pyz watchdog --unit vllm.service --base-url http://127.0.0.1:8000 --model qwen-local
                 --env-file /etc/vllm-rig/vllm.env --failures 3 --max-restarts 2 --timeout 120
 
 /health answers 200 while a wedged engine (after an Xid fault, say) fails every completion, so each round
@@ -24,12 +24,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import service_probe  # noqa: E402 - installed beside this file
-from start_check import STATE_DIR, boot_id, read_json, result, write_json  # noqa: E402
+from . import service_probe
+from .start_check import STATE_DIR, boot_id, read_json, result, write_json
 
-RESULT = f"{STATE_DIR}/watchdog.json"
-STATE = f"{STATE_DIR}/watchdog-state.json"
+RESULT = f"{STATE_DIR}/watchdog.json"  # a default: the unit passes --result from vllm_rig/paths.py
 
 # The kernel line: "NVRM: Xid (PCI:0000:2b:00): 79, GPU has fallen off the bus." (older drivers print the
 # bus id without "PCI:"). Meanings from NVIDIA's Xid catalog, https://docs.nvidia.com/deploy/xid-errors/.
@@ -91,12 +89,13 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--max-restarts", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=120)
     ap.add_argument("--result", default=RESULT)
-    ap.add_argument("--state", default=STATE)
+    ap.add_argument("--state", help="its counters; default: watchdog-state.json beside --result")
     args = ap.parse_args(argv)
 
     def say(text: str) -> None:
         print(f"vllm-rig-watchdog: {text}", flush=True)
 
+    args.state = args.state or str(Path(args.result).with_name("watchdog-state.json"))
     state = read_json(args.state)
     if state.get("boot_id") != boot_id():
         state = {"boot_id": boot_id()}

@@ -88,7 +88,7 @@ def exec_start_lines(s: Settings, layout: Layout) -> list[str]:
     return lines
 
 
-HOST_PYTHON = "/usr/bin/python3"  # the host programs are stdlib only
+HOST_PYTHON = "/usr/bin/python3"  # the host package is stdlib only
 
 
 def check_timeout(s: Settings) -> int:
@@ -110,13 +110,13 @@ def probe_args(s: Settings, layout: Layout) -> list[str]:
 
 def gpu_wait_command(s: Settings, layout: Layout) -> str:
     devices = "all" if s.device_ids is None else ",".join(str(i) for i in s.device_ids)
-    words = [HOST_PYTHON, f"{layout.bin_dir}/gpu_wait.py", "--devices", devices]
+    words = [HOST_PYTHON, layout.host_package, "gpu_wait", "--devices", devices]
     words += ["--max-used-mib", str(s.gpu_wait_max_used_mib), "--timeout", str(s.gpu_wait_timeout_s)]
     return "+" + " ".join(quote_word(w) for w in words)
 
 
 def start_check_command(s: Settings, layout: Layout) -> str:
-    words = [HOST_PYTHON, f"{layout.bin_dir}/start_check.py", "--unit", f"{s.service_name}.service"]
+    words = [HOST_PYTHON, layout.host_package, "start_check", "--unit", f"{s.service_name}.service"]
     words += probe_args(s, layout)
     words += ["--timeout", str(check_timeout(s)), "--attempts", str(s.start_check_attempts)]
     words += ["--needle-words", str(s.start_check_needle_words)]
@@ -128,7 +128,7 @@ def start_check_command(s: Settings, layout: Layout) -> str:
 
 
 def watchdog_command(s: Settings, layout: Layout) -> str:
-    words = [HOST_PYTHON, f"{layout.bin_dir}/watchdog.py", "--unit", f"{s.service_name}.service"]
+    words = [HOST_PYTHON, layout.host_package, "watchdog", "--unit", f"{s.service_name}.service"]
     words += probe_args(s, layout)
     words += ["--failures", str(s.watchdog_failures), "--max-restarts", str(s.watchdog_max_restarts)]
     words += ["--timeout", str(s.watchdog_timeout_s), "--result", paths.WATCHDOG_RESULT]
