@@ -39,6 +39,7 @@ GPU_VERDICT = f"{STATE_DIR}/gpu-verdict.json"  # the last GPU verdict (vllm_rig/
 # (+ "failures_in_row" for the watchdog). Absent: not installed on this host.
 START_CHECK_RESULT = f"{STATE_DIR}/start-check.json"
 WATCHDOG_RESULT = f"{STATE_DIR}/watchdog.json"
+WATCHDOG_UNIT = "vllm-rig-watchdog"  # .service (one round) and .timer
 
 
 @dataclass(frozen=True)

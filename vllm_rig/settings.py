@@ -298,6 +298,39 @@ class Settings(BaseModel):
     vllm_log_file: str | None = _setting(
         "None logs to the journal; a path appends there like the seed's unit", "null (the journal) or an absolute path"
     )
+    start_check_attempts: Annotated[int, Field(ge=1, le=10)] = _setting(
+        "starts in a row whose known-answer check may fail before the service stays down",
+        "an integer from 1 to 10",
+    )
+    start_check_needle_words: Annotated[int, Field(ge=100, le=60000)] = _setting(
+        "words of the needle check's long prompt (~8K tokens)", "an integer from 100 to 60000"
+    )
+    start_check_kv_shrink_share: Annotated[float, Field(gt=0, lt=1)] = _setting(
+        "a KV cache this share below the recorded one restarts the start once, then warns",
+        "a share between 0 and 1",
+    )
+    gpu_wait_timeout_s: Annotated[int, Field(ge=0, le=3600)] = _setting(
+        "how long a start waits for free GPUs before it fails naming what holds them", "seconds from 0 to 3600"
+    )
+    gpu_wait_max_used_mib: Annotated[int, Field(ge=0, le=65536)] = _setting(
+        "memory a GPU may have in use and still count as free (no compute process allowed)",
+        "MiB from 0 to 65536",
+    )
+    watchdog_enabled: bool = _setting(
+        "a timer asks the server a known-answer question every watchdog_interval_s; false: off", "true or false"
+    )
+    watchdog_interval_s: Annotated[int, Field(ge=30, le=86400)] = _setting(
+        "seconds between watchdog rounds", "seconds from 30 to 86400"
+    )
+    watchdog_failures: Annotated[int, Field(ge=1, le=100)] = _setting(
+        "failed rounds in a row before the watchdog restarts the service", "an integer from 1 to 100"
+    )
+    watchdog_max_restarts: Annotated[int, Field(ge=0, le=100)] = _setting(
+        "watchdog restarts in a row without a passing round before it gives up", "an integer from 0 to 100"
+    )
+    watchdog_timeout_s: Annotated[int, Field(ge=5, le=3600)] = _setting(
+        "how long a watchdog round waits for its answer", "seconds from 5 to 3600"
+    )
     served_model_name: str = _setting("model name clients ask for", "a name without spaces")
     vllm_host: str = _setting(
         "bind address (127.0.0.1 for this box only)", "an IP address to bind, e.g. 0.0.0.0 or 127.0.0.1"
@@ -353,7 +386,8 @@ class Settings(BaseModel):
     )
     enable_auto_tool_choice: bool = _setting("let the model call tools on its own", "true or false")
     tool_call_parser: str | None = _setting(
-        "tool-call parser", "null or a parser name such as qwen3_coder or qwen3_xml"
+        "tool-call parser; the fork launcher's qwen3_xml (qwen3_coder drops streamed calls)",
+        "null or a parser name such as qwen3_coder or qwen3_xml",
     )
     chat_template_content_format: Literal["auto", "string", "openai"] | None = _setting(
         "--chat-template-content-format", 'null, "auto", "string" or "openai"'
@@ -902,6 +936,11 @@ def _cross_rule_problems(s: Settings):
         yield (
             "cudagraph_capture_sizes",
             f"largest size must be max_num_seqs x (1 + num_speculative_tokens) = {slots}",
+        )
+    if s.gpu_wait_timeout_s + 60 > s.service_start_timeout_s:
+        yield (
+            "gpu_wait_timeout_s",
+            f"must leave a minute of service_start_timeout_s ({s.service_start_timeout_s} s) for the start itself",
         )
     if s.gpu_power_limit_min_w > s.gpu_power_limit_max_w:
         yield "gpu_power_limit_min_w", "must not exceed gpu_power_limit_max_w"

@@ -38,3 +38,18 @@ def unit_enabled_and_started(unit: str):
         host.noop(f"{unit} is enabled and active")
         return
     yield from commands
+
+
+# The opposite, for a unit a setting turns off: disabled and stopped, or a no-op when it is not there.
+@operation()
+def unit_disabled_and_stopped(unit: str):
+    state = host.get_fact(UnitState, unit=unit)
+    commands = []
+    if state.get("UnitFileState") in ("enabled", "enabled-runtime"):
+        commands.append(f"systemctl disable {shlex.quote(unit)}")
+    if state.get("ActiveState") in ("active", "activating", "reloading"):
+        commands.append(f"systemctl stop {shlex.quote(unit)}")
+    if not commands:
+        host.noop(f"{unit} is disabled and stopped")
+        return
+    yield from commands

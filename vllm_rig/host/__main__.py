@@ -9,13 +9,16 @@ PROGRAMS = (
     "bench",
     "fork_releases",
     "gpu_verdict",
+    "gpu_wait",
     "model_catalogue",
     "model_fetch",
     "model_preflight",
     "runtime_build",
     "service_probe",
+    "start_check",
     "status_probe",
     "triage",
+    "watchdog",
 )
 
 

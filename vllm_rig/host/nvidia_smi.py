@@ -186,6 +186,32 @@ def parse_query_gpu(lines: list[str], fields: tuple[str, ...] | None = None, rc:
     return GpuQuery(tuple(gpus), "; ".join(problems) or None)
 
 
+# ---- --query-compute-apps -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ComputeApp:
+    """One row of `--query-compute-apps=gpu_bus_id,pid,process_name,used_memory --format=csv,noheader,nounits`
+    (nvidia-smi prints nothing when no process uses a GPU). used_mib is None where it prints `[N/A]`."""
+
+    bus_id: str
+    pid: int
+    name: str
+    used_mib: int | None
+
+
+def parse_compute_apps(lines: list[str]) -> tuple[ComputeApp, ...]:
+    """A process name may hold commas: the first two cells and the last one are split off."""
+    apps = []
+    for line in lines:
+        line = ANSI.sub("", line).strip()
+        if not line or line.startswith("gpu_bus_id") or line.count(",") < 3:
+            continue
+        bus, pid, rest = (cell.strip() for cell in line.split(",", 2))
+        name, _, used = rest.rpartition(",")
+        if pid.isdigit():
+            apps.append(ComputeApp(bus, int(pid), name.strip(), _value(used.strip(), int)))
+    return tuple(apps)
+
+
 # ---- topo -m and topo -p2p X -------------------------------------------------------------------------
 GPU_NAME = re.compile(r"^GPU\d+$")
 

@@ -1,37 +1,69 @@
 #!/usr/bin/env python3
-"""Is the vLLM service really serving? Run on the host after a (re)start.
+"""Is the vLLM service really serving, and serving right? Run on the host after a (re)start.
 
-    service_probe.py --base-url http://127.0.0.1:8000 --model qwen-local --env-file /etc/vllm-rig/vllm.env
-                     [--timeout 900] [--warmup 2]
+    python3 vllm-rig-host.pyz service_probe --base-url http://127.0.0.1:8000 --model qwen-local
+        --env-file /etc/vllm-rig/vllm.env [--timeout 900] [--warmup 2] [--needle-words 6000]
 
 1. waits for /health (the first start compiles for minutes), printing progress;
 2. /v1/models must list the served model (a listed model is not proof of generation, so:)
 3. one real chat completion with the API key must return generated text;
-4. warm-up requests, so the first user's request does not pay for JIT compilation.
-Exit 0 serving, 1 answering wrongly (HTTP error, empty generation, model missing), 2 not up in time.
-The key is read from the env file (VLLM_API_KEY=...), never from the command line, and never printed.
-Standard library only: it runs with the host's python3.
+4. warm-up requests, so the first user's request does not pay for JIT compilation;
+5. known-answer checks (CHECKS), with the server as configured (MTP on): a sum, a needle from a long
+   prompt, and a streamed tool call that must arrive parsed as a tool call.
+Exit 0 serving, 1 answering wrongly (HTTP error, empty generation, model missing, a wrong answer), 2 not up
+in time. The deploy's proof runs this; the start check (start_check.py) and the watchdog (watchdog.py)
+import it from the same host package, so every start and every watchdog round asks the same questions.
+The key is read from the env file (VLLM_API_KEY=...) or the environment, never from the command line, and
+never printed. Standard library only: it runs with the host's python3.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import random
 import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+
+# The tool the tool-call check offers; a working server streams a call to it with {"city": "Paris"}.
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "description": "City name"}},
+            "required": ["city"],
+        },
+    },
+}
+NO_THINKING = {"enable_thinking": False}  # short answers; the tool-call check keeps the server's default
+
+
+@dataclass(frozen=True)
+class Result:
+    check: str
+    ok: bool
+    detail: str  # one line: what was asked, what came back
 
 
 def read_key(env_file: str | None) -> str | None:
-    if not env_file:
-        return None
-    with open(env_file) as f:
-        for line in f:
-            name, sep, value = line.strip().partition("=")
-            if sep and name == "VLLM_API_KEY":
-                return value.strip().strip('"') or None
-    return None
+    if env_file:
+        try:
+            with open(env_file) as f:
+                for line in f:
+                    name, sep, value = line.strip().partition("=")
+                    if sep and name == "VLLM_API_KEY":
+                        return value.strip().strip('"') or None
+        except OSError:
+            pass
+    return os.environ.get("VLLM_API_KEY") or None
 
 
 def request(base: str, path: str, key: str | None, body: dict | None = None, timeout: float = 60) -> tuple[int, str]:
@@ -49,7 +81,7 @@ def request(base: str, path: str, key: str | None, body: dict | None = None, tim
         return 0, str(err)
 
 
-def wait_healthy(base: str, timeout: float, say) -> bool:
+def wait_healthy(base: str, timeout: float, say: Callable[[str], None]) -> bool:
     start = time.monotonic()
     last_note = 0.0
     while time.monotonic() - start < timeout:
@@ -64,18 +96,177 @@ def wait_healthy(base: str, timeout: float, say) -> bool:
     return False
 
 
-def chat(base: str, key: str | None, model: str, prompt: str, max_tokens: int) -> tuple[bool, str]:
-    body = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens}
-    status, text = request(base, "/v1/chat/completions", key, body, timeout=600)
+def _one_line(text: str, limit: int = 160) -> str:
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def completion(
+    base: str, key: str | None, model: str, prompt: str, max_tokens: int, timeout: float = 600, kwargs=None
+) -> tuple[bool, str, dict]:
+    """(ok, one-line detail, message) of a non-streamed chat completion."""
+    body: dict = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens}
+    if kwargs is not None:
+        body["chat_template_kwargs"] = kwargs
+    status, text = request(base, "/v1/chat/completions", key, body, timeout=timeout)
     if status != 200:
         hint = " (the API key was refused)" if status == 401 else ""
-        return False, f"chat completion answered HTTP {status}{hint}: {text[:200]}"
-    message = json.loads(text)["choices"][0]["message"]
+        return False, f"HTTP {status}{hint}: {_one_line(text, 120)}", {}
+    answer = json.loads(text)
+    message = answer["choices"][0]["message"]
+    tokens = (answer.get("usage") or {}).get("completion_tokens", "?")
+    return True, f"generated {tokens} tokens", message
+
+
+def chat(base: str, key: str | None, model: str, prompt: str, max_tokens: int) -> tuple[bool, str]:
+    ok, detail, message = completion(base, key, model, prompt, max_tokens)
+    if not ok:
+        return False, f"chat completion answered {detail}"
     generated = (message.get("content") or "") + (message.get("reasoning_content") or "")
     if not generated.strip():
         return False, "chat completion returned no text"
-    usage = json.loads(text).get("usage", {})
-    return True, f"generated {usage.get('completion_tokens', '?')} tokens"
+    return True, detail
+
+
+# --- the known-answer checks --------------------------------------------------------------------------------
+def check_arithmetic(base: str, key: str | None, model: str, timeout: float = 600, rng=random) -> Result:
+    a, b = rng.randint(100, 899), rng.randint(100, 899)
+    prompt = f"What is {a} + {b}? Reply with the number only."
+    ok, detail, message = completion(base, key, model, prompt, 64, timeout, NO_THINKING)
+    if not ok:
+        return Result("arithmetic", False, f"{a}+{b}: {detail}")
+    content = (message.get("content") or "").strip()
+    digits = "".join(ch if ch.isdigit() else " " for ch in content).split()
+    if str(a + b) in digits:
+        return Result("arithmetic", True, f"{a}+{b} -> {a + b}")
+    return Result("arithmetic", False, f"{a}+{b}: expected {a + b}, answered {_one_line(content, 80)!r}")
+
+
+def needle_prompt(code: str, words: int, rng=random) -> str:
+    filler = ["The", "river", "keeps", "moving", "past", "old", "stone", "walls", "and", "quiet", "fields."]
+    half = [filler[i % len(filler)] for i in range(words // 2)]
+    rng.shuffle(half)
+    text = " ".join(half) + f" The vault code is {code}. " + " ".join(reversed(half))
+    return f"{text}\n\nWhat is the vault code mentioned above? Reply with the code only."
+
+
+def check_needle(base: str, key: str | None, model: str, words: int, timeout: float = 600, rng=random) -> Result:
+    code = str(rng.randint(100000, 999999))
+    ok, detail, message = completion(base, key, model, needle_prompt(code, words, rng), 32, timeout, NO_THINKING)
+    if not ok:
+        return Result("needle", False, f"{words}-word prompt: {detail}")
+    content = (message.get("content") or "").strip()
+    if code in content:
+        return Result("needle", True, f"found {code} in a {words}-word prompt")
+    return Result("needle", False, f"{words}-word prompt: expected {code}, answered {_one_line(content, 80)!r}")
+
+
+def stream_events(base: str, key: str | None, body: dict, timeout: float) -> tuple[int, list[dict], str]:
+    """(HTTP status, the parsed `data:` events, error text) of a streamed request."""
+    headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    req = urllib.request.Request(base + "/v1/chat/completions", json.dumps(body).encode(), headers)
+    events: list[dict] = []
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            for raw in resp:
+                line = raw.decode(errors="replace").strip()
+                if line.startswith("data:") and line[5:].strip() != "[DONE]":
+                    events.append(json.loads(line[5:].strip()))
+            return resp.status, events, ""
+    except urllib.error.HTTPError as err:
+        return err.code, events, err.read().decode(errors="replace")
+    except (urllib.error.URLError, OSError, ValueError) as err:
+        return 0, events, str(err)
+
+
+def check_tool_call(base: str, key: str | None, model: str, timeout: float = 600) -> Result:
+    """A streamed request with one tool offered must stream delta.tool_calls that assemble to the call."""
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": "What is the weather in Paris right now? Use the tool."}],
+        "tools": [WEATHER_TOOL],
+        "tool_choice": "auto",
+        "max_tokens": 2048,
+        "stream": True,
+    }
+    status, events, error = stream_events(base, key, body, timeout)
+    if status != 200:
+        return Result("tool_call", False, f"streamed request answered HTTP {status}: {_one_line(error, 120)}")
+    names: dict[int, str] = {}
+    arguments: dict[int, str] = {}
+    content, finish = "", None
+    for event in events:
+        for choice in event.get("choices") or []:
+            delta = choice.get("delta") or {}
+            content += delta.get("content") or ""
+            for call in delta.get("tool_calls") or []:
+                index = int(call.get("index", 0))
+                function = call.get("function") or {}
+                if function.get("name"):
+                    names[index] = function["name"]
+                arguments[index] = arguments.get(index, "") + (function.get("arguments") or "")
+            finish = choice.get("finish_reason") or finish
+    if not names:
+        return Result(
+            "tool_call",
+            False,
+            f"no tool_calls in the stream (finish_reason {finish}); content: {_one_line(content, 100)!r}",
+        )
+    try:
+        args = json.loads(arguments.get(0) or "{}")
+    except ValueError:
+        return Result("tool_call", False, f"{names.get(0)} with arguments that are not JSON: {arguments.get(0)!r}")
+    if names.get(0) != "get_weather" or "paris" not in str(args.get("city", "")).lower():
+        return Result("tool_call", False, f"expected get_weather(city=Paris), streamed {names.get(0)}({args})")
+    return Result("tool_call", True, f"streamed get_weather({json.dumps(args)}), finish_reason {finish}")
+
+
+CHECKS = ("arithmetic", "needle", "tool_call")
+
+
+def known_answers(base: str, key: str | None, model: str, needle_words: int, timeout: float = 600) -> list[Result]:
+    """Every check in order; stops at the first failure (its Result is last)."""
+    results = []
+    for run in (
+        lambda: check_arithmetic(base, key, model, timeout),
+        lambda: check_needle(base, key, model, needle_words, timeout),
+        lambda: check_tool_call(base, key, model, timeout),
+    ):
+        results.append(run())
+        if not results[-1].ok:
+            break
+    return results
+
+
+def prove(base: str, key: str | None, model: str, timeout: float, warmup: int, needle_words: int, say) -> Result:
+    """Everything a start must show, in order; the first failure, or the last check passed."""
+    if not wait_healthy(base, timeout, say):
+        return Result("health", False, f"not healthy within {timeout:.0f}s")
+    status, text = request(base, "/v1/models", key)
+    try:
+        listed = [m.get("id") for m in json.loads(text).get("data", [])] if status == 200 else []
+    except ValueError:
+        listed = []
+    if model not in listed:
+        return Result("models", False, f"/v1/models does not list {model} (HTTP {status})")
+    ok, detail = chat(base, key, model, "Reply with one word: ready?", 16)
+    say(detail)
+    if not ok:
+        return Result("generate", False, detail)
+    for i in range(warmup):
+        words = " ".join(["warm"] * (64 * (i + 1)))
+        ok, detail = chat(base, key, model, f"Summarize in one sentence: {words}", 32)
+        say(f"warm-up {i + 1}/{warmup}: {detail}")
+        if not ok:
+            return Result("warmup", False, detail)
+    result = Result("generate", True, "generated")
+    for result in known_answers(base, key, model, needle_words):
+        say(f"check {result.check}: {'ok' if result.ok else 'FAILED'}: {result.detail}")
+        if not result.ok:
+            return result
+    return result
 
 
 def main(argv: list[str]) -> int:
@@ -85,30 +276,18 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--env-file")
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--needle-words", type=int, default=6000)
     args = ap.parse_args(argv)
 
     def say(text: str) -> None:
         print(f"service_probe: {text}", flush=True)
 
     base, key = args.base_url.rstrip("/"), read_key(args.env_file)
-    if not wait_healthy(base, args.timeout, say):
-        say(f"not healthy within {args.timeout:.0f}s; see journalctl -u the service")
-        return 2
-    status, text = request(base, "/v1/models", key)
-    if status != 200 or args.model not in [m.get("id") for m in json.loads(text).get("data", [])]:
-        say(f"/v1/models does not list {args.model} (HTTP {status})")
-        return 1
-    ok, detail = chat(base, key, args.model, "Reply with one word: ready?", 16)
-    say(detail)
-    if not ok:
-        return 1
-    for i in range(args.warmup):
-        words = " ".join(["warm"] * (64 * (i + 1)))
-        ok, detail = chat(base, key, args.model, f"Summarize in one sentence: {words}", 32)
-        say(f"warm-up {i + 1}/{args.warmup}: {detail}")
-        if not ok:
-            return 1
-    return 0
+    result = prove(base, key, args.model, args.timeout, args.warmup, args.needle_words, say)
+    if result.ok:
+        return 0
+    say(f"check {result.check} failed: {result.detail}; see journalctl -u the service")
+    return 2 if result.check == "health" else 1
 
 
 if __name__ == "__main__":

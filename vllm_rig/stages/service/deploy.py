@@ -1,5 +1,6 @@
 """Service: the system user, the API key, the seed's unit rendered from settings, started, and proven to
-generate (a real chat completion with the key, then warm-up) after every change.
+generate (a real chat completion with the key, warm-up, known answers) after every change; the unit proves
+every start itself (start check) and waits for free GPUs; a timer runs the watchdog.
 
 Restarts only on a change: the unit, the key, or a runtime switched or caches cleared by the runtime stage
 since the service started (done here, after the GPU verdict has stopped and started it, so a change
@@ -16,13 +17,13 @@ from vllm_rig.context import host_state, preflight_failed
 from vllm_rig.core.files import config_files, text
 from vllm_rig.core.host_package import host_programs
 from vllm_rig.core.secrets import api_key_file
-from vllm_rig.core.systemd import unit_enabled_and_started
+from vllm_rig.core.systemd import unit_disabled_and_stopped, unit_enabled_and_started
 from vllm_rig.core.users import service_user
 from vllm_rig.paths import STATE_DIR, Layout
 from vllm_rig.settings import Settings
 from vllm_rig.stages.runtime.operations import restart_if_stale
 from vllm_rig.stages.service.proof import proven
-from vllm_rig.stages.service.unit import render_unit
+from vllm_rig.stages.service.unit import probe_args, render_unit, watchdog_units
 
 
 @deploy("Service")
@@ -41,9 +42,18 @@ def install_service(s: Settings) -> None:
         enabled=s.vllm_api_key == "auto",
     )
     unit_text = render_unit(s, layout)
-    host_programs(layout.host_package)  # the probe below runs from it
+    # The unit's start check and GPU wait, the watchdog and the deploy's probe all run from it.
+    host_programs(layout.host_package)
+    watchdog_service, watchdog_timer = watchdog_units(s, layout)
     unit = config_files(name=f"Unit {s.service_name}.service from settings", files=(text(layout.unit_path, unit_text),))
-    systemd.daemon_reload(name="Reload systemd units", _if=unit.did_change)
+    watchdog = config_files(
+        name="Watchdog service and timer from settings",
+        files=(
+            text(f"/etc/systemd/system/{paths.WATCHDOG_UNIT}.service", watchdog_service),
+            text(f"/etc/systemd/system/{paths.WATCHDOG_UNIT}.timer", watchdog_timer),
+        ),
+    )
+    systemd.daemon_reload(name="Reload systemd units", _if=lambda: unit.did_change() or watchdog.did_change())
     # Restart first (it acts only on a running service), then start: a first start is never
     # interrupted by a restart while it compiles.
     systemd.service(
@@ -58,13 +68,17 @@ def install_service(s: Settings) -> None:
         stamps=[paths.SWITCHED_STAMP, paths.HOST_FINGERPRINT],
     )
     unit_enabled_and_started(name=f"{s.service_name} enabled and started", unit=f"{s.service_name}.service")
-    probe = (
-        f"python3 {layout.host_package} service_probe --base-url http://127.0.0.1:{s.vllm_port} "
-        f"--model {s.served_model_name} "
-        f"--env-file {layout.env_file} --timeout {s.service_start_timeout_s}"
+    timer = f"{paths.WATCHDOG_UNIT}.timer"
+    if s.watchdog_enabled:
+        unit_enabled_and_started(name="Watchdog timer enabled and started", unit=timer)
+    else:
+        unit_disabled_and_stopped(name="Watchdog timer off (watchdog_enabled: false)", unit=timer)
+    probe = " ".join(
+        ["python3", layout.host_package, "service_probe", *probe_args(s, layout)]
+        + ["--timeout", str(s.service_start_timeout_s), "--needle-words", str(s.start_check_needle_words)]
     )
     proven(
-        name="A real chat completion with the key, then warm-up",
+        name="A real chat completion with the key, warm-up, then the known-answer checks",
         probe=probe,
         stamp=f"{STATE_DIR}/service-proven",
         link=layout.current,

@@ -3,6 +3,17 @@
 The default profile reproduces the first seed's unit: its Environment= lines in its order, its
 ExecStartPre check, its flags, Restart=always, RestartSec=10, TimeoutStartSec=900; the log file is an
 option (the journal by default). Paths, the user and names come from settings and the layout.
+
+Beyond the seed, every start waits for free GPUs (ExecStartPre, vllm_rig/host/gpu_wait.py) and is proven
+(ExecStartPost, vllm_rig/host/start_check.py). Why ExecStartPost and not a oneshot unit with
+BindsTo=/PartOf=: systemd keeps a unit "activating" until its ExecStartPost= commands exit, so
+`systemctl start`, a boot and anything ordered After= it wait for a proven server; a failing check fails
+that start itself, so Restart=always restarts it and systemd counts the restarts (NRestarts, reset by a
+start by hand) that bound it; and the check dies with the unit. A separate oneshot would see the service
+"active" before any proof, PartOf=/BindsTo= carry stops and restarts from the service to the check, not
+back, so it would have to restart the service itself, outside systemd's counters. The cost: all three
+share TimeoutStartSec, so the check gets what the GPU wait leaves of it (check_timeout()).
+Both run as root ("+"): they query nvidia-smi for every process and write /var/lib/vllm-rig.
 """
 
 from __future__ import annotations
@@ -12,6 +23,7 @@ from typing import Any
 
 import jinja2
 
+from vllm_rig import paths
 from vllm_rig.core.systemd_quote import quote_word
 from vllm_rig.paths import GUARD_UNIT, Layout
 from vllm_rig.settings import Settings
@@ -76,6 +88,69 @@ def exec_start_lines(s: Settings, layout: Layout) -> list[str]:
     return lines
 
 
+HOST_PYTHON = "/usr/bin/python3"  # the host package is stdlib only
+
+
+def check_timeout(s: Settings) -> int:
+    """Seconds the start check may wait for /health: what TimeoutStartSec leaves after the GPU wait."""
+    return max(s.service_start_timeout_s - s.gpu_wait_timeout_s - 30, 30)
+
+
+def probe_args(s: Settings, layout: Layout) -> list[str]:
+    """What service_probe.py, start_check.py and watchdog.py are told about the server."""
+    return [
+        "--base-url",
+        f"http://127.0.0.1:{s.vllm_port}",
+        "--model",
+        s.served_model_name,
+        "--env-file",
+        layout.env_file,
+    ]
+
+
+def gpu_wait_command(s: Settings, layout: Layout) -> str:
+    devices = "all" if s.device_ids is None else ",".join(str(i) for i in s.device_ids)
+    words = [HOST_PYTHON, layout.host_package, "gpu_wait", "--devices", devices]
+    words += ["--max-used-mib", str(s.gpu_wait_max_used_mib), "--timeout", str(s.gpu_wait_timeout_s)]
+    return "+" + " ".join(quote_word(w) for w in words)
+
+
+def start_check_command(s: Settings, layout: Layout) -> str:
+    words = [HOST_PYTHON, layout.host_package, "start_check", "--unit", f"{s.service_name}.service"]
+    words += probe_args(s, layout)
+    words += ["--timeout", str(check_timeout(s)), "--attempts", str(s.start_check_attempts)]
+    words += ["--needle-words", str(s.start_check_needle_words)]
+    words += ["--kv-shrink-share", repr(float(s.start_check_kv_shrink_share))]
+    words += ["--result", paths.START_CHECK_RESULT]
+    if s.vllm_log_file:
+        words += ["--log-file", s.vllm_log_file]
+    return "+" + " ".join(quote_word(w) for w in words)
+
+
+def watchdog_command(s: Settings, layout: Layout) -> str:
+    words = [HOST_PYTHON, layout.host_package, "watchdog", "--unit", f"{s.service_name}.service"]
+    words += probe_args(s, layout)
+    words += ["--failures", str(s.watchdog_failures), "--max-restarts", str(s.watchdog_max_restarts)]
+    words += ["--timeout", str(s.watchdog_timeout_s), "--result", paths.WATCHDOG_RESULT]
+    return " ".join(quote_word(w) for w in words)
+
+
+def _render(name: str, **variables: Any) -> str:
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True)
+    return env.from_string((TEMPLATE.parent / name).read_text()).render(**variables)
+
+
+def watchdog_units(s: Settings, layout: Layout) -> tuple[str, str]:
+    """(the watchdog's .service, its .timer)."""
+    service = _render(
+        "watchdog.service.j2",
+        service=f"{s.service_name}.service",
+        exec_start=watchdog_command(s, layout),
+        timeout_start_sec=s.watchdog_timeout_s * 3 + 60,
+    )
+    return service, _render("watchdog.timer.j2", interval_s=s.watchdog_interval_s)
+
+
 def unit_context(s: Settings, layout: Layout) -> dict[str, Any]:
     """Template variables for templates/vllm.service.j2 (pyinfra's files.template takes them as kwargs)."""
     return {
@@ -88,6 +163,8 @@ def unit_context(s: Settings, layout: Layout) -> dict[str, Any]:
         "environment": [(name, quote_word(value)) for name, value in environment(s, layout)],
         "env_file": layout.env_file,
         "exec_start_pre": layout.flashinfer_check,
+        "gpu_wait": gpu_wait_command(s, layout),
+        "start_check": start_check_command(s, layout),
         "exec_start": exec_start_lines(s, layout),
         "restart_sec": s.service_restart_sec,
         "timeout_start_sec": s.service_start_timeout_s,

@@ -1,0 +1,153 @@
+"""The day-two host programs' own logic: the GPU wait's reading of nvidia-smi, the watchdog's Xid names and
+bounds, the start check's KV cache verdict. The programs run against the stand-in server and the sandbox's
+systemd in tests/e2e/test_day_two.py; here each rule gets the inputs that make it pass and fail."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from vllm_rig.host import gpu_wait, nvidia_smi, start_check, watchdog
+
+# Rows in the formats `--query-gpu=index,pci.bus_id,memory.used` and
+# `--query-compute-apps=gpu_bus_id,pid,process_name,used_memory` print with csv,noheader,nounits.
+GPUS = "0, 00000000:01:00.0, 1\n1, 00000000:02:00.0, {used}\n"
+
+
+def fake_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gpus: str, apps: str) -> None:
+    (tmp_path / "gpus.txt").write_text(gpus)
+    (tmp_path / "apps.txt").write_text(apps)
+    exe = tmp_path / "nvidia-smi"
+    exe.write_text(
+        f'#!/bin/sh\ncase "$1" in --query-gpu=*) cat {tmp_path}/gpus.txt;; '
+        f"--query-compute-apps=*) cat {tmp_path}/apps.txt;; *) exit 2;; esac\n"
+    )
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+
+
+def test_free_gpus_start_at_once(tmp_path, monkeypatch, capsys) -> None:
+    fake_smi(tmp_path, monkeypatch, GPUS.format(used=3), "")
+    assert gpu_wait.main(["--devices", "0,1", "--timeout", "0"]) == 0
+
+
+def test_a_compute_process_is_named_with_its_card(tmp_path, monkeypatch, capsys) -> None:
+    fake_smi(tmp_path, monkeypatch, GPUS.format(used=20483), "00000000:02:00.0, 4242, python3 worker.py, 20480\n")
+    assert gpu_wait.main(["--devices", "0,1", "--timeout", "0"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1 and "GPU 1 (00000000:02:00.0) is held by pid 4242 python3 worker.py (20480 MiB)" in lines[0]
+
+
+def test_a_process_on_a_card_the_server_does_not_use_is_not_waited_for(tmp_path, monkeypatch) -> None:
+    fake_smi(tmp_path, monkeypatch, GPUS.format(used=20483), "00000000:02:00.0, 4242, python3, 20480\n")
+    assert gpu_wait.main(["--devices", "0", "--timeout", "0"]) == 0
+
+
+def test_memory_in_use_without_a_process_is_named(tmp_path, monkeypatch, capsys) -> None:
+    fake_smi(tmp_path, monkeypatch, GPUS.format(used=5000), "")
+    assert gpu_wait.main(["--devices", "all", "--max-used-mib", "1024", "--timeout", "0"]) == 1
+    assert "GPU 1 (00000000:02:00.0) has 5000 MiB in use (at most 1024 allowed)" in capsys.readouterr().out
+    assert gpu_wait.main(["--devices", "all", "--max-used-mib", "8000", "--timeout", "0"]) == 0
+
+
+def test_process_names_with_commas_and_na_memory() -> None:
+    apps = nvidia_smi.parse_compute_apps(["00000000:01:00.0, 7, /usr/bin/python3 -c a,b, [N/A]", ""])
+    assert apps == (nvidia_smi.ComputeApp("00000000:01:00.0", 7, "/usr/bin/python3 -c a,b", None),)
+    assert nvidia_smi.parse_compute_apps([]) == ()  # no process: nvidia-smi prints nothing
+
+
+def test_a_missing_gpu_and_a_failing_nvidia_smi_fail_the_wait(tmp_path, monkeypatch, capsys) -> None:
+    fake_smi(tmp_path, monkeypatch, "0, 00000000:01:00.0, 1\n", "")
+    assert gpu_wait.main(["--devices", "0,1", "--timeout", "0"]) == 1
+    assert "GPU 1 is not there" in capsys.readouterr().out
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert gpu_wait.main(["--devices", "0,1", "--timeout", "0"]) == 1
+
+
+# Kernel lines as NVIDIA's driver prints them (from public reports: NVIDIA/open-gpu-kernel-modules#1151 for
+# the 5xx "PCI:" form, older drivers without it).
+KERNEL = """\
+NVRM: GPU at PCI:0000:2b:00: GPU-0b11d014-1685-04bd-26ed-5fc0bc1c44ae
+NVRM: Xid (PCI:0000:2b:00): 79, GPU has fallen off the bus.
+NVRM: GPU 0000:2b:00.0: GPU has fallen off the bus.
+NVRM: Xid (PCI:0000:08:00): 31, Ch 0000003b, intr 10000000. MMU Fault: ENGINE GRAPHICS HUBCLIENT_SCC faulted
+NVRM: Xid (PCI:0000:08:00): 31, Ch 0000003b, intr 10000000. MMU Fault: ENGINE GRAPHICS HUBCLIENT_SCC faulted
+NVRM: Xid (0000:01:00): 13, 0005 00000000 0000502d 00000104 00000000 00000100
+NVRM: Xid (PCI:0000:01:00): 154, something new
+usb 2-3: reset high-speed USB device
+"""
+
+
+def test_xid_events_are_named_in_one_line() -> None:
+    events = watchdog.xid_events(KERNEL)
+    assert events == [
+        ("0000:2b:00", 79),
+        ("0000:08:00", 31),
+        ("0000:08:00", 31),
+        ("0000:01:00", 13),
+        ("0000:01:00", 154),
+    ]
+    line = watchdog.describe_xids(events)
+    assert "\n" not in line
+    assert line.startswith("Xid 79 on 0000:2b:00 (GPU has fallen off the bus); Xid 31 on 0000:08:00 (GPU memory page")
+    assert "x2" in line and "Xid 13 on 0000:01:00 (graphics engine exception)" in line
+    assert "Xid 154 on 0000:01:00 (see NVIDIA's Xid catalog)" in line
+    assert watchdog.describe_xids(watchdog.xid_events("nothing here")) == ""
+
+
+def test_kv_cache_first_size_is_recorded_and_a_smaller_one_restarts_once(tmp_path) -> None:
+    said: list[str] = []
+    state_dir, record = tmp_path, str(tmp_path / "kv-cache.json")
+    assert start_check.kv_verdict(207_692, 0.2, 1, said.append, record) == (True, "KV cache 207,692 tokens recorded")
+    assert json.loads((state_dir / "kv-cache.json").read_text())["tokens"] == 207_692
+    assert start_check.kv_verdict(180_000, 0.2, 1, said.append, record)[0] is True  # 13% smaller: within the share
+    ok, detail = start_check.kv_verdict(103_846, 0.2, 1, said.append, record)
+    assert not ok and "50% below the recorded 207,692" in detail and "restarting once" in detail
+    ok, detail = start_check.kv_verdict(103_846, 0.2, 2, said.append, record)  # the start after that restart
+    assert ok and said and said[-1].startswith("WARNING: KV cache 103,846 tokens")
+    assert json.loads((state_dir / "kv-cache.json").read_text())["tokens"] == 207_692  # the record stays
+    assert start_check.kv_verdict(None, 0.2, 1, said.append, record)[0] is True
+
+
+def test_results_are_written_whole_with_the_contract_keys(tmp_path) -> None:
+    path = tmp_path / "start-check.json"
+    start_check.write_json(str(path), start_check.result(False, "needle", "expected 1, answered 2"))
+    data = json.loads(path.read_text())
+    assert set(data) == {"time", "ok", "check", "detail", "boot_id"} and data["time"].endswith("Z")
+    assert data["boot_id"] == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    assert [p.name for p in tmp_path.iterdir()] == ["start-check.json"]  # no temporary file left
+
+
+def test_the_watchdog_restarts_after_n_failures_then_gives_up_once(tmp_path, monkeypatch, capsys) -> None:
+    restarts: list[list[str]] = []
+
+    class Run:
+        def __init__(self, out: str) -> None:
+            self.stdout, self.returncode = out, 0
+
+    def fake_run(cmd, **_kw):
+        if cmd[:2] == ["systemctl", "is-active"]:
+            return Run("active\n")
+        if cmd[:2] == ["systemctl", "restart"]:
+            restarts.append(cmd)
+        return Run("")
+
+    monkeypatch.setattr(watchdog.subprocess, "run", fake_run)
+    wrong = watchdog.service_probe.Result("arithmetic", False, "123+456: expected 579, answered '1+2=3'")
+    monkeypatch.setattr(watchdog.service_probe, "check_arithmetic", lambda *a, **k: wrong)
+    args = ["--unit", "vllm.service", "--base-url", "http://127.0.0.1:9", "--model", "m", "--failures", "2"]
+    args += ["--max-restarts", "1", "--result", str(tmp_path / "w.json"), "--state", str(tmp_path / "s.json")]
+    for _ in range(6):
+        watchdog.main(args)
+    out = capsys.readouterr().out
+    assert len(restarts) == 1 and out.count("giving up") == 1 and "answered '1+2=3'" in out
+    record = json.loads((tmp_path / "w.json").read_text())
+    assert record["ok"] is False and record["check"] == "arithmetic" and record["failures_in_row"] == 4
+    right = watchdog.service_probe.Result("arithmetic", True, "123+456 -> 579")
+    monkeypatch.setattr(watchdog.service_probe, "check_arithmetic", lambda *a, **k: right)
+    watchdog.main(args)
+    assert json.loads((tmp_path / "w.json").read_text())["failures_in_row"] == 0
