@@ -208,7 +208,8 @@ def parse_compute_apps(lines: list[str]) -> tuple[ComputeApp, ...]:
         bus, pid, rest = (cell.strip() for cell in line.split(",", 2))
         name, _, used = rest.rpartition(",")
         if pid.isdigit():
-            apps.append(ComputeApp(bus, int(pid), name.strip(), _value(used.strip(), int)))
+            used_mib = _value(used.strip(), int)
+            apps.append(ComputeApp(bus, int(pid), name.strip(), used_mib if isinstance(used_mib, int) else None))
     return tuple(apps)
 
 
