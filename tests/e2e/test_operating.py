@@ -106,6 +106,7 @@ def test_status_of_two_hosts_one_mid_build_one_serving(two_hosts: Rig) -> None:
         _chat(key, "rig1", "qwen-local")  # tokens between this read and the next
         as_json, json_s = _status(two_hosts, "--data", "status_format=json")
         building = two_hosts.ssh("rig2", "systemctl list-units --no-legend 'vllm-rig-build-*'")
+        restarts = two_hosts.ssh("rig1", "systemctl show -p NRestarts --value vllm.service").strip()
     finally:
         forge.write_knobs(build_seconds=2)
     print(f"\nstatus of two hosts, one mid-build: table {table_s:.2f}s, json {json_s:.2f}s\n{table.stderr[-6000:]}")
@@ -120,7 +121,8 @@ def test_status_of_two_hosts_one_mid_build_one_serving(two_hosts: Rig) -> None:
 
     serving = by_host["rig1"]["sections"]
     assert serving["service"]["state"] == "active (running)"
-    assert serving["service"]["restarts since boot"] == 0
+    # systemd's own count (earlier tests on this machine may have killed the server): the view reads it right
+    assert serving["service"]["restarts since boot"] == int(restarts)
     assert serving["api"]["answers"] == "yes, with the key: qwen-local"
     assert serving["gpu verdict"]["last"].startswith("pass at ")
     assert serving["model"]["verified"].startswith("yes: every file's sha256")
