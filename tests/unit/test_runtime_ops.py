@@ -108,7 +108,7 @@ SWITCH = {"root": ROOT, "target": "new", "flashinfer_cache": "/var/lib/vllm/.cac
 
 def _stamps(**stamps: tuple[int, str]) -> dict[str, list[str]]:
     """What the Stamps fact prints for these stamps: path, mtime and key per line."""
-    return {"vllm-rig-stamps": [f"{path}\t{mtime}\t{key}" for path, (mtime, key) in stamps.items()]}
+    return {"echo @@stamps": ["@@stamps", *(f"{path}\t{mtime}\t{key}" for path, (mtime, key) in stamps.items())]}
 
 
 def test_switch_keeps_the_old_runtime_as_previous_and_clears_flashinfer_jit() -> None:

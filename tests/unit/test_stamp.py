@@ -54,7 +54,7 @@ def test_a_key_is_one_line() -> None:
 
 
 def _stamps(**stamps: tuple[int, str]) -> dict[str, list[str]]:
-    return {"vllm-rig-stamps": [f"{path}\t{mtime}\t{key}" for path, (mtime, key) in stamps.items()]}
+    return {"echo @@stamps": ["@@stamps", *(f"{path}\t{mtime}\t{key}" for path, (mtime, key) in stamps.items())]}
 
 
 S = paths.INITRAMFS_STAMP

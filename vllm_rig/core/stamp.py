@@ -19,11 +19,12 @@ from dataclasses import dataclass
 from weakref import WeakKeyDictionary
 
 from pyinfra import host, state
-from pyinfra.api import FactBase, FunctionCommand, StringCommand, operation
+from pyinfra.api import FunctionCommand, StringCommand, operation
 from pyinfra.api.host import Host
 
 from vllm_rig import paths
 from vllm_rig.core.become import sudo_args
+from vllm_rig.core.facts import SectionFact, Sections, section_command
 
 
 @dataclass(frozen=True)
@@ -35,22 +36,26 @@ class Stamp:
 ABSENT = Stamp()
 
 
-class Stamps(FactBase):
+class Stamps(SectionFact[dict[str, Stamp]]):
     """{path: Stamp} for the stamp files that exist among `files`, in one command."""
-
-    def command(self, files: tuple[str, ...]) -> str:
-        script = (
-            'for f in "$@"; do [ -f "$f" ] || continue; '
-            'printf "%s\\t%s\\t%s\\n" "$f" "$(stat -c %Y "$f")" "$(head -n 1 "$f")"; done'
-        )
-        return f"sh -c {shlex.quote(script)} vllm-rig-stamps " + " ".join(shlex.quote(f) for f in files)
-
-    def process(self, output: list[str]) -> dict[str, Stamp]:
-        return parse_stamps(output)
 
     @staticmethod
     def default() -> dict[str, Stamp]:
         return {}
+
+    def command(self, files: tuple[str, ...]) -> str:
+        names = " ".join(shlex.quote(f) for f in files)
+        return section_command(
+            {
+                "stamps": (
+                    f'for f in {names}; do [ -f "$f" ] || continue; '
+                    'printf "%s\\t%s\\t%s\\n" "$f" "$(stat -c %Y "$f")" "$(head -n 1 "$f")"; done'
+                )
+            }
+        )
+
+    def parse(self, sections: Sections) -> dict[str, Stamp]:
+        return parse_stamps(sections.lines("stamps"))
 
 
 def parse_stamps(output: list[str]) -> dict[str, Stamp]:

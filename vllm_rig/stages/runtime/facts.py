@@ -9,8 +9,6 @@ import json
 import shlex
 from typing import Any, TypedDict
 
-from pyinfra.api import FactBase
-
 from vllm_rig.core.facts import SectionFact, Sections, first_line, section_command, split_sections
 
 
@@ -250,40 +248,54 @@ class LogTail(SectionFact[list[str]]):
         return []
 
 
-class LoadedHost(FactBase):
+class LoadedHost(SectionFact[str]):
     """ "kernel=<release> driver=<loaded nvidia module version>": what JIT caches (FlashInfer, Triton, torch
     extensions, vLLM's P2P cache) are valid for. Read when the operation runs, after any reboot of the run."""
 
+    @staticmethod
+    def default() -> str:
+        return "kernel=unknown driver=none"
+
     def command(self) -> str:
-        return _sh("echo @@kernel; uname -r; echo @@driver; cat /sys/module/nvidia/version 2>/dev/null || true")
+        return section_command({"kernel": "uname -r", "driver": "cat /sys/module/nvidia/version 2>/dev/null"})
 
-    def process(self, output: list[str]) -> str:
-        raw = split_sections(output)
-        return f"kernel={first_line(raw.get('kernel')) or 'unknown'} driver={first_line(raw.get('driver')) or 'none'}"
+    def parse(self, sections: Sections) -> str:
+        return f"kernel={sections.first('kernel') or 'unknown'} driver={sections.first('driver') or 'none'}"
 
 
-class ServiceStart(FactBase):
-    """{"state": ActiveState, "started": when its main process started, epoch seconds on the host's clock}."""
+class Started(TypedDict):
+    state: str  # the unit's ActiveState
+    started: int | None  # when its main process started, epoch seconds on the host's clock; None: no process
+
+
+class ServiceStart(SectionFact[Started]):
+    """When the service's main process started, to compare with the stamps' times."""
+
+    @staticmethod
+    def default() -> Started:
+        return {"state": "unknown", "started": None}
 
     def command(self, service: str) -> str:
         unit = shlex.quote(f"{service}.service")
-        return _sh(
-            f"echo @@state; systemctl show {unit} -p ActiveState --value 2>/dev/null || true; "
-            f"pid=$(systemctl show {unit} -p MainPID --value 2>/dev/null); "
-            'echo @@started; if [ -n "$pid" ] && [ "$pid" != 0 ]; then '
-            'echo $(( $(date +%s) - $(ps -o etimes= -p "$pid" || echo 0) )); fi'
+        return section_command(
+            {
+                "state": f"systemctl show {unit} -p ActiveState --value",
+                "started": (
+                    f"( pid=$(systemctl show {unit} -p MainPID --value 2>/dev/null); "
+                    'if [ -n "$pid" ] && [ "$pid" != 0 ]; then '
+                    'echo $(( $(date +%s) - $(ps -o etimes= -p "$pid" || echo 0) )); fi )'
+                ),
+            }
         )
 
-    def process(self, output: list[str]) -> dict[str, Any]:
-        raw = split_sections(output)
-        started = first_line(raw.get("started"))
-        return {
-            "state": first_line(raw.get("state")) or "unknown",
-            "started": int(started) if started and started.lstrip("-").isdigit() else None,
-        }
+    def parse(self, sections: Sections) -> Started:
+        started = sections.first("started")
+        if started is not None and not started.lstrip("-").isdigit():
+            sections.unreadable("started", started)
+        return {"state": sections.first("state") or "unknown", "started": int(started) if started else None}
 
 
-def restart_needed(found: dict[str, Any], changed: int | None) -> bool:
+def restart_needed(found: Started, changed: int | None) -> bool:
     """The service runs (or starts) and began before `changed`, when the runtime or its caches last changed."""
     if found["state"] not in ("active", "activating", "reloading"):
         return False
