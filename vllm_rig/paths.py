@@ -28,18 +28,24 @@ MODEL_FETCH_STATUS = f"{STATE_DIR}/model-fetch.json"
 HF_TOKEN_FILE = f"{ETC_DIR}/hf-token.env"
 MODELS_RECORD = f"{STATE_DIR}/models.json"  # the models served, newest first (model_catalogue.py)
 HF_HOME = f"{STATE_DIR}/hf-home"  # the fetch's own HF_HOME: no token or cache from root's home is used
-# The runtime stage's state and markers.
-HOST_FINGERPRINT = f"{STATE_DIR}/host-fingerprint"  # kernel and driver the caches were made with
-SWITCHED_STAMP = f"{STATE_DIR}/runtime-switched"  # touched when `current` moves
-FLASHQLA_STAMP = f"{STATE_DIR}/flashqla-extension"  # the runtime whose FlashQLA extension is built
 LOG_DIR = f"{STATE_DIR}/logs"
-APT_LISTS_STAMP = f"{STATE_DIR}/apt-lists.stamp"  # when vllm-rig last refreshed the apt lists
 GPU_VERDICT = f"{STATE_DIR}/gpu-verdict.json"  # the last GPU verdict (vllm_rig/host/gpu_verdict.py --json-out)
 # The service's last start check and watchdog run: JSON {"time", "ok", "check", "detail", "boot_id"}
 # (+ "failures_in_row" for the watchdog). Absent: not installed on this host.
 START_CHECK_RESULT = f"{STATE_DIR}/start-check.json"
 WATCHDOG_RESULT = f"{STATE_DIR}/watchdog.json"
 WATCHDOG_UNIT = "vllm-rig-watchdog"  # .service (one round) and .timer
+# Stamps (vllm_rig/core/stamp.py): each holds the key of what was last done on the host, written only after
+# it succeeded. All of them are read with one remote command per run, so every stamp is listed in STAMPS.
+INITRAMFS_STAMP = f"{STATE_DIR}/initramfs-nouveau.stamp"  # the nouveau blacklist the initramfs was rebuilt for
+HOST_FINGERPRINT = f"{STATE_DIR}/host-fingerprint"  # kernel and driver the JIT caches were made with
+SWITCHED_STAMP = f"{STATE_DIR}/runtime-switched"  # the runtime `current` was last switched to (deploy or rollback)
+FLASHQLA_STAMP = f"{STATE_DIR}/flashqla-extension"  # the runtime whose FlashQLA extension is built
+GPU_VERDICT_PROVEN = f"{STATE_DIR}/gpu-verdict-proven"  # what the GPU verdict last passed for
+SERVICE_PROVEN = f"{STATE_DIR}/service-proven"  # what the service last answered a real completion for
+STAMPS = (INITRAMFS_STAMP, HOST_FINGERPRINT, SWITCHED_STAMP, FLASHQLA_STAMP, GPU_VERDICT_PROVEN, SERVICE_PROVEN)
+# Not a keyed stamp: its time says when vllm-rig last refreshed the apt lists (the lists' own fact reads it).
+APT_LISTS_STAMP = f"{STATE_DIR}/apt-lists.stamp"
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from tests.sandbox.fixtures import nvidia_repo
 pytestmark = pytest.mark.sandbox
 NAME = "rig3"
 # NVIDIA's ubuntu2404 names for branch 580 and the proprietary flavour (group_data/all.py's default), as
-# its repository spells them (shared/notes/nvidia-apt-notes.md): the branch is in the name.
+# the Packages index of its CUDA repository (ubuntu2404/x86_64) spells them: the branch is in the name.
 UBUNTU_DRIVER = {"libnvidia-compute-580", "nvidia-dkms-580", "nvidia-utils-580", "nvidia-compute-utils-580"}
 DEBIAN_DRIVER = {"nvidia-driver-cuda", "nvidia-kernel-dkms", "nvidia-smi", "nvidia-persistenced"}
 # What the README's version table reads off the machine.

@@ -1,5 +1,6 @@
-"""The two reference setups, as data (from the user's source documents; kept here so tests never read
-../shared). Flags in their order with their values (None for a bare flag), environment and unit settings."""
+"""The two reference setups, as data (from the user's two source documents, copied here so the tests need
+nothing outside the repository). Flags in their order with their values (None for a bare flag), environment
+and unit settings."""
 
 SEED1_ENV = {
     "CUDA_HOME": "/usr/local/cuda",

@@ -12,8 +12,9 @@ from tests.unit.groupdata import profile_data
 from vllm_rig.settings import Settings
 from vllm_rig.stages.runtime import plan as runtime
 from vllm_rig.stages.runtime.facts import (
-    HostFingerprint,
+    LoadedHost,
     LogProgress,
+    ServiceStart,
     checkout_matches,
     parse_build_state,
     parse_runtime_state,
@@ -275,16 +276,10 @@ def test_checkout_matches_a_commit_or_a_tag_at_head() -> None:
     assert not checkout_matches({"head": None, "tag": None}, sha)
 
 
-def test_host_fingerprint_names_kernel_and_driver() -> None:
-    out = ["@@kernel", "6.8.0-49-generic", "@@driver", "580.159.03", "@@recorded", "kernel=6.8.0-49-generic driver=x"]
-    assert HostFingerprint().process(out) == {
-        "now": "kernel=6.8.0-49-generic driver=580.159.03",
-        "recorded": "kernel=6.8.0-49-generic driver=x",
-    }
-    assert HostFingerprint().process(["@@kernel", "k", "@@driver", "@@recorded"]) == {
-        "now": "kernel=k driver=none",
-        "recorded": None,
-    }
+def test_loaded_host_names_kernel_and_driver() -> None:
+    out = ["@@kernel", "6.8.0-49-generic", "@@driver", "580.159.03"]
+    assert LoadedHost().process(out) == "kernel=6.8.0-49-generic driver=580.159.03"
+    assert LoadedHost().process(["@@kernel", "k", "@@driver"]) == "kernel=k driver=none"  # no module loaded
 
 
 def test_log_progress_counts_whole_lines() -> None:
@@ -302,17 +297,25 @@ def test_progress_shows_steps_in_order_and_only_the_newest_compile_line() -> Non
 
 
 @pytest.mark.parametrize(
-    ("found", "restart"),
+    ("found", "changed", "restart"),
     [
-        ({"state": "active", "started": 100, "changed": 200}, True),
-        ({"state": "activating", "started": 100, "changed": 200}, True),
-        ({"state": "active", "started": 300, "changed": 200}, False),
-        ({"state": "inactive", "started": None, "changed": 200}, False),
-        ({"state": "active", "started": 100, "changed": None}, False),
+        ({"state": "active", "started": 100}, 200, True),
+        ({"state": "activating", "started": 100}, 200, True),
+        ({"state": "active", "started": 300}, 200, False),
+        ({"state": "inactive", "started": None}, 200, False),
+        ({"state": "active", "started": 100}, None, False),
     ],
 )
-def test_restart_only_a_running_service_older_than_the_last_change(found: dict, restart: bool) -> None:
-    assert restart_needed(found) is restart
+def test_restart_only_a_running_service_older_than_the_last_change(found: dict, changed: int, restart: bool) -> None:
+    assert restart_needed(found, changed) is restart
+
+
+def test_service_start_is_read_as_epoch_seconds() -> None:
+    assert ServiceStart().process(["@@state", "active", "@@started", "1764600000"]) == {
+        "state": "active",
+        "started": 1764600000,
+    }
+    assert ServiceStart().process(["@@state", "inactive", "@@started"]) == {"state": "inactive", "started": None}
 
 
 def test_build_unit_outlives_ssh_and_has_its_own_timeout() -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from tests.unit.fake_host import plan as _plan
 from vllm_rig.core.git import GitSource, checkout_script, fetch_script, git_checkouts
+from vllm_rig.paths import FLASHQLA_STAMP, HOST_FINGERPRINT, SWITCHED_STAMP
 from vllm_rig.stages.runtime.facts import GitCheckouts, checkout_matches
 from vllm_rig.stages.runtime.operations import (
     Directory,
@@ -19,7 +20,6 @@ from vllm_rig.stages.runtime.operations import (
     directories,
     restart_if_stale,
     switch_runtime,
-    warm_flashqla,
 )
 
 ROOT = "/opt/vllm-rig"
@@ -103,19 +103,38 @@ def test_another_running_build_stops_this_one() -> None:
     assert len(commands) == 1 and commands[0].startswith("FunctionCommand(fail_host")
 
 
-SWITCH = {"root": ROOT, "target": "new", "flashinfer_cache": "/var/lib/vllm/.cache/flashinfer", "stamp": "/s"}
+SWITCH = {"root": ROOT, "target": "new", "flashinfer_cache": "/var/lib/vllm/.cache/flashinfer"}
+
+
+def _stamps(**stamps: tuple[int, str]) -> dict[str, list[str]]:
+    """What the Stamps fact prints for these stamps: path, mtime and key per line."""
+    return {"echo @@stamps": ["@@stamps", *(f"{path}\t{mtime}\t{key}" for path, (mtime, key) in stamps.items())]}
 
 
 def test_switch_keeps_the_old_runtime_as_previous_and_clears_flashinfer_jit() -> None:
-    changed, commands = _plan(_runtimes("old", None, old="complete\t\t", new="complete\t\t"), switch_runtime, **SWITCH)
+    responses = {**_runtimes("old", None, old="complete\t\t", new="complete\t\t"), **_stamps()}
+    changed, commands = _plan(responses, switch_runtime, **SWITCH)
     assert changed is True
-    assert commands[0] == f"ln -sfn {ROOT}/runtimes/new {ROOT}/.current.new && mv -T {ROOT}/.current.new {ROOT}/current"
-    assert (
-        commands[1] == f"ln -sfn {ROOT}/runtimes/old {ROOT}/.previous.new && mv -T {ROOT}/.previous.new {ROOT}/previous"
-    )
-    assert commands[2].startswith("rm -rf /var/lib/vllm/.cache/flashinfer") and commands[2].endswith("touch /s")
-    assert len(commands) == 3
-    assert _plan(_runtimes("new", "old", old="complete", new="complete"), switch_runtime, **SWITCH)[0] is False
+    steps = commands[0].split(" && ")
+    assert steps[:4] == [
+        f"ln -sfn {ROOT}/runtimes/new {ROOT}/.current.new",
+        f"mv -T {ROOT}/.current.new {ROOT}/current",
+        f"ln -sfn {ROOT}/runtimes/old {ROOT}/.previous.new",
+        f"mv -T {ROOT}/.previous.new {ROOT}/previous",
+    ]
+    assert steps[4] == "rm -rf /var/lib/vllm/.cache/flashinfer"
+    assert steps[-1] == f"printf '%s\\n' {ROOT}/runtimes/new > {SWITCHED_STAMP}"  # the stamp names the runtime
+    assert commands[1] == "FunctionCommand(_forget, (), {})" and len(commands) == 2
+    done = {**_runtimes("new", "old", old="complete", new="complete"), **_stamps()}
+    done |= _stamps(**{SWITCHED_STAMP: (100, f"{ROOT}/runtimes/new")})
+    assert _plan(done, switch_runtime, **SWITCH)[0] is False
+
+
+def test_a_switch_cut_before_its_stamp_records_it_on_the_next_run() -> None:
+    responses = {**_runtimes("new", "old", old="complete", new="complete"), **_stamps()}
+    responses |= _stamps(**{SWITCHED_STAMP: (100, f"{ROOT}/runtimes/old")})
+    changed, commands = _plan(responses, switch_runtime, **SWITCH)
+    assert changed and not commands[0].startswith("ln ") and commands[0].endswith(SWITCHED_STAMP)
 
 
 def test_switch_removes_runtimes_other_than_current_previous_and_a_running_build() -> None:
@@ -124,9 +143,9 @@ def test_switch_removes_runtimes_other_than_current_previous_and_a_running_build
     )
     _, commands = _plan(responses, switch_runtime, **SWITCH)
     assert commands[-1] == f"rm -rf {ROOT}/runtimes/c {ROOT}/runtimes/older"  # new is current, old is previous
-    _, commands = _plan(
-        _runtimes("new", "old", old="complete\t\t", new="complete\t\t", c="\t\t"), switch_runtime, **SWITCH
-    )
+    kept = _runtimes("new", "old", old="complete\t\t", new="complete\t\t", c="\t\t")
+    kept |= _stamps(**{SWITCHED_STAMP: (100, f"{ROOT}/runtimes/new")})
+    _, commands = _plan(kept, switch_runtime, **SWITCH)
     assert commands == [f"rm -rf {ROOT}/runtimes/c"]  # a failed build's runtime, after a re-run that kept current
 
 
@@ -141,30 +160,25 @@ def test_directories_are_made_with_mode_and_owner_in_one_read() -> None:
 
 
 def test_caches_are_cleared_only_when_kernel_or_driver_changed() -> None:
-    same = {"echo @@kernel": ["@@kernel", "k1", "@@driver", "580.1", "@@recorded", "kernel=k1 driver=580.1"]}
-    assert _plan(same, clear_host_caches, record="/r", caches=["/c1", "/c2/*"])[0] is False
-    moved = {"echo @@kernel": ["@@kernel", "k1", "@@driver", "580.2", "@@recorded", "kernel=k1 driver=580.1"]}
-    changed, commands = _plan(moved, clear_host_caches, record="/r", caches=["/c1", "/c2/*"])
-    assert changed and commands[0] == "rm -rf /c1 /c2/*" and "kernel=k1 driver=580.2" in commands[1]
-
-
-def test_flashqla_extension_is_built_once_per_runtime() -> None:
-    kwargs = {"root": ROOT, "stamp": "/st", "library": "/ext.so", "command": "warm"}
-    built = {"echo @@built": ["@@current", f"{ROOT}/runtimes/a", "@@stamp", f"{ROOT}/runtimes/a", "@@built", "yes"]}
-    assert _plan(built, warm_flashqla, **kwargs)[0] is False
-    switched = {"echo @@built": ["@@current", f"{ROOT}/runtimes/b", "@@stamp", f"{ROOT}/runtimes/a", "@@built", "yes"]}
-    changed, commands = _plan(switched, warm_flashqla, **kwargs)
-    assert changed and commands[0].startswith("warm && printf")
-    cleared = {"echo @@built": ["@@current", f"{ROOT}/runtimes/a", "@@stamp", f"{ROOT}/runtimes/a", "@@built"]}
-    assert _plan(cleared, warm_flashqla, **kwargs)[0] is True  # caches cleared: build it again
+    loaded = {"echo @@kernel": ["@@kernel", "k1", "@@driver", "580.1"]}
+    same = {**loaded, **_stamps(**{HOST_FINGERPRINT: (100, "kernel=k1 driver=580.1")})}
+    assert _plan(same, clear_host_caches, caches=["/c1", "/c2/*"])[0] is False
+    moved = {**loaded, **_stamps(**{HOST_FINGERPRINT: (100, "kernel=k1 driver=580.0")})}
+    changed, commands = _plan(moved, clear_host_caches, caches=["/c1", "/c2/*"])
+    assert changed and commands[0].startswith(f"rm -rf /c1 /c2/* && rm -f {FLASHQLA_STAMP} && mkdir -p")
+    assert commands[0].endswith(f"'kernel=k1 driver=580.1' > {HOST_FINGERPRINT}")
+    assert _plan(loaded, clear_host_caches, caches=["/c1"])[0] is True  # first run: nothing recorded
 
 
 def test_a_stale_service_is_restarted_with_try_restart() -> None:
-    stale = {"echo @@started": ["@@state", "active", "@@started", "100", "@@changed", "200"]}
-    changed, commands = _plan(stale, restart_if_stale, service="vllm", stamps=["/a", "/b"])
+    stamps = _stamps(**{SWITCHED_STAMP: (200, "/r/a"), HOST_FINGERPRINT: (50, "k")})
+    stale = {"echo @@started": ["@@state", "active", "@@started", "100"], **stamps}
+    changed, commands = _plan(stale, restart_if_stale, service="vllm", stamps_loaded=[SWITCHED_STAMP, HOST_FINGERPRINT])
     assert changed and commands == ["systemctl try-restart vllm.service"]
-    fresh = {"echo @@started": ["@@state", "active", "@@started", "300", "@@changed", "200"]}
-    assert _plan(fresh, restart_if_stale, service="vllm", stamps=["/a"])[0] is False
+    fresh = {"echo @@started": ["@@state", "active", "@@started", "300"], **stamps}
+    assert _plan(fresh, restart_if_stale, service="vllm", stamps_loaded=[SWITCHED_STAMP])[0] is False
+    # Only the stamps named count: the host fingerprint is older than the start, the switch newer.
+    assert _plan(stale, restart_if_stale, service="vllm", stamps_loaded=[HOST_FINGERPRINT])[0] is False
 
 
 def test_git_checkouts_are_decided_by_head_in_one_read() -> None:

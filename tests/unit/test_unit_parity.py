@@ -3,10 +3,11 @@
 Allowed differences: paths (model, venv, FlashQLA, CUDA toolkit, working directory, check script, log),
 the user, and cache/secret plumbing the seed did by hand (HOME, TORCH_EXTENSIONS_DIR, EnvironmentFile).
 Where the fork's v0.1.x line spells the seed's intent differently (the first seed's box ran upstream vLLM
-0.24 plus its owner's patch, ../shared/notes/errata.md), the seed is translated first and the intent
-compared: `--device-ids 0,1` is CUDA_VISIBLE_DEVICES=0,1; the `default_thinking_token_budget` key has no
-server-side form on the fork's line (the setting of that name must stay null). Everything else (every
-flag, value, environment variable, restart and timeout setting) must match.
+0.24 plus its owner's patch, not the fork: the README's "The runtime against the real sources"), the seed is
+translated first and the intent compared: `--device-ids 0,1` is CUDA_VISIBLE_DEVICES=0,1; the
+`default_thinking_token_budget` key has no server-side form on the fork's line (the setting of that name
+must stay null). Everything else (every flag, value, environment variable, restart and timeout setting) must
+match.
 """
 
 from __future__ import annotations

@@ -18,10 +18,10 @@ from pyinfra.operations import files, python
 
 from vllm_rig.context import preflight_failed
 from vllm_rig.core.host_package import host_programs
+from vllm_rig.core.stamp import streamed
 from vllm_rig.paths import STATE_DIR, Layout
 from vllm_rig.settings import Settings
 from vllm_rig.stages.bench.charts import write_run_chart
-from vllm_rig.stages.service.proof import streamed
 
 
 @deploy("Bench")

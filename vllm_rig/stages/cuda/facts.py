@@ -8,7 +8,8 @@ from typing import TypedDict
 
 from vllm_rig.core.facts import SectionFact, Sections, section_command
 
-# The fork's build.sh refuses to build without these (shared/notes/fork-notes.md).
+# The fork's build.sh refuses to build without these static libraries: validate_cuda_dev_files() in
+# culyun/vLLM-2080Ti-Definitive@399bb74d:build.sh (a mirror of the fork's v0.1.17 release).
 STATIC_LIBS = ("libcudadevrt.a", "libcudart_static.a", "libculibos.a")
 
 

@@ -15,9 +15,9 @@ from vllm_rig.context import host_state, preflight_failed
 from vllm_rig.core.checks import require
 from vllm_rig.core.files import config_files, from_repo, rendered, text
 from vllm_rig.core.packages import distro_packages, lists_fresh
-from vllm_rig.core.stamp import once_per_key
+from vllm_rig.core.stamp import stamped
 from vllm_rig.core.systemd import unit_enabled_and_started
-from vllm_rig.paths import DRIVER_RECORD, ETC_DIR, GUARD_UNIT, STATE_DIR, Layout
+from vllm_rig.paths import DRIVER_RECORD, ETC_DIR, GUARD_UNIT, INITRAMFS_STAMP, Layout
 from vllm_rig.settings import Settings
 from vllm_rig.stages.driver.apt_pin import ARCHIVE_PIN_FILE, archive_pin, hold_driver, pinned_driver
 from vllm_rig.stages.driver.keyring import keyring_deb
@@ -111,10 +111,10 @@ def install_driver(s: Settings) -> None:
         name="Record the driver version vllm-rig manages",
         files=(text(DRIVER_RECORD, f"{managed}\n"),),
     )
-    once_per_key(
+    stamped(
         name="Rebuild the initramfs without nouveau",
         command="if command -v update-initramfs >/dev/null; then update-initramfs -u; fi",
-        stamp=f"{STATE_DIR}/initramfs-nouveau.stamp",
+        stamp=INITRAMFS_STAMP,
         key=NOUVEAU_BLACKLIST.replace("\n", ";"),
     )
 

@@ -1,8 +1,11 @@
 """Which packages make up a pinned NVIDIA driver, per distribution and kernel-module flavour.
 
-Names follow NVIDIA's CUDA apt repository (shared/notes/nvidia-apt-notes.md): Ubuntu carries the branch in
-the name (580 is the last branch named so), Debian does not. Compute-only sets (no X server), plus
-nvidia-smi, the persistence daemon and DKMS so every future kernel gets a module.
+Names follow the Packages index of NVIDIA's CUDA apt repository (`nvidia_repo_url`, ubuntu2404/x86_64 and
+debian12/x86_64): Ubuntu carries the branch in the name (libnvidia-compute-580, nvidia-dkms-580), Debian
+does not (nvidia-driver-cuda, nvidia-kernel-dkms). 580 is the last branch named so: from 590 the names drop
+it (NVIDIA Driver Installation Guide, Recent Updates, "Ubuntu 590 and later packages":
+https://docs.nvidia.com/datacenter/tesla/driver-installation-guide/recent-updates.html). Compute-only sets
+(no X server), plus nvidia-smi, the persistence daemon and DKMS so every future kernel gets a module.
 """
 
 from __future__ import annotations

@@ -27,10 +27,6 @@ RUNNING = ("active", "activating", "reloading")
 PROGRESS_EVERY_S = 30.0  # a progress line at least this often while the download runs
 POLL_S = 2.0
 
-# (host, spec) found complete by model_fetch_started in this run: nothing between the two stages touches the
-# model, so model_fetched need not run the check again.
-_complete_at_start: set[tuple[str, FetchSpec]] = set()
-
 
 @dataclass(frozen=True)
 class FetchSpec:
@@ -148,7 +144,6 @@ def model_fetch_started(spec: FetchSpec):
         host.noop(f"download of {spec.name} running since {state['since']}: re-attached")
         return
     if state["check_rc"] == 0 and not is_running(state):
-        _complete_at_start.add((host.name, spec))
         host.noop(f"{spec.name} is complete in {spec.dest}")
         return
     if state["active"] not in ("inactive", "failed"):  # another model's download, or one stopping
@@ -158,10 +153,8 @@ def model_fetch_started(spec: FetchSpec):
 
 @operation(is_idempotent=True)
 def model_fetched(spec: FetchSpec, timeout_s: int):
-    """Wait for the download with a progress line every so often, then trust only `model_fetch.py check`."""
-    if (host.name, spec) in _complete_at_start:
-        host.noop(f"{spec.name} complete (checked when the stage started)")
-        return
+    """Wait for the download with a progress line every so often, then trust only `model_fetch.py check`.
+    Decided by the host's state when it runs (the start stage may have been run alone, long before)."""
     state = host.get_fact(ModelFetch, **spec.fact_args())
     if not is_running(state) and state["check_rc"] == 0:
         host.noop(f"{spec.name} complete: {state['check']}")

@@ -17,7 +17,7 @@ from vllm_rig.settings import Settings
 from vllm_rig.stages.model.operations import FetchSpec, model_fetch_started, secret_env_file
 from vllm_rig.stages.model.tools_venv import tools_venv
 
-# `hf download` of this version was tested against the HF mirror stand-in (shared notes); the runtime venv
+# `hf download` of this version runs against the HF mirror stand-in in the sandbox tests; the runtime venv
 # cannot hold it (transformers 5.12.1 needs huggingface_hub < 2), hence a venv of its own.
 HF_HUB_VERSION = "2.4.0"
 

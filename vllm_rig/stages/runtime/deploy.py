@@ -27,6 +27,7 @@ from vllm_rig.core.files import config_files, from_repo, rendered, text
 from vllm_rig.core.git import GitSource, git_checkouts
 from vllm_rig.core.host_package import host_programs
 from vllm_rig.core.packages import distro_packages
+from vllm_rig.core.stamp import stamped
 from vllm_rig.core.users import service_user
 from vllm_rig.paths import STATE_DIR, Layout
 from vllm_rig.settings import Settings
@@ -38,14 +39,12 @@ from vllm_rig.stages.runtime.operations import (
     clear_host_caches,
     directories,
     switch_runtime,
-    warm_flashqla,
 )
 from vllm_rig.stages.service.unit import environment
 
 # What the fork's build and FlashQLA's extension need from the distribution (Python.h, a C/C++
 # compiler, git for the sources, ccache so a re-run recompiles only what changed).
 BUILD_PACKAGES = ("gcc", "g++", "make", "git", "ccache", "ca-certificates")
-FLASHQLA_EXTENSION = "flash_qla_legacy_gdn"
 FLASHQLA_LOAD = "from flash_qla.ops.gated_delta_rule.legacy import sm_legacy; sm_legacy._load_ext()"
 
 
@@ -154,19 +153,13 @@ def install_runtime(s: Settings, retry_rolled_back: bool = False) -> None:
         root=s.install_root,
         target=choice.name,
         flashinfer_cache=f"{layout.service_home}/.cache/flashinfer",
-        stamp=paths.SWITCHED_STAMP,
     )
-    clear_host_caches(
-        name="JIT caches cleared when the kernel or driver changed",
-        record=paths.HOST_FINGERPRINT,
-        caches=jit_caches(layout),
-    )
-    warm_flashqla(
+    clear_host_caches(name="JIT caches cleared when the kernel or driver changed", caches=jit_caches(layout))
+    stamped(
         name="FlashQLA extension built for the current runtime",
-        root=s.install_root,
-        stamp=paths.FLASHQLA_STAMP,
-        library=f"{layout.torch_extensions_dir}/{FLASHQLA_EXTENSION}/{FLASHQLA_EXTENSION}.so",
         command=flashqla_warm_command(s, layout),
+        stamp=paths.FLASHQLA_STAMP,
+        key=dirs.dir,  # what `current` points at once switched; clearing the caches drops the stamp
     )
 
 

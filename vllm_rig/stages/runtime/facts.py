@@ -1,5 +1,5 @@
 """What the runtime stage reads off a host: its runtimes and links, git checkouts, the build unit, the
-host fingerprint (kernel, driver), the FlashQLA extension and whether the service runs stale code.
+loaded kernel and driver, and when the service started. (Its stamps are read by vllm_rig/core/stamp.py.)
 
 Each fact is one remote command; parsers are pure functions (tests/unit/test_runtime_facts.py)."""
 
@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import shlex
 from typing import Any, TypedDict
-
-from pyinfra.api import FactBase
 
 from vllm_rig.core.facts import SectionFact, Sections, first_line, section_command, split_sections
 
@@ -250,69 +248,55 @@ class LogTail(SectionFact[list[str]]):
         return []
 
 
-class HostFingerprint(FactBase):
-    """{"now": "kernel=<release> driver=<loaded nvidia module version>", "recorded": the record or None}.
-    JIT caches (FlashInfer, Triton, torch extensions, vLLM's P2P cache) are valid for one of these."""
+class LoadedHost(SectionFact[str]):
+    """ "kernel=<release> driver=<loaded nvidia module version>": what JIT caches (FlashInfer, Triton, torch
+    extensions, vLLM's P2P cache) are valid for. Read when the operation runs, after any reboot of the run."""
 
-    def command(self, record: str) -> str:
-        return _sh(
-            "echo @@kernel; uname -r; echo @@driver; cat /sys/module/nvidia/version 2>/dev/null || true; "
-            f"echo @@recorded; cat {shlex.quote(record)} 2>/dev/null || true"
-        )
+    @staticmethod
+    def default() -> str:
+        return "kernel=unknown driver=none"
 
-    def process(self, output: list[str]) -> dict[str, str | None]:
-        raw = split_sections(output)
-        now = f"kernel={first_line(raw.get('kernel')) or 'unknown'} driver={first_line(raw.get('driver')) or 'none'}"
-        return {"now": now, "recorded": first_line(raw.get("recorded"))}
+    def command(self) -> str:
+        return section_command({"kernel": "uname -r", "driver": "cat /sys/module/nvidia/version 2>/dev/null"})
 
-
-class FlashQlaExtension(FactBase):
-    """{"current": the runtime `current` resolves to, "stamp": the runtime it was built for, "built": the
-    extension's library exists}."""
-
-    def command(self, root: str, stamp: str, library: str) -> str:
-        return _sh(
-            f"echo @@current; readlink -f {shlex.quote(root)}/current 2>/dev/null || true; "
-            f"echo @@stamp; cat {shlex.quote(stamp)} 2>/dev/null || true; "
-            f"echo @@built; test -f {shlex.quote(library)} && echo yes || true"
-        )
-
-    def process(self, output: list[str]) -> dict[str, Any]:
-        raw = split_sections(output)
-        return {
-            "current": first_line(raw.get("current")),
-            "stamp": first_line(raw.get("stamp")),
-            "built": first_line(raw.get("built")) == "yes",
-        }
+    def parse(self, sections: Sections) -> str:
+        return f"kernel={sections.first('kernel') or 'unknown'} driver={sections.first('driver') or 'none'}"
 
 
-class ServiceFreshness(FactBase):
-    """Whether the service runs code or caches older than the last change: {"state", "started",
-    "changed"} with times in epoch seconds (host clock). `changed`: newest mtime of the stamp files."""
+class Started(TypedDict):
+    state: str  # the unit's ActiveState
+    started: int | None  # when its main process started, epoch seconds on the host's clock; None: no process
 
-    def command(self, service: str, stamps: list[str]) -> str:
+
+class ServiceStart(SectionFact[Started]):
+    """When the service's main process started, to compare with the stamps' times."""
+
+    @staticmethod
+    def default() -> Started:
+        return {"state": "unknown", "started": None}
+
+    def command(self, service: str) -> str:
         unit = shlex.quote(f"{service}.service")
-        files = " ".join(shlex.quote(s) for s in stamps)
-        return _sh(
-            f"echo @@state; systemctl show {unit} -p ActiveState --value 2>/dev/null || true; "
-            f"pid=$(systemctl show {unit} -p MainPID --value 2>/dev/null); "
-            'echo @@started; if [ -n "$pid" ] && [ "$pid" != 0 ]; then '
-            'echo $(( $(date +%s) - $(ps -o etimes= -p "$pid" || echo 0) )); fi; '
-            f"echo @@changed; stat -c %Y {files} 2>/dev/null | sort -n | tail -n 1 || true"
+        return section_command(
+            {
+                "state": f"systemctl show {unit} -p ActiveState --value",
+                "started": (
+                    f"( pid=$(systemctl show {unit} -p MainPID --value 2>/dev/null); "
+                    'if [ -n "$pid" ] && [ "$pid" != 0 ]; then '
+                    'echo $(( $(date +%s) - $(ps -o etimes= -p "$pid" || echo 0) )); fi )'
+                ),
+            }
         )
 
-    def process(self, output: list[str]) -> dict[str, Any]:
-        raw = split_sections(output)
-        started, changed = first_line(raw.get("started")), first_line(raw.get("changed"))
-        return {
-            "state": first_line(raw.get("state")) or "unknown",
-            "started": int(started) if started and started.lstrip("-").isdigit() else None,
-            "changed": int(changed) if changed and changed.isdigit() else None,
-        }
+    def parse(self, sections: Sections) -> Started:
+        started = sections.first("started")
+        if started is not None and not started.lstrip("-").isdigit():
+            sections.unreadable("started", started)
+        return {"state": sections.first("state") or "unknown", "started": int(started) if started else None}
 
 
-def restart_needed(found: dict[str, Any]) -> bool:
-    """The service runs (or starts) and began before the runtime or its caches last changed."""
+def restart_needed(found: Started, changed: int | None) -> bool:
+    """The service runs (or starts) and began before `changed`, when the runtime or its caches last changed."""
     if found["state"] not in ("active", "activating", "reloading"):
         return False
-    return found["started"] is not None and found["changed"] is not None and found["started"] < found["changed"]
+    return found["started"] is not None and changed is not None and found["started"] < changed

@@ -1,7 +1,12 @@
-"""Which SM75 shared-memory fix a FlashInfer release needs (facts: shared/notes/flashinfer-sm75-notes.md).
+"""Which SM75 shared-memory fix a FlashInfer release needs.
 
-The overflow exists from 0.6.10 through 0.6.15.post1. PR 3621's diff applies to exactly one release
-(0.6.14); the merged fix, PR 3526, applies to 0.6.15 and ships from 0.6.16.
+The overflow exists from 0.6.10 through 0.6.15.post1: the prefill kernel's shared storage for the HD256 f16
+tile grows past SM75's 65536-byte per-block limit (sizeof probed against each released flashinfer-python
+wheel's headers: 65536 up to 0.6.9, 65568 to 65616 from 0.6.10, 65536 again from 0.6.16). It came with
+flashinfer-ai/flashinfer#3097 (commit 4e6421913, first tagged v0.6.10). PR 3621
+(https://github.com/flashinfer-ai/flashinfer/pull/3621, closed unmerged) applies to exactly one release,
+0.6.14, whose prefill.cuh is the PR's base blob; the merged fix, PR 3526 (commit c18a974a8,
+https://github.com/flashinfer-ai/flashinfer/pull/3526), applies to 0.6.15 and ships from v0.6.16.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Operations of the runtime stage: build a runtime in a transient systemd unit and wait for it (or
-re-attach), switch `current` atomically, prune old runtimes, clear JIT caches when the host changed,
-build FlashQLA's extension the way the service will load it, and restart a service that runs stale code.
+re-attach), switch `current` atomically, prune old runtimes, clear JIT caches when the host changed, and
+restart a service that runs stale code. The switch and the cache clearing record what they did in stamps
+(vllm_rig/core/stamp.py), which the restart, FlashQLA's extension and the proofs read.
 
 Each is decided by a fact read when it runs, so a second deploy changes nothing and a failed one heals.
 """
@@ -17,15 +18,17 @@ from pyinfra import host, logger, state
 from pyinfra.api import FileUploadCommand, FunctionCommand, operation
 
 from vllm_rig.core.checks import fail_host
+from vllm_rig.core.stamp import ABSENT, stamps
+from vllm_rig.core.stamp import commands as stamp_commands
+from vllm_rig.paths import FLASHQLA_STAMP, HOST_FINGERPRINT, SWITCHED_STAMP
 from vllm_rig.stages.runtime.facts import (
     BuildState,
     DirsState,
-    FlashQlaExtension,
-    HostFingerprint,
+    LoadedHost,
     LogProgress,
     LogTail,
     RuntimeState,
-    ServiceFreshness,
+    ServiceStart,
     restart_needed,
 )
 
@@ -160,66 +163,59 @@ def _verdict(host, found: dict, runtime: str, unit: str, log: str) -> bool:
 
 
 @operation()
-def switch_runtime(root: str, target: str, flashinfer_cache: str, stamp: str):
+def switch_runtime(root: str, target: str, flashinfer_cache: str):
     """Point `current` at runtimes/<target> (atomic rename of a new symlink) and keep the old one as
-    `previous`; clear FlashInfer's JIT cache (its headers came with the runtime) and touch `stamp`. Then
-    delete the runtimes that are neither (superseded or failed builds) unless their build still runs;
-    their logs stay."""
+    `previous`; clear FlashInfer's JIT cache (its headers came with the runtime) and record the target in the
+    switch stamp (also when an earlier run moved the link but was cut before the stamp). Then delete the
+    runtimes that are neither (superseded or failed builds) unless their build still runs; their logs stay."""
     state = host.get_fact(RuntimeState, root=root)
     current, previous = state["current"], state["previous"]
+    path = f"{root}/runtimes/{target}"
     r = shlex.quote(root)
+    steps = []
     if current != target:
         _say(f"switching current: {current or '(none)'} -> {target}")
-        new = shlex.quote(f"{root}/runtimes/{target}")
-        yield f"ln -sfn {new} {r}/.current.new && mv -T {r}/.current.new {r}/current"
+        steps.append(f"ln -sfn {shlex.quote(path)} {r}/.current.new && mv -T {r}/.current.new {r}/current")
         if current and current in state["runtimes"]:
             old = shlex.quote(f"{root}/runtimes/{current}")
-            yield f"ln -sfn {old} {r}/.previous.new && mv -T {r}/.previous.new {r}/previous"
+            steps.append(f"ln -sfn {old} {r}/.previous.new && mv -T {r}/.previous.new {r}/previous")
             previous = current
-        yield f"rm -rf {shlex.quote(flashinfer_cache)} && mkdir -p $(dirname {stamp}) && touch {shlex.quote(stamp)}"
+    if steps or stamps().get(SWITCHED_STAMP, ABSENT).key != path:
+        steps.append(f"rm -rf {shlex.quote(flashinfer_cache)}")
+        yield from stamp_commands(" && ".join(steps), SWITCHED_STAMP, path)
     keep = {target, previous}
     doomed = sorted(n for n, info in state["runtimes"].items() if n not in keep and not info["building"])
     if doomed:
         _say(f"removing old runtimes: {', '.join(doomed)}")
         yield "rm -rf " + " ".join(shlex.quote(f"{root}/runtimes/{n}") for n in doomed)
-    elif current == target:
+    elif not steps:
         host.noop(f"current is {target}; no old runtimes")
 
 
 @operation()
-def clear_host_caches(record: str, caches: Sequence[str]):
+def clear_host_caches(caches: Sequence[str]):
     """When the kernel or the driver is not what the JIT caches were made with, delete those caches (no
-    recompile of the runtime), then record the new host fingerprint. `caches`: shell words, globs allowed."""
-    found = host.get_fact(HostFingerprint, record=record)
-    if found["recorded"] == found["now"]:
-        host.noop(f"host unchanged ({found['now']})")
+    recompile of the runtime) and the FlashQLA stamp (its extension was among them), then record the new
+    host fingerprint. `caches`: shell words, globs allowed (vLLM's P2P cache files are left to the shell)."""
+    now = host.get_fact(LoadedHost)
+    recorded = stamps().get(HOST_FINGERPRINT, ABSENT).key
+    if recorded == now:
+        host.noop(f"host unchanged ({now})")
         return
-    _say(f"host changed ({found['recorded'] or 'first run'} -> {found['now']}): clearing JIT caches")
-    yield "rm -rf " + " ".join(caches)  # globs (vLLM's P2P cache files) are left to the shell
-    path = shlex.quote(record)
-    yield f"mkdir -p $(dirname {path}) && printf '%s\\n' {shlex.quote(found['now'])} > {path}"
+    _say(f"host changed ({recorded or 'first run'} -> {now}): clearing JIT caches")
+    command = "rm -rf " + " ".join(caches) + f" && rm -f {shlex.quote(FLASHQLA_STAMP)}"
+    yield from stamp_commands(command, HOST_FINGERPRINT, now)
 
 
 @operation()
-def warm_flashqla(root: str, stamp: str, library: str, command: str):
-    """Build FlashQLA's extension at deploy time, as the service user with the service's environment and
-    through `current` (the paths the service imports it by), so the first request does not compile it."""
-    found = host.get_fact(FlashQlaExtension, root=root, stamp=stamp, library=library)
-    if not found["current"]:
-        host.noop("no current runtime")
-        return
-    if found["built"] and found["stamp"] == found["current"]:
-        host.noop(f"FlashQLA extension built for {found['current']}")
-        return
-    yield f"{command} && printf '%s\\n' {shlex.quote(found['current'])} > {shlex.quote(stamp)}"
-
-
-@operation()
-def restart_if_stale(service: str, stamps: Sequence[str]):
-    """`systemctl try-restart` when the service started before the runtime was switched or its caches were
-    cleared (also after a deploy that was cut between the switch and the restart)."""
-    found = host.get_fact(ServiceFreshness, service=service, stamps=list(stamps))
-    if not restart_needed(found):
+def restart_if_stale(service: str, stamps_loaded: Sequence[str]):
+    """`systemctl try-restart` when the service started before the newest of `stamps_loaded` was written
+    (the runtime switched, the caches cleared), also after a deploy that was cut between the switch and the
+    restart. A service the GPU verdict restarted after the change is not restarted again."""
+    found = host.get_fact(ServiceStart, service=service)
+    times = [stamps().get(s, ABSENT).mtime for s in stamps_loaded]
+    changed = max((t for t in times if t is not None), default=None)
+    if not restart_needed(found, changed):
         host.noop(f"{service} is {found['state']}; nothing newer to load")
         return
     yield f"systemctl try-restart {shlex.quote(service + '.service')}"

@@ -17,12 +17,12 @@ from vllm_rig.context import host_state, preflight_failed
 from vllm_rig.core.files import config_files, text
 from vllm_rig.core.host_package import host_programs
 from vllm_rig.core.secrets import api_key_file
+from vllm_rig.core.stamp import stamped, with_key_of
 from vllm_rig.core.systemd import unit_disabled_and_stopped, unit_enabled_and_started
 from vllm_rig.core.users import service_user
-from vllm_rig.paths import STATE_DIR, Layout
+from vllm_rig.paths import Layout
 from vllm_rig.settings import Settings
 from vllm_rig.stages.runtime.operations import restart_if_stale
-from vllm_rig.stages.service.proof import proven
 from vllm_rig.stages.service.unit import probe_args, render_unit, watchdog_units
 
 
@@ -65,7 +65,7 @@ def install_service(s: Settings) -> None:
     restart_if_stale(
         name=f"{s.service_name} restarted if it runs an older runtime or cleared caches",
         service=s.service_name,
-        stamps=[paths.SWITCHED_STAMP, paths.HOST_FINGERPRINT],
+        stamps_loaded=[paths.SWITCHED_STAMP, paths.HOST_FINGERPRINT],
     )
     unit_enabled_and_started(name=f"{s.service_name} enabled and started", unit=f"{s.service_name}.service")
     timer = f"{paths.WATCHDOG_UNIT}.timer"
@@ -77,11 +77,12 @@ def install_service(s: Settings) -> None:
         ["python3", layout.host_package, "service_probe", *probe_args(s, layout)]
         + ["--timeout", str(s.service_start_timeout_s), "--needle-words", str(s.start_check_needle_words)]
     )
-    proven(
+    # After a driver change the service restarts on a new kernel module: prove it again.
+    fingerprint = hashlib.sha256(f"{unit_text}|driver {s.nvidia_driver_version}".encode()).hexdigest()
+    stamped(
         name="A real chat completion with the key, warm-up, then the known-answer checks",
-        probe=probe,
-        stamp=f"{STATE_DIR}/service-proven",
-        link=layout.current,
-        # After a driver change the service restarts on a new kernel module: prove it again.
-        fingerprint=hashlib.sha256(f"{unit_text}|driver {s.nvidia_driver_version}".encode()).hexdigest(),
+        command=probe,
+        stamp=paths.SERVICE_PROVEN,
+        key=with_key_of(fingerprint, paths.SWITCHED_STAMP),
+        streamed=True,
     )

@@ -1,8 +1,8 @@
 """What the pinned fork line's server accepts: its command-line flags and the keys of its JSON config flags.
 
-The flag list (data/fork-v0.1.x-cli-flags.txt) is the real parser of the fork's v0.1.x line dumped option
-by option (its header says how: upstream vLLM 0.21.0 with the fork's arg_utils.py, make_arg_parser, every
-option string). A tests/unit check keeps it equal to ../shared/real-sources. A flag or key outside these
+The flag list (fork-v0.1.x-cli-flags.txt beside this module) is the real parser of the fork's v0.1.x line
+dumped option by option; its header says how, from what: the upstream vLLM 0.21.0 wheel (named with its
+sha256) with the fork's arg_utils.py, make_arg_parser, every option string. A flag or key outside these
 makes the real server exit with code 2 at argument parsing, before it loads anything, and systemd would
 restart it forever: settings validation refuses it first, with one line.
 """

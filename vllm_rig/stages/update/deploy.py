@@ -28,14 +28,14 @@ from pyinfra.operations import files
 from vllm_rig.context import preflight_failed
 from vllm_rig.core.become import sudo_args
 from vllm_rig.core.host_package import host_programs
+from vllm_rig.core.stamp import streamed
 from vllm_rig.host import bench as bench_tool
-from vllm_rig.paths import STATE_DIR, Layout, RuntimeDirs
+from vllm_rig.paths import SERVICE_PROVEN, STATE_DIR, Layout, RuntimeDirs
 from vllm_rig.settings import Settings
 from vllm_rig.stages.runtime import plan as runtime
 from vllm_rig.stages.runtime.deploy import install_runtime
 from vllm_rig.stages.runtime.facts import RuntimeState
 from vllm_rig.stages.service.deploy import install_service
-from vllm_rig.stages.service.proof import streamed
 from vllm_rig.stages.service.unit import render_unit
 from vllm_rig.stages.update.guard import worse
 from vllm_rig.stages.verify.deploy import verify_gpus
@@ -98,7 +98,7 @@ def update_fork(s: Settings) -> None:
         margin_pct=s.fork_update_margin_pct,
         rollback=RuntimeDirs(s.install_root, "").rollback_script,
         probe=probe_command(s, layout),
-        stamp=f"{STATE_DIR}/service-proven",
+        stamp=SERVICE_PROVEN,
         proof_fingerprint=hashlib.sha256(
             f"{render_unit(s, layout)}|driver {s.nvidia_driver_version}".encode()
         ).hexdigest(),

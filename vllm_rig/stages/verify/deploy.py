@@ -12,9 +12,9 @@ from pyinfra.api import deploy
 
 from vllm_rig.context import preflight_failed
 from vllm_rig.core.host_package import host_programs
-from vllm_rig.paths import DRIVER_RECORD, GPU_VERDICT, STATE_DIR, Layout
+from vllm_rig.core.stamp import stamped, with_key_of
+from vllm_rig.paths import DRIVER_RECORD, GPU_VERDICT, GPU_VERDICT_PROVEN, SWITCHED_STAMP, Layout
 from vllm_rig.settings import Settings
-from vllm_rig.stages.service.proof import proven
 
 
 def verdict_command(s, layout: Layout) -> str:
@@ -49,11 +49,14 @@ def verify_gpus(s: Settings) -> None:
     layout = Layout.of(s)
     host_programs(layout.host_package)
     command = verdict_command(s, layout)
-    proven(
+    stamped(
         name="GPU verdict: GPUs, NVLink, P2P, NCCL all-reduce",
-        probe=command,
-        stamp=f"{STATE_DIR}/gpu-verdict-proven",
-        link=layout.current,
+        command=command,
+        stamp=GPU_VERDICT_PROVEN,
         # The driver record too: a driver upgrade must be verified again even on the same runtime.
-        fingerprint=hashlib.sha256(f"{command}|{DRIVER_RECORD}:{s.nvidia_driver_version}".encode()).hexdigest(),
+        key=with_key_of(
+            hashlib.sha256(f"{command}|{DRIVER_RECORD}:{s.nvidia_driver_version}".encode()).hexdigest(),
+            SWITCHED_STAMP,
+        ),
+        streamed=True,
     )
