@@ -11,7 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.groupdata import profile_data
 from vllm_rig.host import gpu_wait, nvidia_smi, start_check, watchdog
+from vllm_rig.paths import Layout
+from vllm_rig.stages.service.unit import kv_key
+from vllm_rig.validation import load_settings
 
 # Rows in the formats `--query-gpu=index,pci.bus_id,memory.used` and
 # `--query-compute-apps=gpu_bus_id,pid,process_name,used_memory` print with csv,noheader,nounits.
@@ -111,6 +115,28 @@ def test_kv_cache_first_size_is_recorded_and_a_smaller_one_restarts_once(tmp_pat
     assert ok and said and said[-1].startswith("WARNING: KV cache 103,846 tokens")
     assert json.loads((state_dir / "kv-cache.json").read_text())["tokens"] == 207_692  # the record stays
     assert start_check.kv_verdict(None, 0.2, 1, said.append, record)[0] is True
+
+
+def test_another_server_command_starts_a_new_kv_record_instead_of_failing(tmp_path) -> None:
+    """A switch to another model (or other memory flags) makes another pool size: not a shrunken cache."""
+    record = str(tmp_path / "kv-cache.json")
+    assert start_check.kv_verdict(207_692, 0.2, 1, print, record, key="model-a")[0] is True
+    ok, detail = start_check.kv_verdict(90_000, 0.2, 1, print, record, key="model-b")
+    assert ok and detail == "KV cache 90,000 tokens recorded"
+    assert json.loads(Path(record).read_text()) | {"boot_id": None} == {
+        "tokens": 90_000,
+        "key": "model-b",
+        "boot_id": None,
+    }
+    assert start_check.kv_verdict(40_000, 0.2, 1, print, record, key="model-b")[0] is False  # same command: shrunk
+
+
+def test_the_units_kv_key_follows_the_server_command() -> None:
+    s = load_settings(profile_data())
+    layout = Layout.of(s)
+    assert kv_key(s, layout) == kv_key(s, layout)
+    assert kv_key(s.model_copy(update={"max_model_len": 50000}), layout) != kv_key(s, layout)
+    assert kv_key(s.model_copy(update={"model_dir": "/opt/other"}), layout) != kv_key(s, layout)
 
 
 def test_results_are_written_whole_with_the_contract_keys(tmp_path) -> None:

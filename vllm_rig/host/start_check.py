@@ -96,14 +96,17 @@ def kv_tokens(unit: str, log_file: str | None) -> int | None:
     return int(found[-1].replace(",", "")) if found else None
 
 
-def kv_verdict(tokens: int | None, share: float, attempt: int, say, record_path: str) -> tuple[bool, str]:
-    """(ok, detail) for this start's KV cache size against the recorded one; records the first good size."""
+def kv_verdict(
+    tokens: int | None, share: float, attempt: int, say, record_path: str, key: str = ""
+) -> tuple[bool, str]:
+    """(ok, detail) for this start's KV cache size against the one recorded for the same server command
+    (`key`); records the first good size of each command."""
     if tokens is None:
         return True, "no 'GPU KV cache size' line found; not compared"
     record = read_json(record_path)
-    known = int(record.get("tokens") or 0)
+    known = int(record.get("tokens") or 0) if record.get("key", "") == key else 0
     if not known or tokens >= known:
-        write_json(record_path, {"tokens": tokens, "boot_id": boot_id()})
+        write_json(record_path, {"tokens": tokens, "key": key, "boot_id": boot_id()})
         return True, f"KV cache {tokens:,} tokens recorded"
     if tokens >= known * (1 - share):
         return True, f"KV cache {tokens:,} tokens (recorded {known:,})"
@@ -125,6 +128,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--needle-words", type=int, default=6000)
     ap.add_argument("--kv-shrink-share", type=float, default=0.2)
+    ap.add_argument("--kv-key", default="", help="what the server runs (another one starts a new record)")
     ap.add_argument("--log-file")
     ap.add_argument("--result", default=RESULT)
     args = ap.parse_args(argv)
@@ -137,7 +141,8 @@ def main(argv: list[str]) -> int:
     outcome = service_probe.prove(base, key, args.model, args.timeout, args.warmup, args.needle_words, say)
     if outcome.ok:
         record = str(Path(args.result).with_name(KV_RECORD_NAME))
-        ok, detail = kv_verdict(kv_tokens(args.unit, args.log_file), args.kv_shrink_share, attempt, say, record)
+        tokens = kv_tokens(args.unit, args.log_file)
+        ok, detail = kv_verdict(tokens, args.kv_shrink_share, attempt, say, record, args.kv_key)
         outcome = service_probe.Result("kv_cache", ok, detail)
         say(f"check kv_cache: {'ok' if ok else 'FAILED'}: {detail}")
     if outcome.ok:

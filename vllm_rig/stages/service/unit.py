@@ -18,6 +18,7 @@ Both run as root ("+"): they query nvidia-smi for every process and write /var/l
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -115,12 +116,19 @@ def gpu_wait_command(s: Settings, layout: Layout) -> str:
     return "+" + " ".join(quote_word(w) for w in words)
 
 
+def kv_key(s: Settings, layout: Layout) -> str:
+    """What the recorded KV cache size belongs to: the server's command and environment. Another model or
+    other memory flags make another pool size, which is a new record, not a shrunken cache."""
+    text = "\n".join([*exec_start_lines(s, layout), *(f"{k}={v}" for k, v in environment(s, layout))])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def start_check_command(s: Settings, layout: Layout) -> str:
     words = [HOST_PYTHON, layout.host_package, "start_check", "--unit", f"{s.service_name}.service"]
     words += probe_args(s, layout)
     words += ["--timeout", str(check_timeout(s)), "--attempts", str(s.start_check_attempts)]
     words += ["--needle-words", str(s.start_check_needle_words)]
-    words += ["--kv-shrink-share", repr(float(s.start_check_kv_shrink_share))]
+    words += ["--kv-shrink-share", repr(float(s.start_check_kv_shrink_share)), "--kv-key", kv_key(s, layout)]
     words += ["--result", paths.START_CHECK_RESULT]
     if s.vllm_log_file:
         words += ["--log-file", s.vllm_log_file]
