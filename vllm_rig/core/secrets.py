@@ -3,12 +3,13 @@ is logged with every keyword it was given, `_stdin` included."""
 
 from __future__ import annotations
 
+import hashlib
 import shlex
 from collections.abc import Iterator
 from typing import TypedDict
 
 from pyinfra import host
-from pyinfra.api import operation
+from pyinfra.api import FactBase, StringCommand, operation
 
 from vllm_rig.core.facts import SectionFact, Sections, section_command
 
@@ -99,3 +100,41 @@ def api_key_file(path: str, group: str, enabled: bool):
         host.noop(f"{path} is in place")
         return
     yield f"chown root:{shlex.quote(group)} {p} && chmod 640 {p}"
+
+
+class PrivateFile(FactBase):
+    """A root-only file's mode, owner and sha256, or None: enough to tell whether it holds a secret, never
+    reading the secret back."""
+
+    def command(self, path: str) -> str:
+        q = shlex.quote(path)
+        return f"if [ -f {q} ]; then stat -c '%a %U:%G' {q}; sha256sum < {q}; fi"
+
+    def process(self, output: list[str]) -> dict[str, str] | None:
+        lines = [line.strip() for line in output if line.strip()]
+        if len(lines) < 2:
+            return None
+        mode, _, owner = lines[0].partition(" ")
+        return {"mode": mode, "owner": owner, "sha256": lines[1].split()[0]}
+
+    @staticmethod
+    def default() -> None:
+        return None
+
+
+@operation()
+def secret_file(path: str, content: Secret):
+    """`content` in a root-only 0600 file. It travels on stdin (never on a command line or in pyinfra's output)
+    and is compared by its digest only."""
+    text = content.reveal() or ""
+    want = hashlib.sha256(text.encode()).hexdigest()
+    found = host.get_fact(PrivateFile, path=path)
+    if found == {"mode": "600", "owner": "root:root", "sha256": want}:
+        host.noop(f"{path} is in place")
+        return
+    q = shlex.quote(path)
+    script = (
+        f'mkdir -p $(dirname {q}) && umask 077 && tmp=$(mktemp {q}.XXXXXX) && cat > "$tmp" && '
+        f'chown root:root "$tmp" && chmod 600 "$tmp" && mv -f "$tmp" {q}'
+    )
+    yield StringCommand("sh", "-c", shlex.quote(script), _stdin=SecretStdin(text))
