@@ -581,6 +581,7 @@ def test_the_key_is_checked_as_vllm_checks_it(seed000: Server) -> None:
     assert status("/v1/models", f"bearer {API_KEY}") == status("/v1/models", f"BEARER {API_KEY}") == 200
     assert status("/v1/models", f"Basic {API_KEY}") == status("/v1/models", f"Bearer  {API_KEY}") == 401
     assert status("/metrics", None) == status("/version", None) == status("/health", None) == 200
+    assert status("/metrics/", None) == 200  # the metrics app is mounted on every path under /metrics
 
 
 def test_chat_splits_reasoning_and_counts_tokens(seed000: Server) -> None:
