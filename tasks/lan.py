@@ -4,7 +4,7 @@ certificate; or, with lan_serving: direct, no proxy and one line saying what the
 
 The stage lives in vllm_rig/stages/lan/; this file is its entry (it also runs alone)."""
 
-from vllm_rig.context import settings
+from vllm_rig.context import run_stage
 from vllm_rig.stages.lan.deploy import serve_lan
 
-serve_lan(settings())
+run_stage(serve_lan)

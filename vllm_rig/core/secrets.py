@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import TypedDict
 
 from pyinfra import host
-from pyinfra.api import FactBase, StringCommand, operation
+from pyinfra.api import StringCommand, operation
 
 from vllm_rig.core.facts import SectionFact, Sections, section_command
 
@@ -102,24 +102,32 @@ def api_key_file(path: str, group: str, enabled: bool):
     yield f"chown root:{shlex.quote(group)} {p} && chmod 640 {p}"
 
 
-class PrivateFile(FactBase):
+class PrivateFileState(TypedDict):
+    mode: str
+    owner: str  # user:group
+    sha256: str
+
+
+class PrivateFile(SectionFact["PrivateFileState | None"]):
     """A root-only file's mode, owner and sha256, or None: enough to tell whether it holds a secret, never
     reading the secret back."""
 
+    @staticmethod
+    def default() -> PrivateFileState | None:
+        return None
+
     def command(self, path: str) -> str:
         q = shlex.quote(path)
-        return f"if [ -f {q} ]; then stat -c '%a %U:%G' {q}; sha256sum < {q}; fi"
+        return section_command(
+            {"stat": f"stat -c '%a %U:%G' {q} 2>/dev/null", "sha256": f"sha256sum < {q} 2>/dev/null"}
+        )
 
-    def process(self, output: list[str]) -> dict[str, str] | None:
-        lines = [line.strip() for line in output if line.strip()]
-        if len(lines) < 2:
+    def parse(self, sections: Sections) -> PrivateFileState | None:
+        stat, digest = sections.first("stat"), sections.first("sha256")
+        if stat is None or digest is None:
             return None
-        mode, _, owner = lines[0].partition(" ")
-        return {"mode": mode, "owner": owner, "sha256": lines[1].split()[0]}
-
-    @staticmethod
-    def default() -> None:
-        return None
+        mode, _, owner = stat.partition(" ")
+        return {"mode": mode, "owner": owner, "sha256": digest.split()[0]}
 
 
 @operation()

@@ -3,69 +3,103 @@
 from __future__ import annotations
 
 import shlex
+from typing import TypedDict
 
-from pyinfra.api import FactBase
+from vllm_rig.core.facts import SectionFact, Sections, section_command
 
 # The first line of Debian's sites-enabled/default when vllm-rig put it there (the stock site stays off).
 DEFAULT_SITE_MARK = "# vllm-rig: the distribution's default site (port 80) stays off on this box"
 
 
-class LanHost(FactBase):
-    """{"ipv6": the kernel has IPv6 addresses (nginx can listen on [::]), "default_site": absent | ours | other}."""
+class LanHostState(TypedDict):
+    ipv6: bool  # the kernel has IPv6 addresses: nginx can listen on [::]
+    default_site: str  # absent | ours | other
+
+
+class LanHost(SectionFact[LanHostState]):
+    """Whether the host has IPv6 and whose sites-enabled/default is there."""
+
+    @staticmethod
+    def default() -> LanHostState:
+        return {"ipv6": False, "default_site": "other"}  # a failed host: touch nothing of nginx's
 
     def command(self, default_site: str) -> str:
         q = shlex.quote(default_site)
         mark = shlex.quote(DEFAULT_SITE_MARK)
-        script = (
-            # grep, not test -s: proc files show size 0
-            "if grep -q . /proc/net/if_inet6 2>/dev/null; then echo ipv6=1; else echo ipv6=0; fi; "
-            f"if [ ! -e {q} ] && [ ! -L {q} ]; then echo site=absent; "
-            f'elif [ "$(head -n1 {q} 2>/dev/null)" = {mark} ]; then echo site=ours; else echo site=other; fi'
+        return section_command(
+            {
+                "ipv6": "grep -q . /proc/net/if_inet6 2>/dev/null && echo yes",  # not test -s: proc files are size 0
+                "site": (
+                    f"if [ ! -e {q} ] && [ ! -L {q} ]; then echo absent; "
+                    f'elif [ "$(head -n1 {q} 2>/dev/null)" = {mark} ]; then echo ours; else echo other; fi'
+                ),
+            }
         )
-        return f"sh -c {shlex.quote(script)}"
 
-    def process(self, output: list[str]) -> dict:
-        values = dict(line.split("=", 1) for line in output if "=" in line)
-        return {"ipv6": values.get("ipv6") == "1", "default_site": values.get("site", "absent")}
+    def parse(self, sections: Sections) -> LanHostState:
+        site = sections.required("site")
+        if site not in ("absent", "ours", "other"):
+            sections.unreadable("site", site)
+        return {"ipv6": sections.first("ipv6") == "yes", "default_site": site}
 
 
-class LanTls(FactBase):
-    """The local CA's state as lan_tls.py reports it: "ok: ...", "new: <why>" or "renew: <why>"."""
+class LanTls(SectionFact[str]):
+    """The local CA's state as the host program lan_tls reports it: "ok: ...", "new: <why>" or "renew: <why>"."""
+
+    @staticmethod
+    def default() -> str:
+        return "new: not read"
 
     def command(self, package: str, directory: str, names: tuple[str, ...]) -> str:
         args = " ".join(f"--name {shlex.quote(n)}" for n in names)
         p = shlex.quote(package)
-        return (
-            f"if [ -f {p} ]; then python3 {p} lan_tls check --dir {shlex.quote(directory)} {args}; "
-            "else echo 'new: the host programs are not installed yet'; fi"
+        return section_command(
+            {
+                "state": (
+                    f"if [ -f {p} ]; then python3 {p} lan_tls check --dir {shlex.quote(directory)} {args}; "
+                    "else echo 'new: the host programs are not installed yet'; fi"
+                )
+            }
         )
 
-    def process(self, output: list[str]) -> str:
-        return next((line.strip() for line in output if line.strip()), "new: no answer")
+    def parse(self, sections: Sections) -> str:
+        state = sections.required("state")
+        if not state.startswith(("ok", "new:", "renew:")):
+            sections.unreadable("state", state)
+        return state
 
 
-class Digest(FactBase):
-    """{"digest": sha256 over the files as they are now (a missing one counts as empty), "stamp": the stamp's
-    text, "active": whether the unit runs, "listening": whether nginx listens on `port`}: enough to tell
-    whether nginx loaded what is on disk."""
+class DigestState(TypedDict):
+    digest: str | None  # sha256 over the files as they are now (a missing one counts as empty)
+    stamp: str | None  # the stamp's text
+    active: bool  # the unit runs
+    listening: bool  # nginx listens on the port
+
+
+class Digest(SectionFact[DigestState]):
+    """Enough to tell whether nginx loaded what is on disk, in one command."""
+
+    @staticmethod
+    def default() -> DigestState:
+        return {"digest": None, "stamp": None, "active": False, "listening": False}
 
     def command(self, paths: tuple[str, ...], stamp: str, unit: str, port: int = 0) -> str:
         files = " ".join(shlex.quote(p) for p in paths)
-        script = (
-            f'printf "digest=%s\\n" "$(cat {files} 2>/dev/null | sha256sum | cut -d" " -f1)"; '
-            f'printf "stamp=%s\\n" "$(cat {shlex.quote(stamp)} 2>/dev/null)"; '
-            f'printf "active=%s\\n" "$(systemctl is-active {shlex.quote(unit)} 2>/dev/null)"; '
-            f"ss -Htlnp 'sport = :{int(port)}' 2>/dev/null | grep -q '\"nginx\"' && echo listening=1 || true"
+        return section_command(
+            {
+                "digest": f'cat {files} 2>/dev/null | sha256sum | cut -d" " -f1',
+                "stamp": f"cat {shlex.quote(stamp)} 2>/dev/null",
+                "active": f"systemctl is-active {shlex.quote(unit)} 2>/dev/null",
+                "listening": f"ss -Htlnp 'sport = :{int(port)}' 2>/dev/null | grep -q '\"nginx\"' && echo yes",
+            }
         )
-        return f"sh -c {shlex.quote(script)}"
 
-    def process(self, output: list[str]) -> dict:
-        values = dict(line.split("=", 1) for line in output if "=" in line)
+    def parse(self, sections: Sections) -> DigestState:
         return {
-            "digest": values.get("digest") or None,
-            "stamp": values.get("stamp") or None,
-            "active": values.get("active") == "active",
-            "listening": values.get("listening") == "1",
+            "digest": sections.first("digest"),
+            "stamp": sections.first("stamp"),
+            "active": sections.first("active") == "active",
+            "listening": sections.first("listening") == "yes",
         }
 
 
@@ -83,8 +117,12 @@ def key_map_script(env_file: str) -> str:
     )
 
 
-class KeyMap(FactBase):
+class KeyMap(SectionFact[str]):
     """ "same" when the map file holds the env file's key (mode 600), "differs", or "nokey"."""
+
+    @staticmethod
+    def default() -> str:
+        return "differs"
 
     def command(self, env_file: str, map_file: str) -> str:
         m = shlex.quote(map_file)
@@ -94,7 +132,10 @@ class KeyMap(FactBase):
             f'if [ "$(stat -c %a {m} 2>/dev/null)" = 600 ] && printf "%s\\n" "$want" | cmp -s - {m}; '
             "then echo same; else echo differs; fi"
         )
-        return f"sh -c {shlex.quote(script)}"
+        return section_command({"map": f"( {script} )"})  # its own subshell: it sets a variable and exits
 
-    def process(self, output: list[str]) -> str:
-        return next((line.strip() for line in output if line.strip()), "differs")
+    def parse(self, sections: Sections) -> str:
+        state = sections.required("map")
+        if state not in ("same", "differs", "nokey"):
+            sections.unreadable("map", state)
+        return state
