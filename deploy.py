@@ -21,6 +21,7 @@ local.include("tasks/runtime.py")  # venv, the fork built with FlashInfer's SM75
 local.include("tasks/model_finish.py")  # wait for the download (progress, timeout), verified by sha256
 local.include("tasks/verify.py")  # GPU/NVLink/P2P/NCCL verdict after a change, GPUs free
 local.include("tasks/service.py")  # the seed's unit from settings, API key, proven by a real completion
+local.include("tasks/lan.py")  # nginx in front for the LAN: the key on every path, TLS, client networks
 local.include("tasks/models_keep.py")  # the served model recorded; models beyond models_keep removed
 # On demand: tasks/bench.py (the seed's benchmark), tasks/switch_model.py (another catalogue model),
 # tasks/fork_releases.py and tasks/update_fork.py (a newer fork release, switched to only if not slower).

@@ -178,7 +178,7 @@ watchdog_failures = 3  # failed rounds in a row before the watchdog restarts the
 watchdog_max_restarts = 2  # watchdog restarts in a row without a passing round before it gives up
 watchdog_timeout_s = 120  # how long a watchdog round waits for its answer
 served_model_name = "qwen-local"  # model name clients ask for
-vllm_host = "0.0.0.0"  # bind address (127.0.0.1 for this box only)
+vllm_host = None  # bind address; None: 127.0.0.1 behind the proxy, 0.0.0.0 with lan_serving = "direct"
 vllm_port = 8000  # API port
 vllm_api_key = "auto"  # auto: a key made once on the host; none: serve without a key
 tensor_parallel_size = 2  # GPUs one model spans (TP2 over the NVLink pair)
@@ -228,6 +228,19 @@ vllm_env = {  # the server's environment (SM75 switches from the seed's unit)
     "VLLM_SM75_SPEC_SYNC_MODE": "safe",
 }
 vllm_extra_args = []  # extra server flags, e.g. ["--enforce-eager"]
+
+# ---- lan: how the LAN reaches the server (nginx from the distribution in front of it, tasks/lan.py)
+lan_serving = "proxy"  # proxy: nginx serves the LAN, the server stays on loopback; direct: the server itself (0.0.0.0)
+lan_port = 8443  # the proxy's HTTPS port on every address of the box
+lan_allow = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7"]  # client networks; loopback always
+lan_metrics_allow = []  # who may read /metrics through the proxy besides loopback (a Prometheus host: x.x.x.x/32)
+lan_health_open = False  # True: /health answers without the key (an uptime monitor); every other path still needs it
+lan_tls = "local_ca"  # local_ca: a CA made on the host signs the certificate; own: lan_tls_cert_file + lan_tls_key_file
+lan_tls_cert_file = None  # lan_tls = "own": your PEM certificate (chain), a path on the control machine
+lan_tls_key_file = None  # lan_tls = "own": its PEM private key on the control machine (kept secret; chmod 600)
+lan_tls_names = []  # extra DNS names or IPs in the local CA's certificate (the host's name and addresses always are)
+lan_max_body_mb = 64  # largest request body: a 262K-token prompt as escaped JSON is a few MB, images more
+lan_read_timeout_s = 1800  # longest silence from the server: a non-streamed answer to a 100K prompt comes at the end
 
 # ---- verify and bench: the GPU verdict after a change, the benchmark on demand (tasks/bench.py)
 verify_gate = "fail"  # a failed verdict gate stops the host (fail) or only warns (warn)

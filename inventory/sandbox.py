@@ -49,6 +49,7 @@ def _host(m: _machine.Machine) -> tuple[str, dict]:
             "ssh_strict_host_key_checking": "no",
             "_sudo": True,
             "vllm_port": _VLLM_PORT_BASE + m.index,
+            "lan_port": _paths.LAN_PORT_BASE + m.index,  # every machine shares the host's addresses
             **_os_settings(m),
         },
     )

@@ -6,6 +6,8 @@
 <install_root>/bin/                             vllm-rig-host.pyz (vllm_rig/host/), the rig's shell scripts
 /var/lib/vllm-rig/                              state: fingerprints, markers, background job logs
 /etc/vllm-rig/                                  config: the service's env file with the API key (0600)
+/etc/vllm-rig/lan/                              the LAN proxy's TLS files (local CA, certificate) and key map
+/etc/nginx/conf.d/vllm-rig-lan.conf             the LAN proxy's nginx site
 """
 
 from __future__ import annotations
@@ -46,6 +48,16 @@ SERVICE_PROVEN = f"{STATE_DIR}/service-proven"  # what the service last answered
 STAMPS = (INITRAMFS_STAMP, HOST_FINGERPRINT, SWITCHED_STAMP, FLASHQLA_STAMP, GPU_VERDICT_PROVEN, SERVICE_PROVEN)
 # Not a keyed stamp: its time says when vllm-rig last refreshed the apt lists (the lists' own fact reads it).
 APT_LISTS_STAMP = f"{STATE_DIR}/apt-lists.stamp"
+# The LAN proxy (stages/lan): nginx's site, the stock default site kept off, and the TLS files. The keys are
+# root-only; nginx's master process (root) reads them and the key map at start and reload.
+LAN_DIR = f"{ETC_DIR}/lan"
+LAN_CA_CERT = f"{LAN_DIR}/ca.crt"  # what clients trust (local_ca); the deploy also copies it to lan-ca/<host>-ca.crt
+LAN_CA_KEY = f"{LAN_DIR}/ca.key"
+LAN_CERT = f"{LAN_DIR}/server.crt"
+LAN_KEY = f"{LAN_DIR}/server.key"
+LAN_KEY_MAP = f"{LAN_DIR}/api-key.conf"  # nginx map: "Bearer <key>" -> 1, made on the host from the env file
+NGINX_SITE = "/etc/nginx/conf.d/vllm-rig-lan.conf"
+NGINX_DEFAULT_SITE = "/etc/nginx/sites-enabled/default"  # Debian's postinst links the port-80 welcome page here
 
 
 @dataclass(frozen=True)

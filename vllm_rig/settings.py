@@ -34,6 +34,9 @@ RELEASE_TAG = re.compile(r"^v?\d+(\.\d+)+([.-]?[A-Za-z0-9]+)*$")
 RELEASE_LINE = re.compile(r"^v?\d+(\.\d+)*$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 FLASHINFER_PATCHES = ("pr3621", "pr3526")
+DNS_NAME = re.compile(
+    r"^(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
+)
 
 # Settings that hold secrets: their values never appear in an error line or in output.
 SECRET_KEYS = frozenset({"hf_token", "secure_boot_mok_password"})
@@ -332,8 +335,9 @@ class Settings(BaseModel):
         "how long a watchdog round waits for its answer", "seconds from 5 to 3600"
     )
     served_model_name: str = _setting("model name clients ask for", "a name without spaces")
-    vllm_host: str = _setting(
-        "bind address (127.0.0.1 for this box only)", "an IP address to bind, e.g. 0.0.0.0 or 127.0.0.1"
+    vllm_host: str | None = _setting(
+        'bind address; None: 127.0.0.1 behind the proxy, 0.0.0.0 with lan_serving = "direct"',
+        "null (127.0.0.1 behind the proxy, 0.0.0.0 with lan_serving: direct) or an IP address to bind",
     )
     vllm_port: Annotated[int, Field(ge=1, le=65535)] = _setting("API port", "an integer from 1 to 65535")
     vllm_api_key: Literal["auto", "none"] = _setting(
@@ -427,6 +431,50 @@ class Settings(BaseModel):
     )
     vllm_extra_args: list[str] = _setting(
         'extra server flags, e.g. ["--enforce-eager"]', 'a list of extra flags, each starting with "--"'
+    )
+
+    # ---- lan: how the LAN reaches the server (stages/lan: nginx in front of it)
+    lan_serving: Literal["proxy", "direct"] = _setting(
+        "proxy: nginx serves the LAN, the server stays on loopback; direct: the server itself (0.0.0.0)",
+        '"proxy" (nginx serves the LAN: the key on every path, TLS, client networks) or "direct" (the server '
+        "itself on vllm_host, 0.0.0.0 unless set: its key guards /v1 only)",
+    )
+    lan_port: Annotated[int, Field(ge=1, le=65535)] = _setting(
+        "the proxy's HTTPS port on every address of the box", "an integer from 1 to 65535, not vllm_port"
+    )
+    lan_allow: list[str] = _setting(
+        "client networks; loopback always", 'a list of client networks in CIDR form, e.g. ["192.168.1.0/24"]'
+    )
+    lan_metrics_allow: list[str] = _setting(
+        "who may read /metrics through the proxy besides loopback (a Prometheus host: x.x.x.x/32)",
+        'a list of networks in CIDR form that may read /metrics besides loopback, e.g. ["192.168.1.10/32"]',
+    )
+    lan_health_open: bool = _setting(
+        "True: /health answers without the key (an uptime monitor); every other path still needs it",
+        "true (/health answers without the key) or false",
+    )
+    lan_tls: Literal["local_ca", "own"] = _setting(
+        "local_ca: a CA made on the host signs the certificate; own: lan_tls_cert_file + lan_tls_key_file",
+        '"local_ca" (a CA made on the host signs the certificate) or "own" (lan_tls_cert_file and lan_tls_key_file)',
+    )
+    lan_tls_cert_file: str | None = _setting(
+        'lan_tls = "own": your PEM certificate (chain), a path on the control machine',
+        "null or the path, on the control machine, of a PEM certificate (chain) for lan_tls: own",
+    )
+    lan_tls_key_file: str | None = _setting(
+        'lan_tls = "own": its PEM private key on the control machine (kept secret; chmod 600)',
+        "null or the path, on the control machine, of the certificate's PEM private key for lan_tls: own",
+    )
+    lan_tls_names: list[str] = _setting(
+        "extra DNS names or IPs in the local CA's certificate (the host's name and addresses always are)",
+        "a list of extra DNS names or IP addresses (the host's name and addresses are always in the certificate)",
+    )
+    lan_max_body_mb: Annotated[int, Field(ge=1, le=1024)] = _setting(
+        "largest request body: a 262K-token prompt as escaped JSON is a few MB, images more", "MB from 1 to 1024"
+    )
+    lan_read_timeout_s: Annotated[int, Field(ge=60, le=86400)] = _setting(
+        "longest silence from the server: a non-streamed answer to a 100K prompt comes at the end",
+        "seconds from 60 to 86400",
     )
 
     # ---- verify and bench
@@ -633,11 +681,37 @@ class Settings(BaseModel):
 
     @field_validator("vllm_host")
     @classmethod
-    def _bind_address(cls, value: str) -> str:
+    def _bind_address(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
         try:
             ipaddress.ip_address(value)
         except ValueError:
             raise ValueError("must be an IP address to bind, e.g. 0.0.0.0 (all) or 127.0.0.1 (local only)") from None
+        return value
+
+    @field_validator("lan_allow", "lan_metrics_allow")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            problem = _network_problem(entry)
+            if problem:
+                raise ValueError(problem)
+        return value
+
+    @field_validator("lan_tls_names")
+    @classmethod
+    def _tls_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not (_is_ip(name) or DNS_NAME.match(name)):
+                raise ValueError(f"{name!r} is neither a DNS name (letters, digits, - and dots) nor an IP address")
+        return value
+
+    @field_validator("lan_tls_cert_file", "lan_tls_key_file")
+    @classmethod
+    def _control_path(cls, value: str | None) -> str | None:
+        if value is not None and (not value.strip() or "\n" in value):
+            raise ValueError("must be null or a path on the control machine")
         return value
 
     @field_validator("kv_cache_dtype")
@@ -756,6 +830,13 @@ class Settings(BaseModel):
         return self
 
     # ---- derived values
+
+    @property
+    def server_host(self) -> str:
+        """The address the server binds: vllm_host, else loopback behind the proxy and all addresses direct."""
+        if self.vllm_host is not None:
+            return self.vllm_host
+        return "0.0.0.0" if self.lan_serving == "direct" else "127.0.0.1"
 
     @property
     def max_cudagraph_capture_size(self) -> int:
@@ -901,6 +982,27 @@ def _override_entry_problem(version: str, packages: Any) -> str | None:
     return None
 
 
+def _is_ip(value: str) -> bool:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _network_problem(entry: str) -> str | None:
+    """Why `entry` is not a network in CIDR form (nginx's allow takes it as written), or None."""
+    try:
+        ipaddress.ip_network(entry, strict=True)
+    except ValueError:
+        try:
+            loose = ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            return f"{entry!r} is not a network in CIDR form such as 192.168.1.0/24"
+        return f"{entry!r} has host bits set: the network is {loose}"
+    return None
+
+
 def _check_absolute(value: str) -> str:
     if not value.startswith("/") or "\n" in value or " " in value:
         raise ValueError("must be an absolute path without spaces")
@@ -973,9 +1075,38 @@ def _cross_rule_problems(s: Settings):
     min_driver = MIN_DRIVER_FOR_CUDA.get(s.cuda_version)
     if min_driver and Version(s.nvidia_driver_version) < min_driver:
         yield "nvidia_driver_version", f"must be >= {min_driver} for CUDA {s.cuda_version}"
+    yield from _lan_problems(s)
     clash = rendered_flag_names(s) & {arg.split("=", 1)[0] for arg in s.vllm_extra_args}
     if clash:
         yield "vllm_extra_args", f"repeats flags the settings already set: {', '.join(sorted(clash))}"
+
+
+def _lan_problems(s: Settings):
+    """lan_serving and what it needs: a loopback server and a key behind the proxy, a certificate to serve."""
+    if s.lan_serving == "proxy":
+        if s.vllm_host is not None and not ipaddress.ip_address(s.vllm_host).is_loopback:
+            yield (
+                "vllm_host",
+                f"must be null or a loopback address when lan_serving is proxy (the proxy serves the LAN); "
+                f"set lan_serving: direct to have the server itself listen on {s.vllm_host}",
+            )
+        if s.vllm_api_key != "auto":
+            yield "vllm_api_key", "must be auto when lan_serving is proxy: the proxy asks for the key on every path"
+        if s.lan_port == s.vllm_port:
+            yield "lan_port", f"must differ from vllm_port ({s.vllm_port}): the server keeps that port on loopback"
+    given = [key for key in ("lan_tls_cert_file", "lan_tls_key_file") if getattr(s, key) is not None]
+    if s.lan_tls == "local_ca" and given:
+        yield given[0], "is set but lan_tls is local_ca: set lan_tls: own to serve your certificate"
+    elif s.lan_tls == "own" and s.lan_serving == "proxy":
+        from vllm_rig.stages.lan.certificate import own_certificate_problem
+
+        if len(given) < 2:
+            missing = next(key for key in ("lan_tls_cert_file", "lan_tls_key_file") if key not in given)
+            yield missing, "must be set when lan_tls is own (the certificate and its private key, PEM files)"
+        else:
+            problem = own_certificate_problem(s.lan_tls_cert_file or "", s.lan_tls_key_file or "")
+            if problem:
+                yield problem
 
 
 def _patch_data_problems(s: Settings):

@@ -27,6 +27,7 @@ HF_MIRROR_PORT = 18080 + PORT_OFFSET
 FILESERVER_PORT = 18081 + PORT_OFFSET
 SSH_PORT_BASE = 2220 + PORT_OFFSET  # machine rigN: SSH_PORT_BASE + N
 VLLM_PORT_BASE = 8000 + PORT_OFFSET  # machine rigN serves on VLLM_PORT_BASE + N
+LAN_PORT_BASE = 28400 + PORT_OFFSET  # rigN's LAN proxy (nginx) listens on LAN_PORT_BASE + N
 
 
 def host_wide_name(machine: str) -> str:

@@ -570,6 +570,20 @@ def test_health_models_and_api_key(seed000: Server) -> None:
     assert status == 404 and body["error"]["message"] == "The model `other` does not exist."
 
 
+def test_the_key_is_checked_as_vllm_checks_it(seed000: Server) -> None:
+    """vLLM's AuthenticationMiddleware: /v1 paths only; scheme "bearer" in any case, one space, the key."""
+
+    def status(path: str, authorization: str | None) -> int:
+        conn = http.client.HTTPConnection("127.0.0.1", seed000.port, timeout=60)
+        conn.request("GET", path, headers={"authorization": authorization} if authorization else {})
+        return conn.getresponse().status
+
+    assert status("/v1/models", f"bearer {API_KEY}") == status("/v1/models", f"BEARER {API_KEY}") == 200
+    assert status("/v1/models", f"Basic {API_KEY}") == status("/v1/models", f"Bearer  {API_KEY}") == 401
+    assert status("/metrics", None) == status("/version", None) == status("/health", None) == 200
+    assert status("/metrics/", None) == 200  # the metrics app is mounted on every path under /metrics
+
+
 def test_chat_splits_reasoning_and_counts_tokens(seed000: Server) -> None:
     chat = {"model": "qwen-local", "messages": [{"role": "user", "content": "What is two plus two?"}]}
     status, body = seed000.json("POST", "/v1/chat/completions", chat, key=API_KEY)

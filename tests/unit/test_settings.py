@@ -128,7 +128,23 @@ RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
     ("served_model_name", "qwen local", "qwen-local", {}),
     ("vllm_host", "everywhere", "127.0.0.1", {}),
     ("vllm_port", 70000, 8001, {}),
-    ("vllm_api_key", "hunter2", "none", {}),
+    ("vllm_api_key", "hunter2", "none", {"lan_serving": "direct"}),
+    ("vllm_api_key", "none", "auto", {}),  # the proxy checks the key on every path
+    ("vllm_host", "0.0.0.0", "::1", {}),  # behind the proxy the server stays on loopback
+    ("vllm_host", "my-box", "192.168.1.5", {"lan_serving": "direct"}),
+    ("lan_serving", "nginx", "direct", {}),
+    ("lan_port", 8000, 9443, {}),  # vllm_port's
+    ("lan_port", 0, 443, {}),
+    ("lan_allow", ["192.168.1.5/24"], ["192.168.1.0/24", "fd00::/8"], {}),
+    ("lan_allow", ["my-lan"], [], {}),
+    ("lan_metrics_allow", ["10.0.0.300/32"], ["10.0.0.7/32"], {}),
+    ("lan_health_open", "yes", True, {}),
+    ("lan_tls", "self_signed", "local_ca", {}),
+    ("lan_tls_cert_file", "/etc/ssl/box.pem", None, {}),  # set, but lan_tls is local_ca
+    ("lan_tls_key_file", "/etc/ssl/box.key", None, {}),
+    ("lan_tls_names", ["bad name"], ["box.lan", "192.168.1.5"], {}),
+    ("lan_max_body_mb", 0, 256, {}),
+    ("lan_read_timeout_s", 5, 3600, {}),
     ("tensor_parallel_size", 3, 1, {"device_ids": None}),
     ("tensor_parallel_size", 4, 2, {"device_ids": None}),  # more than gpu_count=2
     ("device_ids", [0, 0], [1, 0], {}),

@@ -94,7 +94,7 @@ def _env(unit: str) -> dict[str, str]:
     ("profile", "seed_args"), [(None, seed_units.SEED1_ARGS), ("qwen38", seed_units.SEED2_ARGS)], ids=["seed1", "seed2"]
 )
 def test_flags_match_the_seed(profile: str | None, seed_args: list[tuple[str, str | None]]) -> None:
-    s = _settings(profile)
+    s = _settings(profile, lan_serving="direct")  # the seeds served the LAN themselves, on 0.0.0.0
     rendered = dict(_pairs(_argv(_unit(s))))
     translated, _, budget = _fork_spelling(seed_args, {})
     expected = dict(translated)
@@ -112,6 +112,14 @@ def test_flags_match_the_seed(profile: str | None, seed_args: list[tuple[str, st
             assert json.loads(rendered[flag]) == json.loads(value), flag
         else:
             assert rendered[flag] == value, flag
+
+
+def test_behind_the_proxy_the_server_binds_loopback_only() -> None:
+    """The default (lan_serving: proxy) differs from the seeds in one flag: nginx serves the LAN instead."""
+    assert dict(_pairs(_argv(_unit(_settings(None)))))["--host"] == "127.0.0.1"
+    assert dict(_pairs(_argv(_unit(_settings(None, lan_serving="direct", vllm_host="10.0.0.2")))))["--host"] == (
+        "10.0.0.2"
+    )
 
 
 @pytest.mark.parametrize("profile", [None, "qwen38"])

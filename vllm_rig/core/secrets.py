@@ -3,12 +3,13 @@ is logged with every keyword it was given, `_stdin` included."""
 
 from __future__ import annotations
 
+import hashlib
 import shlex
 from collections.abc import Iterator
 from typing import TypedDict
 
 from pyinfra import host
-from pyinfra.api import operation
+from pyinfra.api import StringCommand, operation
 
 from vllm_rig.core.facts import SectionFact, Sections, section_command
 
@@ -99,3 +100,49 @@ def api_key_file(path: str, group: str, enabled: bool):
         host.noop(f"{path} is in place")
         return
     yield f"chown root:{shlex.quote(group)} {p} && chmod 640 {p}"
+
+
+class PrivateFileState(TypedDict):
+    mode: str
+    owner: str  # user:group
+    sha256: str
+
+
+class PrivateFile(SectionFact["PrivateFileState | None"]):
+    """A root-only file's mode, owner and sha256, or None: enough to tell whether it holds a secret, never
+    reading the secret back."""
+
+    @staticmethod
+    def default() -> PrivateFileState | None:
+        return None
+
+    def command(self, path: str) -> str:
+        q = shlex.quote(path)
+        return section_command(
+            {"stat": f"stat -c '%a %U:%G' {q} 2>/dev/null", "sha256": f"sha256sum < {q} 2>/dev/null"}
+        )
+
+    def parse(self, sections: Sections) -> PrivateFileState | None:
+        stat, digest = sections.first("stat"), sections.first("sha256")
+        if stat is None or digest is None:
+            return None
+        mode, _, owner = stat.partition(" ")
+        return {"mode": mode, "owner": owner, "sha256": digest.split()[0]}
+
+
+@operation()
+def secret_file(path: str, content: Secret):
+    """`content` in a root-only 0600 file. It travels on stdin (never on a command line or in pyinfra's output)
+    and is compared by its digest only."""
+    text = content.reveal() or ""
+    want = hashlib.sha256(text.encode()).hexdigest()
+    found = host.get_fact(PrivateFile, path=path)
+    if found == {"mode": "600", "owner": "root:root", "sha256": want}:
+        host.noop(f"{path} is in place")
+        return
+    q = shlex.quote(path)
+    script = (
+        f'mkdir -p $(dirname {q}) && umask 077 && tmp=$(mktemp {q}.XXXXXX) && cat > "$tmp" && '
+        f'chown root:root "$tmp" && chmod 600 "$tmp" && mv -f "$tmp" {q}'
+    )
+    yield StringCommand("sh", "-c", shlex.quote(script), _stdin=SecretStdin(text))

@@ -10,6 +10,7 @@ PROGRAMS = (
     "fork_releases",
     "gpu_verdict",
     "gpu_wait",
+    "lan_tls",
     "model_catalogue",
     "model_fetch",
     "model_preflight",

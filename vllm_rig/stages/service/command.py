@@ -26,7 +26,7 @@ def server_args(s: Settings, model_path: str) -> list[str]:
 
 def settings_args(s: Settings, model_path: str) -> list[str]:
     """The flags rendered from named settings (vllm_extra_args excluded)."""
-    args: list[str] = ["--host", s.vllm_host, "--port", str(s.vllm_port), "--model", model_path]
+    args: list[str] = ["--host", s.server_host, "--port", str(s.vllm_port), "--model", model_path]
     args += ["--served-model-name", s.served_model_name, "--dtype", s.dtype]
     args += ["--tensor-parallel-size", str(s.tensor_parallel_size)]
     if s.generation_config is not None:

@@ -53,7 +53,7 @@ def probe_stdin() -> SecretStdin:
 
 def api_address(s: Settings) -> str:
     """Where the host itself reaches the server: loopback when it binds every address."""
-    host = "127.0.0.1" if s.vllm_host in ("0.0.0.0", "::", "") else s.vllm_host
+    host = "127.0.0.1" if s.server_host in ("0.0.0.0", "::", "") else s.server_host
     return f"[{host}]" if ":" in host else host
 
 

@@ -1,0 +1,199 @@
+"""The LAN stage's pieces on the control side: the owner's certificate checked before any host is touched, the
+nginx site rendered from settings, the local CA tool and the key map against the real openssl and sh."""
+
+from __future__ import annotations
+
+import datetime
+import importlib.util
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from tests.unit.groupdata import profile_data
+from vllm_rig.core.files import rendered
+from vllm_rig.stages.lan.deploy import TEMPLATE, site_context
+from vllm_rig.stages.lan.facts import KeyMap, key_map_script
+from vllm_rig.validation import SettingsError, load_settings
+
+HOST = Path(__file__).resolve().parents[2] / "vllm_rig" / "host"
+
+
+def _settings(**changes: object):
+    return load_settings({**profile_data(), **changes})
+
+
+def _site(ipv6: bool = True, **changes: object) -> str:
+    s = _settings(**changes)
+    return rendered("/x", TEMPLATE, **site_context(s, ipv6=ipv6)).content.decode()
+
+
+# ---- the owner's certificate (lan_tls: own)
+
+
+def _pair(tmp: Path, days: int = 30, name: str = "box") -> tuple[Path, Path]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=2 * abs(days)))
+        .not_valid_after(now + datetime.timedelta(days=days))
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = tmp / f"{name}.crt", tmp / f"{name}.key"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_file, key_file
+
+
+def _own(cert: Path | str | None, key: Path | str | None, **more: object):
+    c = None if cert is None else str(cert)
+    k = None if key is None else str(key)
+    return _settings(lan_tls="own", lan_tls_cert_file=c, lan_tls_key_file=k, **more)
+
+
+def _refusal(cert: Path | str | None, key: Path | str | None) -> str:
+    with pytest.raises(SettingsError) as err:
+        _own(cert, key)
+    assert len(err.value.lines) == 1, err.value.lines
+    return err.value.lines[0]
+
+
+def test_own_certificate_and_its_key_are_accepted(tmp_path: Path) -> None:
+    cert, key = _pair(tmp_path)
+    assert _own(cert, key).lan_tls == "own"
+
+
+def test_own_certificate_problems_are_one_line_each(tmp_path: Path) -> None:
+    cert, key = _pair(tmp_path)
+    _, other_key = _pair(tmp_path, name="other")
+    old_cert, old_key = _pair(tmp_path, days=-1, name="old")
+    (tmp_path / "not.pem").write_text("hello\n")
+    assert "lan_tls_key_file" in _refusal(cert, None) and "must be set" in _refusal(cert, None)
+    assert "is not the private key" in _refusal(cert, other_key)
+    assert "expired" in _refusal(old_cert, old_key)
+    assert "cannot be read" in _refusal(tmp_path / "missing.crt", key)
+    assert "not a PEM certificate" in _refusal(tmp_path / "not.pem", key)
+    assert "not an unencrypted PEM private key" in _refusal(cert, tmp_path / "not.pem")
+    line = _refusal(cert, other_key)
+    assert "BEGIN" not in line and other_key.read_text().splitlines()[1] not in line  # the key never in a line
+
+
+# ---- the nginx site
+
+
+def test_the_key_is_asked_for_on_every_path() -> None:
+    site = _site()
+    blocks = site.split("location ")[1:]
+    assert [b.split("{", 1)[0].strip() for b in blocks] == ["^~ /metrics", "/"]  # nothing else is routed
+    assert all("if ($vllm_rig_key_ok = 0)" in b and "return 401" in b for b in blocks)
+    assert "if ($vllm_rig_client_ok = 0) {\n        return 403" in site  # before any location: the network
+
+
+def test_health_alone_opens_by_setting() -> None:
+    site = _site(lan_health_open=True)
+    health = site.split("location = /health {", 1)[1].split("}", 1)[0]
+    assert "proxy_pass" in health and "vllm_rig_key_ok" not in health
+    assert site.count("return 401") == 2  # /metrics and everything else still need the key
+
+
+def test_networks_upstream_and_limits_come_from_settings() -> None:
+    site = _site(lan_allow=["192.168.7.0/24"], lan_metrics_allow=["192.168.7.9/32"], lan_port=9443, vllm_port=8123)
+    client = site.split("geo $vllm_rig_client_ok {", 1)[1].split("}", 1)[0].split()
+    metrics = site.split("geo $vllm_rig_metrics_ok {", 1)[1].split("}", 1)[0].split()
+    assert client == ["default", "0;", "127.0.0.0/8", "1;", "::1/128", "1;", "192.168.7.0/24", "1;"]
+    assert metrics == ["default", "0;", "127.0.0.0/8", "1;", "::1/128", "1;", "192.168.7.9/32", "1;"]
+    assert "server 127.0.0.1:8123;" in site and "listen 9443 ssl;" in site and "listen [::]:9443 ssl;" in site
+    assert "proxy_buffering off;" in site and "client_max_body_size 64m;" in site
+    assert "proxy_read_timeout 1800s;" in site
+    assert "proxy_read_timeout 600s;" in _site(lan_read_timeout_s=600)
+    assert "client_max_body_size 8m;" in _site(lan_max_body_mb=8)
+
+
+def test_without_ipv6_nginx_listens_on_ipv4_only() -> None:
+    site = _site(ipv6=False, lan_allow=["10.0.0.0/8", "fd00::/8"])
+    assert "listen [::]" not in site and "::1/128" not in site and "fd00::/8" not in site and "10.0.0.0/8 1;" in site
+
+
+def test_proxy_binds_the_server_to_loopback_and_direct_to_every_address() -> None:
+    assert _settings().server_host == "127.0.0.1"
+    assert _settings(lan_serving="direct").server_host == "0.0.0.0"
+    assert _settings(lan_serving="direct", vllm_host="127.0.0.1").server_host == "127.0.0.1"
+
+
+# ---- the key map, with the real sh
+
+
+@pytest.mark.skipif(shutil.which("sh") is None, reason="needs sh")
+def test_key_map_is_made_from_the_env_file_and_read_back_by_digest(tmp_path: Path) -> None:
+    env, map_file = tmp_path / "vllm.env", tmp_path / "api-key.conf"
+    env.write_text("VLLM_API_KEY=abc-DEF_123\n")
+
+    def fact() -> str:
+        run = subprocess.run(KeyMap().command(str(env), str(map_file)), shell=True, capture_output=True, text=True)
+        return KeyMap().process(run.stdout.splitlines())
+
+    assert fact() == "differs"
+    make = f'want=$({key_map_script(str(env))}); printf "%s\\n" "$want" > {shlex.quote(str(map_file))}'
+    subprocess.run(["sh", "-c", make], check=True)
+    assert '"~^(?i:bearer) abc-DEF_123$" 1;' in map_file.read_text()
+    assert fact() == "differs"  # not 0600 yet
+    map_file.chmod(0o600)
+    assert fact() == "same"
+    env.write_text("VLLM_API_KEY=another\n")
+    assert fact() == "differs"
+    env.write_text("# vllm_api_key: none\n")
+    assert fact() == "nokey"
+
+
+# ---- the local CA tool, with the real openssl
+
+
+def _lan_tls() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("lan_tls", HOST / "lan_tls.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
+def test_local_ca_is_made_once_and_the_certificate_again_when_it_must(tmp_path: Path) -> None:
+    tls = _lan_tls()
+    d = tmp_path / "lan"
+    assert tls.status(d, []).startswith("new: no local CA")
+    tls.ensure(d, ["box.example", "10.9.9.9"])
+    assert tls.status(d, ["box.example", "10.9.9.9"]).startswith("ok: ")
+    assert {p.name: oct(p.stat().st_mode & 0o777) for p in d.iterdir()} == {
+        "ca.crt": "0o644",
+        "ca.key": "0o600",
+        "server.crt": "0o644",
+        "server.key": "0o600",
+    }
+    ca = (d / "ca.crt").read_bytes()
+    assert tls.status(d, ["other.example"]) == "renew: server.crt does not name other.example"
+    tls.ensure(d, ["other.example"])
+    assert (d / "ca.crt").read_bytes() == ca  # the CA clients trust stays
+    assert tls.status(d, ["other.example"]).startswith("ok: ")
+    verify = subprocess.run(["openssl", "verify", "-CAfile", d / "ca.crt", d / "server.crt"], capture_output=True)
+    assert verify.returncode == 0
+    tls.CERT_DAYS = 10  # a certificate that ends within 30 days is made again
+    (d / "server.crt").unlink()
+    tls.ensure(d, [])
+    assert tls.status(d, []) == "renew: server.crt expires within 30 days"
+    (d / "server.key").write_bytes((d / "ca.key").read_bytes())
+    assert tls.status(d, []) == "renew: server.key is not server.crt's key"

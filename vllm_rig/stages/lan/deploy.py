@@ -1,0 +1,121 @@
+"""LAN: how the LAN reaches the server.
+
+lan_serving: proxy (the default): the server binds loopback (service stage) and nginx from the distribution
+serves the LAN port: the API key on every path (vLLM's own --api-key guards /v1 only), /metrics only from
+loopback and lan_metrics_allow, clients only from lan_allow, TLS with a CA made on the host or the owner's
+certificate, limits sized for 100K-token prompts and long streams. lan_serving: direct: no proxy site, and one
+warning line that says what the server exposes by itself.
+"""
+
+from __future__ import annotations
+
+from pyinfra import host, logger
+from pyinfra.api import deploy
+from pyinfra.operations import files
+
+from vllm_rig import paths
+from vllm_rig.context import preflight_failed
+from vllm_rig.core.files import config_files, rendered, text
+from vllm_rig.core.host_package import host_programs
+from vllm_rig.core.packages import distro_packages, lists_fresh
+from vllm_rig.core.secrets import Secret, secret_file
+from vllm_rig.core.systemd import unit_enabled_and_started
+from vllm_rig.paths import Layout
+from vllm_rig.settings import Settings
+from vllm_rig.stages.lan import certificate
+from vllm_rig.stages.lan.facts import LanHost
+from vllm_rig.stages.lan.operations import default_site_off, key_map, local_ca, nginx_loaded, site_absent
+
+TEMPLATE = "vllm_rig/stages/lan/templates/nginx-site.conf.j2"
+LOADED_STAMP = f"{paths.STATE_DIR}/lan-proxy-loaded"
+LOOPBACK = ("127.0.0.0/8", "::1/128")
+# What vLLM serves without the key (its AuthenticationMiddleware checks /v1 paths only).
+OPEN_PATHS = "/health, /metrics, /version, /load, /tokenize, /detokenize"
+
+
+@deploy("LAN")
+def serve_lan(s: Settings) -> None:
+    if preflight_failed():
+        return
+    if s.lan_serving == "direct":
+        _direct(s)
+        return
+    layout = Layout.of(s)
+    found = host.get_fact(LanHost, default_site=paths.NGINX_DEFAULT_SITE)  # fixed facts: IPv6, whose site
+    default_site_off(name="The distribution's port-80 default site stays off", path=paths.NGINX_DEFAULT_SITE)
+    lists_fresh(name="Package lists know nginx and are less than a day old", packages=["nginx"])
+    distro_packages(name="nginx and openssl from the distribution", packages=["nginx", "openssl"])
+    if s.lan_tls == "local_ca":
+        host_programs(layout.host_package)  # lan_tls runs from it
+        local_ca(
+            name="Local CA and a certificate naming this host and its addresses",
+            package=layout.host_package,
+            directory=paths.LAN_DIR,
+            names=tuple(s.lan_tls_names),
+        )
+    else:
+        config_files(
+            name="Your certificate (lan_tls_cert_file)",
+            files=(text(paths.LAN_CERT, certificate.read(s.lan_tls_cert_file or "").decode()),),
+        )
+        secret_file(
+            name="Your certificate's key (lan_tls_key_file, root only)",
+            path=paths.LAN_KEY,
+            content=Secret(certificate.read(s.lan_tls_key_file or "").decode()),
+        )
+    key_map(
+        name="The proxy's key check, from the service's API key", env_file=layout.env_file, map_file=paths.LAN_KEY_MAP
+    )
+    site = rendered(paths.NGINX_SITE, TEMPLATE, **site_context(s, ipv6=found["ipv6"]))
+    config_files(name=f"nginx site: the LAN on port {s.lan_port}", files=(site,))
+    unit_enabled_and_started(name="nginx enabled and started", unit="nginx.service")
+    nginx_loaded(
+        name="nginx checked and reloaded when its files changed",
+        paths=(paths.NGINX_SITE, paths.LAN_KEY_MAP, paths.LAN_CERT, paths.LAN_KEY),
+        stamp=LOADED_STAMP,
+        port=s.lan_port,
+    )
+    if s.lan_tls == "local_ca":
+        dest = f"lan-ca/{host.name}-ca.crt"
+        files.get(
+            name=f"The local CA's certificate for clients, to {dest}",
+            src=paths.LAN_CA_CERT,
+            dest=dest,
+            create_local_dir=True,
+        )
+        logger.info(
+            f"[{host.name}] LAN: https://<this host>:{s.lan_port}/v1 with the API key; clients trust {dest} "
+            f"(on the host: {paths.LAN_CA_CERT})"
+        )
+
+
+def site_context(s: Settings, ipv6: bool) -> dict:
+    """Template variables for templates/nginx-site.conf.j2."""
+    upstream_host = f"[{s.server_host}]" if ":" in s.server_host else s.server_host
+    return {
+        "port": s.lan_port,
+        "ipv6": ipv6,
+        "upstream": f"{upstream_host}:{s.vllm_port}",
+        "key_map": paths.LAN_KEY_MAP,
+        "client_networks": _networks(s.lan_allow, ipv6),
+        "metrics_networks": _networks(s.lan_metrics_allow, ipv6),
+        "health_open": s.lan_health_open,
+        "cert": paths.LAN_CERT,
+        "key": paths.LAN_KEY,
+        "max_body_mb": s.lan_max_body_mb,
+        "read_timeout_s": s.lan_read_timeout_s,
+    }
+
+
+def _networks(extra: list[str], ipv6: bool) -> list[str]:
+    nets = [*LOOPBACK, *extra]
+    return list(dict.fromkeys(n for n in nets if ipv6 or ":" not in n))
+
+
+def _direct(s: Settings) -> None:
+    site_absent(name="No vllm-rig site in nginx (lan_serving: direct)", path=paths.NGINX_SITE, stamp=LOADED_STAMP)
+    if s.server_host not in ("127.0.0.1", "::1"):
+        logger.warning(
+            f"[{host.name}] lan_serving is direct: the server itself listens on {s.server_host}:{s.vllm_port}, "
+            f"plain HTTP; its API key guards /v1 only, so {OPEN_PATHS} answer anyone who reaches the port"
+        )

@@ -1,0 +1,141 @@
+"""What the LAN stage reads on the host, each in one short command; none of them ever prints a key."""
+
+from __future__ import annotations
+
+import shlex
+from typing import TypedDict
+
+from vllm_rig.core.facts import SectionFact, Sections, section_command
+
+# The first line of Debian's sites-enabled/default when vllm-rig put it there (the stock site stays off).
+DEFAULT_SITE_MARK = "# vllm-rig: the distribution's default site (port 80) stays off on this box"
+
+
+class LanHostState(TypedDict):
+    ipv6: bool  # the kernel has IPv6 addresses: nginx can listen on [::]
+    default_site: str  # absent | ours | other
+
+
+class LanHost(SectionFact[LanHostState]):
+    """Whether the host has IPv6 and whose sites-enabled/default is there."""
+
+    @staticmethod
+    def default() -> LanHostState:
+        return {"ipv6": False, "default_site": "other"}  # a failed host: touch nothing of nginx's
+
+    def command(self, default_site: str) -> str:
+        q = shlex.quote(default_site)
+        mark = shlex.quote(DEFAULT_SITE_MARK)
+        return section_command(
+            {
+                "ipv6": "grep -q . /proc/net/if_inet6 2>/dev/null && echo yes",  # not test -s: proc files are size 0
+                "site": (
+                    f"if [ ! -e {q} ] && [ ! -L {q} ]; then echo absent; "
+                    f'elif [ "$(head -n1 {q} 2>/dev/null)" = {mark} ]; then echo ours; else echo other; fi'
+                ),
+            }
+        )
+
+    def parse(self, sections: Sections) -> LanHostState:
+        site = sections.required("site")
+        if site not in ("absent", "ours", "other"):
+            sections.unreadable("site", site)
+        return {"ipv6": sections.first("ipv6") == "yes", "default_site": site}
+
+
+class LanTls(SectionFact[str]):
+    """The local CA's state as the host program lan_tls reports it: "ok: ...", "new: <why>" or "renew: <why>"."""
+
+    @staticmethod
+    def default() -> str:
+        return "new: not read"
+
+    def command(self, package: str, directory: str, names: tuple[str, ...]) -> str:
+        args = " ".join(f"--name {shlex.quote(n)}" for n in names)
+        p = shlex.quote(package)
+        return section_command(
+            {
+                "state": (
+                    f"if [ -f {p} ]; then python3 {p} lan_tls check --dir {shlex.quote(directory)} {args}; "
+                    "else echo 'new: the host programs are not installed yet'; fi"
+                )
+            }
+        )
+
+    def parse(self, sections: Sections) -> str:
+        state = sections.required("state")
+        if not state.startswith(("ok", "new:", "renew:")):
+            sections.unreadable("state", state)
+        return state
+
+
+class DigestState(TypedDict):
+    digest: str | None  # sha256 over the files as they are now (a missing one counts as empty)
+    stamp: str | None  # the stamp's text
+    active: bool  # the unit runs
+    listening: bool  # nginx listens on the port
+
+
+class Digest(SectionFact[DigestState]):
+    """Enough to tell whether nginx loaded what is on disk, in one command."""
+
+    @staticmethod
+    def default() -> DigestState:
+        return {"digest": None, "stamp": None, "active": False, "listening": False}
+
+    def command(self, paths: tuple[str, ...], stamp: str, unit: str, port: int = 0) -> str:
+        files = " ".join(shlex.quote(p) for p in paths)
+        return section_command(
+            {
+                "digest": f'cat {files} 2>/dev/null | sha256sum | cut -d" " -f1',
+                "stamp": f"cat {shlex.quote(stamp)} 2>/dev/null",
+                "active": f"systemctl is-active {shlex.quote(unit)} 2>/dev/null",
+                "listening": f"ss -Htlnp 'sport = :{int(port)}' 2>/dev/null | grep -q '\"nginx\"' && echo yes",
+            }
+        )
+
+    def parse(self, sections: Sections) -> DigestState:
+        return {
+            "digest": sections.first("digest"),
+            "stamp": sections.first("stamp"),
+            "active": sections.first("active") == "active",
+            "listening": sections.first("listening") == "yes",
+        }
+
+
+# The nginx map that checks the key, written on the host from the service's env file: the key never leaves
+# the host and never appears on a command line (the shell reads it from the file into a variable).
+def key_map_script(env_file: str) -> str:
+    """Shell that prints the map file's content for the key in env_file (nothing when there is no key)."""
+    env = shlex.quote(env_file)
+    # vLLM's AuthenticationMiddleware: scheme "bearer" in any case, one space, the key (server_utils.py).
+    return (
+        f'k=$(sed -n "s/^VLLM_API_KEY=//p" {env} 2>/dev/null | head -n1); [ -n "$k" ] || exit 0; '
+        'printf "# vllm-rig: made on the host from the API key; root only. Do not edit.\\n'
+        "map \\$http_authorization \\$vllm_rig_key_ok {\\n    default 0;\\n"
+        '    \\"~^(?i:bearer) %s\\$\\" 1;\\n}\\n" "$k"'
+    )
+
+
+class KeyMap(SectionFact[str]):
+    """ "same" when the map file holds the env file's key (mode 600), "differs", or "nokey"."""
+
+    @staticmethod
+    def default() -> str:
+        return "differs"
+
+    def command(self, env_file: str, map_file: str) -> str:
+        m = shlex.quote(map_file)
+        script = (
+            f"want=$({key_map_script(env_file)}); "
+            '[ -n "$want" ] || { echo nokey; exit 0; }; '
+            f'if [ "$(stat -c %a {m} 2>/dev/null)" = 600 ] && printf "%s\\n" "$want" | cmp -s - {m}; '
+            "then echo same; else echo differs; fi"
+        )
+        return section_command({"map": f"( {script} )"})  # its own subshell: it sets a variable and exits
+
+    def parse(self, sections: Sections) -> str:
+        state = sections.required("map")
+        if state not in ("same", "differs", "nokey"):
+            sections.unreadable("map", state)
+        return state

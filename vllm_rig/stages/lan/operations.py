@@ -1,0 +1,92 @@
+"""The LAN stage's operations: each reads the host with one fact and does only what differs."""
+
+from __future__ import annotations
+
+import shlex
+
+from pyinfra import host
+from pyinfra.api import operation
+
+from vllm_rig.stages.lan.facts import DEFAULT_SITE_MARK, Digest, KeyMap, LanHost, LanTls, key_map_script
+
+
+@operation()
+def default_site_off(path: str):
+    """Before nginx is installed: a comment-only sites-enabled/default, so Debian's postinst does not link its
+    port-80 welcome page (it links only when nothing is there). A site someone else put there is left alone."""
+    state = host.get_fact(LanHost, default_site=path)["default_site"]
+    if state == "ours":
+        host.noop("the distribution's default site is off")
+        return
+    if state == "other":
+        host.noop(f"{path} is not vllm-rig's: left as it is")
+        return
+    q = shlex.quote(path)
+    yield f"mkdir -p $(dirname {q}) && printf '%s\\n' {shlex.quote(DEFAULT_SITE_MARK)} > {q}"
+
+
+@operation()
+def local_ca(package: str, directory: str, names: tuple[str, ...]):
+    """The local CA and a server certificate naming the host, its addresses and `names` (host program lan_tls)."""
+    state = host.get_fact(LanTls, package=package, directory=directory, names=names)
+    if state.startswith("ok"):
+        host.noop(state)
+        return
+    args = " ".join(f"--name {shlex.quote(n)}" for n in names)
+    yield f"python3 {shlex.quote(package)} lan_tls ensure --dir {shlex.quote(directory)} {args}"
+
+
+@operation()
+def key_map(env_file: str, map_file: str):
+    """The nginx map that accepts "Bearer <the service's API key>", made on the host from its env file."""
+    state = host.get_fact(KeyMap, env_file=env_file, map_file=map_file)
+    if state == "same":
+        host.noop(f"{map_file} holds the service's key")
+        return
+    m = shlex.quote(map_file)
+    script = (
+        f"set -e; want=$({key_map_script(env_file)}); "
+        f'[ -n "$want" ] || {{ echo "lan: no VLLM_API_KEY in {env_file}: the proxy cannot check the key" >&2; '
+        "exit 1; }; "
+        f"umask 077; mkdir -p $(dirname {m}); tmp=$(mktemp {m}.XXXXXX); "
+        f'printf "%s\\n" "$want" > "$tmp"; chmod 600 "$tmp"; mv -f "$tmp" {m}'
+    )
+    yield f"sh -c {shlex.quote(script)}"
+
+
+@operation()
+def nginx_loaded(paths: tuple[str, ...], stamp: str, port: int):
+    """nginx runs with the files as they are on disk: checked (`nginx -t`), then reloaded, when they changed
+    since the last reload it made (a stamp of their digest: a run that failed before the reload heals). A
+    reload whose new socket cannot bind keeps the old configuration and still exits 0, so the port is checked
+    afterwards: nginx must be the one listening on it."""
+    found = host.get_fact(Digest, paths=paths, stamp=stamp, unit="nginx.service", port=port)
+    if found["active"] and found["listening"] and found["digest"] and found["digest"] == found["stamp"]:
+        host.noop("nginx runs with the files on disk")
+        return
+    files = " ".join(shlex.quote(p) for p in paths)
+    s = shlex.quote(stamp)
+    listening = f"ss -Htlnp 'sport = :{int(port)}' | grep -q '\"nginx\"'"
+    script = (
+        "set -e; nginx -t -q; systemctl reload-or-restart nginx.service; "
+        f"for i in 1 2 3 4 5 6 7 8 9 10; do {listening} && break; sleep 0.5; done; "
+        f'{listening} || {{ echo "lan: nginx does not listen on port {int(port)} (another program has it?): '
+        'see /var/log/nginx/vllm-rig-lan.error.log" >&2; exit 1; }; '
+        f'mkdir -p $(dirname {s}); cat {files} 2>/dev/null | sha256sum | cut -d" " -f1 > {s}'
+    )
+    yield f"sh -c {shlex.quote(script)}"
+
+
+@operation()
+def site_absent(path: str, stamp: str):
+    """lan_serving: direct: no vllm-rig site in nginx (nginx itself, and other sites, stay)."""
+    found = host.get_fact(Digest, paths=(path,), stamp=stamp, unit="nginx.service")
+    empty = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"  # sha256 of nothing: no file
+    if found["digest"] in (None, empty):
+        host.noop(f"no {path}")
+        return
+    q = shlex.quote(path)
+    yield (
+        f"rm -f {q} {shlex.quote(stamp)} && "
+        "{ ! systemctl -q is-active nginx.service || { nginx -t -q && systemctl reload nginx.service; }; }"
+    )
