@@ -37,12 +37,15 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import textwrap
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+from . import runtime_artifact
 
 # Where the installed flashinfer-python keeps the headers its JIT compiles (relative to the package).
 FLASHINFER_DATA = "data"
@@ -369,6 +372,7 @@ class Build:
         self.python = self.venv / "bin" / "python"
         self.cache = Path(spec["cache"])
         self.times: dict[str, float] = {}
+        self.installed_from: str | None = None
 
     # -- bookkeeping
 
@@ -636,6 +640,7 @@ class Build:
             "nvcc": release[-1].strip() if release else None,
             "versions": versions,
             "seconds": self.times,
+            "installed_from_artifact": self.installed_from,
         }
         write_atomic(self.dir / "runtime.json", json.dumps(record, indent=1, sort_keys=True) + "\n")
 
@@ -643,8 +648,53 @@ class Build:
 
     STEPS = ("venv", "torch", "requirements", "flashinfer", "flashqla", "compile", "validate", "check")
 
+    # Steps an installed artifact replaces; validate and check run after it as after a compile.
+    ARTIFACT_REPLACES = ("venv", "torch", "requirements", "flashinfer", "flashqla", "compile")
+
+    def artifact_store(self) -> Path | None:
+        artifact = self.spec.get("artifact") or {}
+        return Path(artifact["dir"]) if artifact.get("dir") else None
+
+    def from_artifact(self) -> None:
+        """Install the fingerprint's artifact instead of compiling when the deploy put one in the store;
+        a missing, partial or corrupt one is one line, then the build goes on as if there were none."""
+        store, fp = self.artifact_store(), self.spec["fingerprint"]
+        if store is None or not self.spec["artifact"].get("use") or any(self.done(s) for s in self.ARTIFACT_REPLACES):
+            return
+        if not (store / runtime_artifact.manifest_name(fp)).is_file():
+            return  # none was offered: the deploy has said so
+        started = time.monotonic()
+        try:
+            manifest = runtime_artifact.install(self.dir, fp, store)
+        except (runtime_artifact.ArtifactError, OSError, EOFError, tarfile.TarError) as err:
+            say(f"artifact {fp[:16]} not used: {err}; building instead")
+            runtime_artifact.discard_unpacked(self.dir)
+            return
+        finally:
+            runtime_artifact.remove(store, fp)  # the host keeps no second copy of a runtime
+        for step in self.ARTIFACT_REPLACES:
+            self.mark(step)
+        self.times["artifact"] = round(time.monotonic() - started, 1)
+        self.installed_from = fp
+        say(f"installed from artifact {fp} ({len(manifest['files'])} files verified by sha256), no compile")
+
+    def pack_artifact(self) -> None:
+        """After a build that compiled: pack it for the other hosts of this fingerprint (the deploy fetches it
+        to the store). A failure to pack costs this host nothing: one line."""
+        store = self.artifact_store()
+        if store is None or not self.spec["artifact"].get("pack") or self.installed_from:
+            return
+        try:
+            manifest = runtime_artifact.pack(self.dir, self.spec["fingerprint"], store)
+        except OSError as err:
+            say(f"packing the artifact failed ({err}); other hosts will build")
+            return
+        count, size = len(manifest["files"]), manifest["archive_bytes"]
+        say(f"packed artifact {self.spec['fingerprint'][:16]}: {count} files, {size} bytes")
+
     def run(self) -> None:
         total = len(self.STEPS)
+        self.from_artifact()
         for number, step in enumerate(self.STEPS, start=1):
             if self.done(step):
                 say(f"==> step {number}/{total}: {step} (done before)")
@@ -659,6 +709,7 @@ class Build:
             self.times[step] = round(time.monotonic() - started, 1)
             self.mark(step)
         self.finish()
+        self.pack_artifact()
 
 
 def main(argv: list[str]) -> int:

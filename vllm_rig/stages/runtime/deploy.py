@@ -31,6 +31,7 @@ from vllm_rig.core.stamp import stamped
 from vllm_rig.core.users import service_user
 from vllm_rig.paths import STATE_DIR, Layout
 from vllm_rig.settings import Settings
+from vllm_rig.stages.runtime import artifacts
 from vllm_rig.stages.runtime import plan as runtime
 from vllm_rig.stages.runtime.facts import RuntimeState
 from vllm_rig.stages.runtime.operations import (
@@ -133,7 +134,18 @@ def install_runtime(s: Settings, retry_rolled_back: bool = False) -> None:
             for label, url, ref, dest in runtime.git_sources(s, dirs)
         ),
     )
+    use_artifact = s.runtime_artifacts and not s.force_rebuild
     spec = runtime.build_spec(s, dirs, fp, inputs, jobs)
+    spec["artifact"] = artifacts.build_part(dirs.cache, use=use_artifact, pack=s.runtime_artifacts)
+    artifacts.artifact_offered(
+        name="Runtime artifact of this fingerprint from the store, when it has one",
+        store=s.runtime_artifact_store,
+        fingerprint=fp,
+        directory=artifacts.host_dir(dirs.cache),
+        runtime=dirs.dir,
+        unit=dirs.unit,
+        use=use_artifact,
+    )
     build_runtime(
         name=f"Build runtime {choice.name} (MAX_JOBS={jobs}, TORCH_CUDA_ARCH_LIST={s.gpu_compute_capability})",
         runtime=dirs.dir,
@@ -148,6 +160,14 @@ def install_runtime(s: Settings, retry_rolled_back: bool = False) -> None:
         files.file(
             name=f"{choice.name} tried again: not marked rolled back", path=f"{dirs.dir}/rolled-back", present=False
         )
+    artifacts.artifact_stored(
+        name="Runtime artifact of a compiled runtime kept in the store",
+        store=s.runtime_artifact_store,
+        fingerprint=fp,
+        directory=artifacts.host_dir(dirs.cache),
+        keep=s.runtime_artifacts_keep,
+        enabled=s.runtime_artifacts,
+    )
     switch_runtime(
         name=f"current -> {choice.name}, the one before kept as previous, older ones removed",
         root=s.install_root,
