@@ -130,6 +130,10 @@ def _settings() -> dict:
         "min_free_disk_gb": 5,
         "verify_bandwidth": False,  # the stand-in torch has no P2P copies or NCCL to time
         "start_check_needle_words": 1500,  # the stand-in prefills at a 2080 Ti's speed: keep each start short
+        # Off here so every scenario's build stays a compile; tests/e2e/test_runtime_artifacts.py and
+        # benchmarks/artifacts.py turn it on. The store is this checkout's (slot's) own.
+        "runtime_artifacts": False,
+        "runtime_artifact_store": str(_paths.STATE / "runtime-artifacts"),
     }
 
 

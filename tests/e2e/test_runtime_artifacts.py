@@ -1,0 +1,104 @@
+"""Runtime artifacts on the sandbox: rig1 compiles and its runtime goes into the store by fingerprint; rig2,
+fresh, with the same fingerprint, installs it (no compile) and passes the same checks; a corrupt artifact
+makes rig2 compile instead, with one line, and the whole deploy still ends with a proven service.
+
+Brings up rig2 beside rig1 and takes it down again at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import Rig
+from tests.e2e.deploys import HOST_STAGE, DeployRun, deploy, fresh
+from tests.sandbox import machine, paths
+from tests.sandbox.__main__ import up
+from vllm_rig.host import runtime_artifact
+
+pytestmark = pytest.mark.sandbox
+
+ROOT = "/opt/vllm-rig"
+STORE = paths.STATE / "runtime-artifacts"  # inventory/sandbox.py's runtime_artifact_store
+ON = {"runtime_artifacts": True}
+COMPILE = "--no-build-isolation --no-deps -e"  # the fork's compile command in the build log
+
+
+def sh(rig: Rig, name: str, command: str) -> str:
+    return rig.ssh(name, f"sudo sh -c {shlex.quote(command)}").strip()
+
+
+def current(rig: Rig, name: str) -> str:
+    return sh(rig, name, f"readlink {ROOT}/current || true").rsplit("/", 1)[-1]
+
+
+def build_log(rig: Rig, name: str, runtime: str) -> str:
+    return sh(rig, name, f"cat /var/lib/vllm-rig/logs/build-{runtime}.log")
+
+
+def record(rig: Rig, name: str) -> dict:
+    return json.loads(sh(rig, name, f"cat {ROOT}/current/runtime.json"))
+
+
+def expect_ok(run: DeployRun) -> DeployRun:
+    assert run.ok, run.log[-4000:]
+    return run
+
+
+@pytest.fixture(scope="module")
+def two_hosts(rig: Rig) -> Iterator[Rig]:
+    up(2)
+    both = Rig(machine.machines(2), rig.inventory, rig.key, rig.fileserver, rig.started)
+    shutil.rmtree(STORE, ignore_errors=True)
+    fresh(both, "rig1")
+    fresh(both, "rig2")
+    expect_ok(deploy(both, *HOST_STAGE))
+    try:
+        yield both
+    finally:
+        machine.down(machine.Machine("rig2"))
+
+
+def test_first_host_compiles_and_stores_the_artifact(two_hosts: Rig) -> None:
+    expect_ok(deploy(two_hosts, "tasks/runtime.py", limit="rig1", data=ON))
+    fp = record(two_hosts, "rig1")["fingerprint"]
+    assert COMPILE in build_log(two_hosts, "rig1", current(two_hosts, "rig1"))
+    manifest = json.loads((STORE / runtime_artifact.manifest_name(fp)).read_text())
+    archive = STORE / runtime_artifact.archive_name(fp)
+    assert runtime_artifact.file_sha256(archive) == manifest["archive_sha256"]
+    assert any(rel.startswith("venv/") for rel in manifest["files"])
+    assert any(rel.startswith("src/vllm/") and "/.git/" not in rel for rel in manifest["files"])
+    assert sh(two_hosts, "rig1", f"ls {ROOT}/cache/artifacts") == ""  # the host keeps no copy
+
+
+def test_second_host_installs_it_without_compiling(two_hosts: Rig) -> None:
+    fp = record(two_hosts, "rig1")["fingerprint"]
+    run = expect_ok(deploy(two_hosts, "tasks/runtime.py", limit="rig2", data=ON))
+    assert record(two_hosts, "rig2")["fingerprint"] == fp
+    log = build_log(two_hosts, "rig2", current(two_hosts, "rig2"))
+    assert f"installed from artifact {fp}" in log
+    assert COMPILE not in log
+    assert "==> step 7/8: validate" in log and "==> step 8/8: check" in log  # the checks a fresh build runs
+    assert record(two_hosts, "rig2")["installed_from_artifact"] == fp
+    assert sh(two_hosts, "rig2", f"cd / && {ROOT}/current/venv/bin/python -c 'import vllm._C' && echo OK") == "OK"
+    assert "Runtime artifact of this fingerprint from the store" in " ".join(run.changed)
+
+
+def test_corrupt_artifact_falls_back_to_compiling_and_ends_proven(two_hosts: Rig) -> None:
+    fp = record(two_hosts, "rig1")["fingerprint"]
+    archive = STORE / runtime_artifact.archive_name(fp)
+    data = bytearray(archive.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one flipped byte, the size unchanged
+    archive.write_bytes(bytes(data))
+    sh(two_hosts, "rig2", f"rm -rf {ROOT}/runtimes/* {ROOT}/current {ROOT}/previous")
+    run = expect_ok(deploy(two_hosts, "deploy.py", limit="rig2", data=ON, timeout=1500))
+    log = build_log(two_hosts, "rig2", current(two_hosts, "rig2"))
+    said = [line for line in log.splitlines() if line.startswith(f"artifact {fp[:16]} not used")]
+    assert len(said) == 1 and "corrupt" in said[0] and said[0].endswith("building instead"), said
+    assert COMPILE in log
+    assert record(two_hosts, "rig2")["installed_from_artifact"] is None
+    assert "service_probe: generated" in run.log  # the deploy proved generation, not just /health
