@@ -132,8 +132,8 @@ build_timeout_s = 14400  # give up on a build after this many seconds
 force_rebuild = False  # build a new runtime even when the fingerprint matches
 fork_release_line = "v0.1"  # the fork's line fork_ref follows: tasks/fork_releases.py lists its newer v0.1.N tags
 fork_update_margin_pct = 5.0  # tasks/update_fork.py switches only if decode and prefill are at most this % slower
-runtime_artifacts = True  # store each compiled runtime by its build fingerprint and install it on hosts of the same fingerprint
-runtime_artifact_store = "runtime-artifacts"  # where runtime artifacts are kept: a directory on the control machine (relative: to the deploy's directory)
+runtime_artifacts = True  # keep each compiled runtime by fingerprint; same-fingerprint hosts install it
+runtime_artifact_store = "runtime-artifacts"  # artifact store: a control-machine directory (relative to the repo)
 runtime_artifacts_keep = 3  # how many runtime artifacts the store keeps (the newest)
 
 # ---- model: the FP8 checkpoint through the HF endpoint

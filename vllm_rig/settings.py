@@ -256,11 +256,11 @@ class Settings(BaseModel):
         "percent (0 to 50) a new fork release's decode and prefill may be below the running one's and still switch",
     )
     runtime_artifacts: bool = _setting(
-        "store each compiled runtime by its build fingerprint and install it on hosts of the same fingerprint",
+        "keep each compiled runtime by fingerprint; same-fingerprint hosts install it",
         "true or false",
     )
     runtime_artifact_store: Annotated[str, Field(min_length=1, pattern=r"^[^:]*$")] = _setting(
-        "where runtime artifacts are kept: a directory on the control machine (relative: to the deploy's directory)",
+        "artifact store: a control-machine directory (relative to the repo)",
         "a directory path on the control machine (no URL)",
     )
     runtime_artifacts_keep: Annotated[int, Field(ge=1, le=100)] = _setting(
