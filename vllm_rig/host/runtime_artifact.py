@@ -165,8 +165,10 @@ def install(runtime: Path, fingerprint: str, store: Path) -> dict[str, Any]:
             if m.name.startswith("/") or ".." in Path(m.name).parts:
                 raise ArtifactError(f"its archive holds {m.name}, outside the runtime: corrupt")
         # the "tar" filter where this Python has it (3.11.4+); the names were checked above either way
-        extra = {"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}
-        tar.extractall(runtime, members=members, **extra)
+        if hasattr(tarfile, "tar_filter"):
+            tar.extractall(runtime, members=members, filter="tar")
+        else:
+            tar.extractall(runtime, members=members)
     verify(runtime, manifest)
     return manifest
 
