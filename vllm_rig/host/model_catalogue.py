@@ -30,6 +30,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .units import human
+
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_SERVES = 3
@@ -129,14 +131,6 @@ def disk_usage(paths: list[Path]) -> int:
             entry = inside.setdefault((st.st_dev, st.st_ino), [0, st.st_nlink, st.st_blocks * 512])
             entry[0] += 1
     return sum(size for count, nlink, size in inside.values() if count >= nlink)
-
-
-def human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"
 
 
 def remove_model(entry: dict[str, Any], serving: list[str]) -> int:
