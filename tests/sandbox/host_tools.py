@@ -36,5 +36,5 @@ def problem(path: str | None = None) -> str | None:
         return None
     return (
         f"the sandbox needs {', '.join(need)} on this machine: run 'sudo apt-get install {' '.join(need)}' "
-        "(bin/deploy and bin/test install them for you)"
+        "(bin/deploy and bin/test --all install them for you)"
     )
