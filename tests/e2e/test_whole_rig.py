@@ -55,7 +55,7 @@ def test_two_hosts_two_profiles_in_one_run(two_hosts: Rig) -> None:
     assert _models(two_hosts, "rig1") == ["qwen-local"]
     assert _models(two_hosts, "rig2") == ["qwen38-27b"]
     first, second = _exec_start(two_hosts, "rig1"), _exec_start(two_hosts, "rig2")
-    assert "--max-model-len 100000" in first and "--tool-call-parser qwen3_coder" in first
+    assert "--max-model-len 100000" in first and "--tool-call-parser qwen3_xml" in first
     assert "--max-model-len 131072" in second and "--tool-call-parser qwen3_xml" in second
     assert "--kv-cache-dtype" not in second  # FP16 KV cache
     limits = two_hosts.ssh("rig2", "nvidia-smi --query-gpu=power.limit --format=csv,noheader,nounits").split()
@@ -110,5 +110,5 @@ def test_driver_upgrade_to_answering_again(two_hosts: Rig) -> None:
     assert _models(two_hosts, "rig1") == ["qwen-local"]
     # Since the reboot: the start at boot and the start after the GPU verdict; no restart in between that the
     # verdict would stop again (on a real box each start loads 27B of weights for minutes).
-    starts = two_hosts.ssh("rig1", "sudo journalctl -b -u vllm.service -o cat | grep -c '^Started ' || true").strip()
+    starts = two_hosts.ssh("rig1", "sudo journalctl -b -u vllm.service -o cat | grep -c '^Starting ' || true").strip()
     assert int(starts) == 2, two_hosts.ssh("rig1", "sudo journalctl -b -u vllm.service -o short-monotonic | tail -40")
