@@ -16,11 +16,10 @@ import pytest
 
 from tests.unit.groupdata import profile_data
 from vllm_rig.core.host_package import zip_bytes
-from vllm_rig.core.secrets import Secret, SecretStdin
+from vllm_rig.core.secrets import PrivateFile, Secret, SecretStdin
 from vllm_rig.stages.model.facts import (
     ModelFetch,
     ModelPreflight,
-    SecretFile,
     parse_fetch_state,
     parse_preflight,
     preflight_stdin,
@@ -138,12 +137,12 @@ def test_preflight_fact_reads_the_json_line_or_says_what_went_wrong() -> None:
 
 
 def test_secret_file_fact_gives_mode_owner_digest_or_none() -> None:
-    assert SecretFile().process(["@@stat", "600 root:root", "@@sha256", "ab" * 32 + "  -"]) == {
+    assert PrivateFile().process(["@@stat", "600 root:root", "@@sha256", "ab" * 32 + "  -"]) == {
         "mode": "600",
         "owner": "root:root",
         "sha256": "ab" * 32,
     }
-    assert SecretFile().process(["@@stat", "@@sha256"]) is None
+    assert PrivateFile().process(["@@stat", "@@sha256"]) is None
 
 
 def test_tools_venv_fact_reads_a_real_venv(tmp_path: Path) -> None:

@@ -111,34 +111,6 @@ def fetch_state(sections: Sections) -> FetchState:
     }
 
 
-class Secret(TypedDict):
-    mode: str  # octal, as stat %a prints it
-    owner: str  # "user:group"
-    sha256: str
-
-
-class SecretFile(SectionFact[Secret | None]):
-    """A root-only file's mode, owner and sha256, or None: enough to tell whether a secret is in place
-    without ever reading it back."""
-
-    def command(self, path: str) -> str:
-        q = shlex.quote(path)
-        return section_command(
-            {"stat": f"stat -c '%a %U:%G' {q} 2>/dev/null", "sha256": f"sha256sum < {q} 2>/dev/null"}
-        )
-
-    def parse(self, sections: Sections) -> Secret | None:
-        stat, digest = sections.first("stat"), sections.first("sha256")
-        if stat is None or digest is None:
-            return None
-        mode, _, owner = stat.partition(" ")
-        return {"mode": mode, "owner": owner, "sha256": digest.split()[0]}
-
-    @staticmethod
-    def default() -> None:
-        return None
-
-
 class ServedModels(SectionFact[list[dict[str, Any]] | None]):
     """The host's record of the models it served, newest first, each with whether it is still on disk
     (`vllm-rig-host.pyz model_catalogue list`); None before the host programs are uploaded."""

@@ -17,11 +17,11 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 
 from vllm_rig.core.become import sudo_args
-from vllm_rig.core.secrets import Secret, SecretStdin
+from vllm_rig.core.secrets import PrivateFile, Secret, SecretStdin
 from vllm_rig.host.units import human
 from vllm_rig.paths import HF_HOME, HF_TOKEN_FILE, MODEL_FETCH_STATUS, MODEL_FETCH_UNIT, Layout
 from vllm_rig.settings import Settings
-from vllm_rig.stages.model.facts import FetchState, ModelFetch, SecretFile, ServedModels
+from vllm_rig.stages.model.facts import FetchState, ModelFetch, ServedModels
 
 RUNNING = ("active", "activating", "reloading")
 PROGRESS_EVERY_S = 30.0  # a progress line at least this often while the download runs
@@ -208,7 +208,7 @@ def secret_env_file(path: str, variable: str, value: Secret):
     """`VARIABLE=value` in a root-owned 0600 file, or no file when there is no value. The value travels on
     stdin (never on a command line or in pyinfra's output) and is compared by its digest only."""
     secret = value.reveal()
-    found = host.get_fact(SecretFile, path=path)
+    found = host.get_fact(PrivateFile, path=path)
     if not secret:
         if found is None:
             host.noop(f"no {variable} configured; {path} absent")
