@@ -1,5 +1,6 @@
-"""Runtime artifacts on the sandbox: rig1 compiles and its runtime goes into the store by fingerprint; rig2,
-fresh, with the same fingerprint, installs it (no compile) and passes the same checks; a corrupt artifact
+"""Runtime artifacts on the sandbox: two fresh hosts of one fingerprint in one run: rig1 compiles and its
+runtime goes into the store by fingerprint; rig2 installs it (no compile) and passes the same checks; a later
+run of rig2 alone installs it from the store; a corrupt artifact
 makes rig2 compile instead, with one line, and the whole deploy still ends with a proven service.
 
 Brings up rig2 beside rig1 and takes it down again at the end.
@@ -63,8 +64,9 @@ def two_hosts(rig: Rig) -> Iterator[Rig]:
         machine.down(machine.Machine("rig2"))
 
 
-def test_first_host_compiles_and_stores_the_artifact(two_hosts: Rig) -> None:
-    expect_ok(deploy(two_hosts, "tasks/runtime.py", limit="rig1", data=ON))
+def test_one_run_two_fresh_hosts_compile_once(two_hosts: Rig) -> None:
+    """Both hosts in one run: rig1 (first in the inventory) compiles and stores; rig2 waits, then installs."""
+    run = expect_ok(deploy(two_hosts, "tasks/runtime.py", data=ON))
     fp = record(two_hosts, "rig1")["fingerprint"]
     assert COMPILE in build_log(two_hosts, "rig1", current(two_hosts, "rig1"))
     manifest = json.loads((STORE / runtime_artifact.manifest_name(fp)).read_text())
@@ -73,19 +75,27 @@ def test_first_host_compiles_and_stores_the_artifact(two_hosts: Rig) -> None:
     assert any(rel.startswith("venv/") for rel in manifest["files"])
     assert any(rel.startswith("src/vllm/") and "/.git/" not in rel for rel in manifest["files"])
     assert sh(two_hosts, "rig1", f"ls {ROOT}/cache/artifacts") == ""  # the host keeps no copy
+    assert_installed_from(two_hosts, "rig2", fp)
+    assert "rig1 compiles this fingerprint in this run" in run.log
+    assert f"Runtime {current(two_hosts, 'rig2')} installed from rig1's artifact, checked" in run.changed
 
 
-def test_second_host_installs_it_without_compiling(two_hosts: Rig) -> None:
+def test_a_later_run_installs_from_the_store(two_hosts: Rig) -> None:
     fp = record(two_hosts, "rig1")["fingerprint"]
+    sh(two_hosts, "rig2", f"rm -rf {ROOT}/runtimes/* {ROOT}/current {ROOT}/previous")
     run = expect_ok(deploy(two_hosts, "tasks/runtime.py", limit="rig2", data=ON))
-    assert record(two_hosts, "rig2")["fingerprint"] == fp
-    log = build_log(two_hosts, "rig2", current(two_hosts, "rig2"))
+    assert_installed_from(two_hosts, "rig2", fp)
+    assert "Runtime artifact of this fingerprint from the store" in " ".join(run.changed)
+
+
+def assert_installed_from(rig: Rig, name: str, fp: str) -> None:
+    assert record(rig, name)["fingerprint"] == fp
+    log = build_log(rig, name, current(rig, name))
     assert f"installed from artifact {fp}" in log
     assert COMPILE not in log
     assert "==> step 7/8: validate" in log and "==> step 8/8: check" in log  # the checks a fresh build runs
-    assert record(two_hosts, "rig2")["installed_from_artifact"] == fp
-    assert sh(two_hosts, "rig2", f"cd / && {ROOT}/current/venv/bin/python -c 'import vllm._C' && echo OK") == "OK"
-    assert "Runtime artifact of this fingerprint from the store" in " ".join(run.changed)
+    assert record(rig, name)["installed_from_artifact"] == fp
+    assert sh(rig, name, f"cd / && {ROOT}/current/venv/bin/python -c 'import vllm._C' && echo OK") == "OK"
 
 
 def test_corrupt_artifact_falls_back_to_compiling_and_ends_proven(two_hosts: Rig) -> None:

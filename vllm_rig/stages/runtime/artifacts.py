@@ -1,34 +1,36 @@
-"""Runtime artifacts on the deploy's side: the store on the control machine, one artifact per build
-fingerprint (vllm_rig/host/runtime_artifact.py packs, installs and verifies them on the host).
+"""Runtime artifacts on the deploy's side: moving one fingerprint's artifact between a host and the store
+(vllm_rig/stages/runtime/artifact_store.py), and sharing one compile between the hosts of one run
+(vllm_rig/host/runtime_artifact.py packs, installs and verifies them on the host).
 
 Before the build: a host whose runtime is not built gets the fingerprint's artifact from the store, put into
 <install_root>/cache/artifacts/ (manifest last); the build then installs it instead of compiling, or says in
-one line why not and compiles. After the build: an artifact the host packed (it compiled) is fetched into the
-store (archive first, manifest last: a manifest means a whole artifact), the host's copy removed, and the
-store pruned to runtime_artifacts_keep.
+one line why not and compiles. After the build: an artifact the host packed (it compiled) goes into the
+store (archive first, manifest last: a manifest means a whole artifact), the host's copy is removed, and the
+store is pruned to runtime_artifacts_keep.
+
+One run, several hosts of one fingerprint and no artifact yet: pyinfra runs each operation on every host
+before the next, so the first host (in inventory order) compiles while the others wait; its artifact is
+stored by the operation after the build, then offered to them and installed by a second build operation.
+If the first host's build fails, the others compile themselves, with one line saying so.
 """
 
 from __future__ import annotations
 
-import os
 import shlex
+import tempfile
 from io import BytesIO
 from pathlib import Path
 
 from pyinfra import host, logger
-from pyinfra.api import FileUploadCommand, FunctionCommand, operation
+from pyinfra.api import FunctionCommand, operation
 
 from vllm_rig.core.become import sudo_args
 from vllm_rig.host import runtime_artifact
+from vllm_rig.stages.runtime.artifact_store import Store, StoreError, open_store
 from vllm_rig.stages.runtime.facts import BuildState
 
-REPO = Path(__file__).resolve().parents[3]
-
-
-def store_dir(setting: str) -> Path:
-    """The store's directory on the control machine; a relative setting is relative to the repository."""
-    path = Path(setting).expanduser()
-    return path if path.is_absolute() else REPO / path
+# fingerprint -> the host that compiles it in this run: the first to plan a build with no artifact stored.
+_COMPILERS: dict[str, str] = {}
 
 
 def host_dir(cache: str) -> str:
@@ -40,26 +42,69 @@ def build_part(cache: str, use: bool, pack: bool) -> dict[str, object]:
     return {"dir": host_dir(cache), "use": use, "pack": pack}
 
 
+def compiler_to_wait_for(fingerprint: str, runtime: str, unit: str, use: bool, store: str) -> str | None:
+    """At planning: the host of this run whose compile this one installs, or None when this host needs no
+    build, may not use artifacts, finds one in the store already, or is the first of its fingerprint."""
+    if not use:
+        return None
+    found = host.get_fact(BuildState, runtime=runtime, unit=unit)
+    if found["complete"] or found["active"] or _has(open_store(store), fingerprint):
+        return None
+    first = _COMPILERS.setdefault(fingerprint, host.name)
+    return None if first == host.name else first
+
+
+def _has(store: Store, fingerprint: str) -> bool:
+    try:
+        return store.manifest(fingerprint) is not None
+    except StoreError as err:
+        logger.warning(f"[{host.name}] {err}; this host compiles")
+        return False
+
+
 @operation()
-def artifact_offered(store: str, fingerprint: str, directory: str, runtime: str, unit: str, use: bool):
-    """Put the fingerprint's artifact on a host whose runtime is not built, if the store has one."""
+def artifact_offered(
+    store: str, fingerprint: str, directory: str, runtime: str, unit: str, use: bool, compiled_by: str | None = None
+):
+    """Put the fingerprint's artifact on a host whose runtime is not built, if the store has one.
+    `compiled_by`: the host of this run whose compile this one waited for."""
     found = host.get_fact(BuildState, runtime=runtime, unit=unit)
     if not use or found["complete"] or found["active"]:
         host.noop("no artifact needed" if use else "runtime artifacts are off or a rebuild is forced")
         return
-    local = store_dir(store)
-    manifest = local / runtime_artifact.manifest_name(fingerprint)
-    if not manifest.is_file():
-        host.noop(f"no runtime artifact for {fingerprint[:16]} in {local}: the host compiles")
+    chosen = open_store(store)
+    if not _has(chosen, fingerprint):
+        if compiled_by:
+            logger.warning(
+                f"[{host.name}] {compiled_by} left no artifact of {fingerprint[:16]} (its build or upload failed): "
+                "this host compiles"
+            )
+        host.noop(f"no runtime artifact for {fingerprint[:16]} in {chosen.describe()}: the host compiles")
         return
-    archive = local / runtime_artifact.archive_name(fingerprint)
     d = shlex.quote(directory)
     yield f"mkdir -p {d} && rm -f {d}/*"  # only this fingerprint's files, never a stale half
-    if archive.is_file():  # a store without it is partial: the host says so and compiles
-        remote = f"{directory}/{archive.name}"
-        yield FileUploadCommand(str(archive), remote, remote_temp_filename=host.get_temp_filename(remote))
-    remote = f"{directory}/{manifest.name}"
-    yield FileUploadCommand(BytesIO(manifest.read_bytes()), remote, remote_temp_filename=host.get_temp_filename(remote))
+    yield FunctionCommand(_upload, (store, fingerprint, directory), {})
+
+
+def _upload(state, host, store: str, fingerprint: str, directory: str) -> bool:  # noqa: ARG001
+    """The archive, then the manifest; an archive the store cannot give is left out (the host then says the
+    artifact is partial and compiles)."""
+    chosen = open_store(store)
+    try:
+        archive, manifest = chosen.archive(fingerprint), chosen.manifest(fingerprint)
+    except StoreError as err:
+        logger.warning(f"[{host.name}] {err}; this host compiles")
+        return True
+    sudo = sudo_args(host)
+    if archive is not None:
+        remote = f"{directory}/{runtime_artifact.archive_name(fingerprint)}"
+        if not host.put_file(str(archive), remote, remote_temp_filename=host.get_temp_filename(remote), **sudo):
+            logger.warning(f"[{host.name}] could not upload the runtime artifact; this host compiles")
+            return True
+    if manifest is not None:
+        remote = f"{directory}/{runtime_artifact.manifest_name(fingerprint)}"
+        host.put_file(BytesIO(manifest), remote, remote_temp_filename=host.get_temp_filename(remote), **sudo)
+    return True
 
 
 @operation()
@@ -68,29 +113,39 @@ def artifact_stored(store: str, fingerprint: str, directory: str, keep: int, ena
     if not enabled:
         host.noop("runtime artifacts are off")
         return
-    yield FunctionCommand(_fetch, (store, fingerprint, directory, keep), {})
+    yield FunctionCommand(_store, (store, fingerprint, directory, keep), {})
 
 
-def _fetch(state, host, store: str, fingerprint: str, directory: str, keep: int) -> bool:  # noqa: ARG001
-    local = store_dir(store)
+def _store(state, host, store: str, fingerprint: str, directory: str, keep: int) -> bool:  # noqa: ARG001
     remote_manifest = f"{directory}/{runtime_artifact.manifest_name(fingerprint)}"
     sudo = sudo_args(host)
     ok, _ = host.run_shell_command(f"test -f {shlex.quote(remote_manifest)}", **sudo)
     if not ok:
         return True  # nothing packed: the runtime was already built, or came from an artifact
-    local.mkdir(parents=True, exist_ok=True)
-    if not (local / runtime_artifact.manifest_name(fingerprint)).is_file():
-        for name in (runtime_artifact.archive_name(fingerprint), runtime_artifact.manifest_name(fingerprint)):
-            part = local / f"{name}.{host.name}.part"
-            if not host.get_file(f"{directory}/{name}", str(part), **sudo):
-                logger.warning(f"[{host.name}] could not fetch the runtime artifact's {name}; other hosts will compile")
-                part.unlink(missing_ok=True)
-                return True
-            os.replace(part, local / name)
-        logger.info(f"[{host.name}] runtime artifact {fingerprint[:16]} stored in {local}")
-        removed = runtime_artifact.prune(local, keep)
-        if removed:
-            gone = ", ".join(f[:16] for f in removed)
-            logger.info(f"[{host.name}] runtime artifacts removed (keeping {keep}): {gone}")
+    chosen = open_store(store)
+    if not _has(chosen, fingerprint):
+        _fetch_and_put(host, chosen, fingerprint, directory, keep)
     host.run_shell_command(f"rm -f {shlex.quote(directory)}/{fingerprint}.*", **sudo)
     return True
+
+
+def _fetch_and_put(host, chosen: Store, fingerprint: str, directory: str, keep: int) -> None:
+    """Host -> control machine (a temporary directory) -> store; any failure is one warning."""
+    sudo = sudo_args(host)
+    names = (runtime_artifact.archive_name(fingerprint), runtime_artifact.manifest_name(fingerprint))
+    with tempfile.TemporaryDirectory(prefix=".incoming-", dir=chosen.scratch()) as tmp:
+        local = [Path(tmp) / name for name in names]
+        for name, path in zip(names, local, strict=True):
+            if not host.get_file(f"{directory}/{name}", str(path), **sudo):
+                logger.warning(f"[{host.name}] could not fetch the runtime artifact's {name}; other hosts compile")
+                return
+        try:
+            chosen.put(fingerprint, *local)
+            removed = chosen.prune(keep)
+        except StoreError as err:
+            logger.warning(f"[{host.name}] {err}; other hosts compile")
+            return
+    logger.info(f"[{host.name}] runtime artifact {fingerprint[:16]} stored in {chosen.describe()}")
+    if removed:
+        gone = ", ".join(f[:16] for f in removed)
+        logger.info(f"[{host.name}] runtime artifacts removed (keeping {keep}): {gone}")

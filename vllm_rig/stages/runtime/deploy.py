@@ -137,37 +137,59 @@ def install_runtime(s: Settings, retry_rolled_back: bool = False) -> None:
     use_artifact = s.runtime_artifacts and not s.force_rebuild
     spec = runtime.build_spec(s, dirs, fp, inputs, jobs)
     spec["artifact"] = artifacts.build_part(dirs.cache, use=use_artifact, pack=s.runtime_artifacts)
-    artifacts.artifact_offered(
-        name="Runtime artifact of this fingerprint from the store, when it has one",
-        store=s.runtime_artifact_store,
-        fingerprint=fp,
-        directory=artifacts.host_dir(dirs.cache),
-        runtime=dirs.dir,
-        unit=dirs.unit,
-        use=use_artifact,
+    adir = artifacts.host_dir(dirs.cache)
+    spec_text = json.dumps(spec, indent=1, sort_keys=True) + "\n"
+
+    def offer(name: str, use: bool, compiled_by: str | None = None) -> None:
+        artifacts.artifact_offered(
+            name=name,
+            store=s.runtime_artifact_store,
+            fingerprint=fp,
+            directory=adir,
+            runtime=dirs.dir,
+            unit=dirs.unit,
+            use=use,
+            compiled_by=compiled_by,
+        )
+
+    def build(name: str, waits_for: str | None = None) -> None:
+        build_runtime(
+            name=name,
+            runtime=dirs.dir,
+            unit=dirs.unit,
+            package=layout.host_package,
+            spec=dirs.spec,
+            spec_text=spec_text,
+            log=dirs.log,
+            timeout_s=s.build_timeout_s,
+            waits_for=waits_for,
+        )
+
+    def store(name: str) -> None:
+        artifacts.artifact_stored(
+            name=name,
+            store=s.runtime_artifact_store,
+            fingerprint=fp,
+            directory=adir,
+            keep=s.runtime_artifacts_keep,
+            enabled=s.runtime_artifacts,
+        )
+
+    compiled_by = artifacts.compiler_to_wait_for(fp, dirs.dir, dirs.unit, use_artifact, s.runtime_artifact_store)
+    offer("Runtime artifact of this fingerprint from the store, when it has one", use_artifact and not compiled_by)
+    build(
+        f"Build runtime {choice.name} (MAX_JOBS={jobs}, TORCH_CUDA_ARCH_LIST={s.gpu_compute_capability})",
+        waits_for=compiled_by,
     )
-    build_runtime(
-        name=f"Build runtime {choice.name} (MAX_JOBS={jobs}, TORCH_CUDA_ARCH_LIST={s.gpu_compute_capability})",
-        runtime=dirs.dir,
-        unit=dirs.unit,
-        package=layout.host_package,
-        spec=dirs.spec,
-        spec_text=json.dumps(spec, indent=1, sort_keys=True) + "\n",
-        log=dirs.log,
-        timeout_s=s.build_timeout_s,
-    )
+    store("Runtime artifact of a compiled runtime kept in the store")
+    if compiled_by:  # the same fingerprint compiled by another host of this run: its artifact, then the checks
+        offer(f"Runtime artifact {choice.name} that {compiled_by} compiled in this run", True, compiled_by)
+        build(f"Runtime {choice.name} installed from {compiled_by}'s artifact, checked")
+        store("Runtime artifact kept in the store, had this host compiled after all")
     if retry_rolled_back:
         files.file(
             name=f"{choice.name} tried again: not marked rolled back", path=f"{dirs.dir}/rolled-back", present=False
         )
-    artifacts.artifact_stored(
-        name="Runtime artifact of a compiled runtime kept in the store",
-        store=s.runtime_artifact_store,
-        fingerprint=fp,
-        directory=artifacts.host_dir(dirs.cache),
-        keep=s.runtime_artifacts_keep,
-        enabled=s.runtime_artifacts,
-    )
     switch_runtime(
         name=f"current -> {choice.name}, the one before kept as previous, older ones removed",
         root=s.install_root,

@@ -87,13 +87,27 @@ def directories(dirs: tuple[Directory, ...]):
 
 
 @operation()
-def build_runtime(runtime: str, unit: str, package: str, spec: str, spec_text: str, log: str, timeout_s: int):
+def build_runtime(
+    runtime: str,
+    unit: str,
+    package: str,
+    spec: str,
+    spec_text: str,
+    log: str,
+    timeout_s: int,
+    waits_for: str | None = None,
+):
     """Build the runtime unless it is complete: write its spec (0600: index URLs may carry credentials)
     and start the build unit, or re-attach to the one running; then follow it with progress until it
-    ends or timeout_s passes. A complete runtime keeps the spec it was built from."""
+    ends or timeout_s passes. A complete runtime keeps the spec it was built from. `waits_for`: another
+    host of this run compiles the same fingerprint; this one installs its artifact in a later operation."""
     state = host.get_fact(BuildState, runtime=runtime, unit=unit)
     if state["complete"]:
         host.noop(f"{runtime} is built")
+        return
+    if waits_for:
+        _say(f"{waits_for} compiles this fingerprint in this run; this host installs its artifact after")
+        host.noop(f"waiting for {waits_for}'s artifact")
         return
     others = [u for u in state["others"] if u != unit]
     if others:
