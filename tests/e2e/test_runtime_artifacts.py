@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -19,6 +21,7 @@ from tests.conftest import Rig
 from tests.e2e.deploys import HOST_STAGE, DeployRun, deploy, fresh
 from tests.sandbox import machine, paths
 from tests.sandbox.__main__ import up
+from tests.sandbox.fixtures import forge
 from vllm_rig.host import runtime_artifact
 
 pytestmark = pytest.mark.sandbox
@@ -77,7 +80,7 @@ def test_one_run_two_fresh_hosts_compile_once(two_hosts: Rig) -> None:
     assert sh(two_hosts, "rig1", f"ls {ROOT}/cache/artifacts") == ""  # the host keeps no copy
     assert_installed_from(two_hosts, "rig2", fp)
     assert "rig1 compiles this fingerprint in this run" in run.log
-    assert f"Runtime {current(two_hosts, 'rig2')} installed from rig1's artifact, checked" in run.changed
+    assert f"Runtime {current(two_hosts, 'rig2')} installed from that artifact, checked" in " ".join(run.changed)
 
 
 def test_a_later_run_installs_from_the_store(two_hosts: Rig) -> None:
@@ -112,3 +115,36 @@ def test_corrupt_artifact_falls_back_to_compiling_and_ends_proven(two_hosts: Rig
     assert COMPILE in log
     assert record(two_hosts, "rig2")["installed_from_artifact"] is None
     assert "service_probe: generated" in run.log  # the deploy proved generation, not just /health
+
+
+def test_when_the_compiling_host_fails_the_others_compile(two_hosts: Rig) -> None:
+    """rig1's build is stopped mid-compile: rig1 fails with its one line, rig2 says rig1 left no artifact and
+    compiles itself, in the same run."""
+    for name in ("rig1", "rig2"):
+        sh(two_hosts, name, f"rm -rf {ROOT}/runtimes/* {ROOT}/current {ROOT}/previous /var/lib/vllm-rig/logs/build-*")
+    shutil.rmtree(STORE, ignore_errors=True)
+    forge.write_knobs(build_seconds=40.0)
+    stopper = threading.Thread(target=stop_build_when_compiling, args=(two_hosts, "rig1"), daemon=True)
+    stopper.start()
+    try:
+        run = deploy(two_hosts, "tasks/runtime.py", data=ON, timeout=900)
+    finally:
+        forge.write_knobs(build_seconds=2.0)
+        stopper.join(timeout=5)
+    assert run.failed_hosts == ["rig1"], run.log[-3000:]
+    said = [line for line in run.log.splitlines() if "left no artifact" in line]
+    assert len(said) == 1 and said[0].strip().startswith("[rig2] rig1 left no artifact"), said
+    log = build_log(two_hosts, "rig2", current(two_hosts, "rig2"))
+    assert COMPILE in log and record(two_hosts, "rig2")["installed_from_artifact"] is None
+
+
+def stop_build_when_compiling(rig: Rig, name: str, within_s: float = 600) -> None:
+    """Stop the host's runtime build unit once its log shows the compile step."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        units = sh(rig, name, "systemctl list-units --plain --no-legend 'vllm-rig-build-*' | awk '{print $1}'")
+        logs = sh(rig, name, "cat /var/lib/vllm-rig/logs/build-*.log 2>/dev/null || true")
+        if units and COMPILE in logs:
+            sh(rig, name, f"systemctl stop {units.split()[0]}")
+            return
+        time.sleep(1)

@@ -9,9 +9,10 @@ store (archive first, manifest last: a manifest means a whole artifact), the hos
 store is pruned to runtime_artifacts_keep.
 
 One run, several hosts of one fingerprint and no artifact yet: pyinfra runs each operation on every host
-before the next, so the first host (in inventory order) compiles while the others wait; its artifact is
-stored by the operation after the build, then offered to them and installed by a second build operation.
-If the first host's build fails, the others compile themselves, with one line saying so.
+before the next, so the first of them in inventory order compiles while the others skip that build; its
+artifact is stored by the operation after the build, then offered to them and installed by a second build
+operation. If the first host's build fails, the others compile themselves, with one line saying so. pyinfra
+plans hosts in parallel, so who compiles is decided when the first build operation runs, not at planning.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import tempfile
 from io import BytesIO
 from pathlib import Path
 
-from pyinfra import host, logger
+from pyinfra import host, logger, state
 from pyinfra.api import FunctionCommand, operation
 
 from vllm_rig.core.become import sudo_args
@@ -29,8 +30,10 @@ from vllm_rig.host import runtime_artifact
 from vllm_rig.stages.runtime.artifact_store import Store, StoreError, open_store
 from vllm_rig.stages.runtime.facts import BuildState
 
-# fingerprint -> the host that compiles it in this run: the first to plan a build with no artifact stored.
-_COMPILERS: dict[str, str] = {}
+# fingerprint -> the hosts of this run that plan to build it with no artifact stored; and, once the first
+# build operation runs, the one of them that compiles.
+_CANDIDATES: dict[str, set[str]] = {}
+_COMPILER: dict[str, str | None] = {}
 
 
 def host_dir(cache: str) -> str:
@@ -42,16 +45,35 @@ def build_part(cache: str, use: bool, pack: bool) -> dict[str, object]:
     return {"dir": host_dir(cache), "use": use, "pack": pack}
 
 
-def compiler_to_wait_for(fingerprint: str, runtime: str, unit: str, use: bool, store: str) -> str | None:
-    """At planning: the host of this run whose compile this one installs, or None when this host needs no
-    build, may not use artifacts, finds one in the store already, or is the first of its fingerprint."""
+def shares_a_compile(fingerprint: str, runtime: str, unit: str, use: bool, store: str) -> bool:
+    """At planning: this host needs the fingerprint built, may use artifacts and finds none stored; it is
+    then one of the run's candidates, one of which compiles (see `compiler`)."""
     if not use:
-        return None
+        return False
     found = host.get_fact(BuildState, runtime=runtime, unit=unit)
     if found["complete"] or found["active"] or _has(open_store(store), fingerprint):
+        return False
+    _CANDIDATES.setdefault(fingerprint, set()).add(host.name)
+    return True
+
+
+def compiler(fingerprint: str) -> str | None:
+    """When the operations run (planning, host by host in parallel, is over): the candidate that compiles,
+    the first in inventory order still in the run; the same answer for the rest of the run. None while
+    planning (every candidate plans a build) or when this fingerprint has no candidates."""
+    if not state.is_executing or fingerprint not in _CANDIDATES:
         return None
-    first = _COMPILERS.setdefault(fingerprint, host.name)
-    return None if first == host.name else first
+    if fingerprint not in _COMPILER:
+        names = _CANDIDATES[fingerprint]
+        alive = [h.name for h in state.inventory if h.name in names and h not in state.failed_hosts]
+        _COMPILER[fingerprint] = alive[0] if alive else None
+    return _COMPILER[fingerprint]
+
+
+def waits_for(fingerprint: str) -> str | None:
+    """The other host of this run whose compile this host installs, if any."""
+    who = compiler(fingerprint)
+    return who if who and who != host.name else None
 
 
 def _has(store: Store, fingerprint: str) -> bool:
@@ -64,12 +86,13 @@ def _has(store: Store, fingerprint: str) -> bool:
 
 @operation()
 def artifact_offered(
-    store: str, fingerprint: str, directory: str, runtime: str, unit: str, use: bool, compiled_by: str | None = None
+    store: str, fingerprint: str, directory: str, runtime: str, unit: str, use: bool, after_peer: bool = False
 ):
     """Put the fingerprint's artifact on a host whose runtime is not built, if the store has one.
-    `compiled_by`: the host of this run whose compile this one waited for."""
+    `after_peer`: the offer after another host of this run compiled it (only a host that waited takes it)."""
     found = host.get_fact(BuildState, runtime=runtime, unit=unit)
-    if not use or found["complete"] or found["active"]:
+    compiled_by = waits_for(fingerprint) if after_peer else None
+    if not use or found["complete"] or found["active"] or (after_peer and not compiled_by):
         host.noop("no artifact needed" if use else "runtime artifacts are off or a rebuild is forced")
         return
     chosen = open_store(store)

@@ -140,7 +140,7 @@ def install_runtime(s: Settings, retry_rolled_back: bool = False) -> None:
     adir = artifacts.host_dir(dirs.cache)
     spec_text = json.dumps(spec, indent=1, sort_keys=True) + "\n"
 
-    def offer(name: str, use: bool, compiled_by: str | None = None) -> None:
+    def offer(name: str, use: bool, after_peer: bool = False) -> None:
         artifacts.artifact_offered(
             name=name,
             store=s.runtime_artifact_store,
@@ -149,10 +149,10 @@ def install_runtime(s: Settings, retry_rolled_back: bool = False) -> None:
             runtime=dirs.dir,
             unit=dirs.unit,
             use=use,
-            compiled_by=compiled_by,
+            after_peer=after_peer,
         )
 
-    def build(name: str, waits_for: str | None = None) -> None:
+    def build(name: str, shared: str | None = None) -> None:
         build_runtime(
             name=name,
             runtime=dirs.dir,
@@ -162,7 +162,7 @@ def install_runtime(s: Settings, retry_rolled_back: bool = False) -> None:
             spec_text=spec_text,
             log=dirs.log,
             timeout_s=s.build_timeout_s,
-            waits_for=waits_for,
+            shared=shared,
         )
 
     def store(name: str) -> None:
@@ -175,16 +175,16 @@ def install_runtime(s: Settings, retry_rolled_back: bool = False) -> None:
             enabled=s.runtime_artifacts,
         )
 
-    compiled_by = artifacts.compiler_to_wait_for(fp, dirs.dir, dirs.unit, use_artifact, s.runtime_artifact_store)
-    offer("Runtime artifact of this fingerprint from the store, when it has one", use_artifact and not compiled_by)
+    shared = artifacts.shares_a_compile(fp, dirs.dir, dirs.unit, use_artifact, s.runtime_artifact_store)
+    offer("Runtime artifact of this fingerprint from the store, when it has one", use_artifact)
     build(
         f"Build runtime {choice.name} (MAX_JOBS={jobs}, TORCH_CUDA_ARCH_LIST={s.gpu_compute_capability})",
-        waits_for=compiled_by,
+        shared=fp if shared else None,
     )
     store("Runtime artifact of a compiled runtime kept in the store")
-    if compiled_by:  # the same fingerprint compiled by another host of this run: its artifact, then the checks
-        offer(f"Runtime artifact {choice.name} that {compiled_by} compiled in this run", True, compiled_by)
-        build(f"Runtime {choice.name} installed from {compiled_by}'s artifact, checked")
+    if shared:  # fresh hosts of one fingerprint in this run: one compiles, the others install its artifact
+        offer(f"Runtime artifact {choice.name} another host of this run compiled", True, after_peer=True)
+        build(f"Runtime {choice.name} installed from that artifact, checked")
         store("Runtime artifact kept in the store, had this host compiled after all")
     if retry_rolled_back:
         files.file(

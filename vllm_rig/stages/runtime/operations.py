@@ -21,6 +21,7 @@ from vllm_rig.core.checks import fail_host
 from vllm_rig.core.stamp import ABSENT, stamps
 from vllm_rig.core.stamp import commands as stamp_commands
 from vllm_rig.paths import FLASHQLA_STAMP, HOST_FINGERPRINT, SWITCHED_STAMP
+from vllm_rig.stages.runtime.artifacts import waits_for
 from vllm_rig.stages.runtime.facts import (
     BuildState,
     DirsState,
@@ -95,19 +96,19 @@ def build_runtime(
     spec_text: str,
     log: str,
     timeout_s: int,
-    waits_for: str | None = None,
+    shared: str | None = None,
 ):
     """Build the runtime unless it is complete: write its spec (0600: index URLs may carry credentials)
     and start the build unit, or re-attach to the one running; then follow it with progress until it
-    ends or timeout_s passes. A complete runtime keeps the spec it was built from. `waits_for`: another
-    host of this run compiles the same fingerprint; this one installs its artifact in a later operation."""
+    ends or timeout_s passes. A complete runtime keeps the spec it was built from. `shared`: the fingerprint,
+    when this host may leave the compile to another host of this run and install its artifact later."""
     state = host.get_fact(BuildState, runtime=runtime, unit=unit)
     if state["complete"]:
         host.noop(f"{runtime} is built")
         return
-    if waits_for:
-        _say(f"{waits_for} compiles this fingerprint in this run; this host installs its artifact after")
-        host.noop(f"waiting for {waits_for}'s artifact")
+    if shared and (peer := waits_for(shared)):
+        _say(f"{peer} compiles this fingerprint in this run; this host installs its artifact after")
+        host.noop(f"waiting for {peer}'s artifact")
         return
     others = [u for u in state["others"] if u != unit]
     if others:
