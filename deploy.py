@@ -14,9 +14,10 @@ from vllm_rig.context import stop_on_bad_settings
 stop_on_bad_settings()
 
 local.include("tasks/preflight.py")  # read-only checks; a failing host stops here
+local.include("tasks/model_start.py")  # the model download starts in the background, before any apt or git work
 local.include("tasks/driver.py")  # pinned, held driver; one reboot when needed; boot-time GPU guard
+local.include("tasks/model_resume.py")  # a download the driver's reboot stopped goes on; a running one is left
 local.include("tasks/cuda.py")  # CUDA toolkit, pinned
-local.include("tasks/model_start.py")  # the model download starts in the background, early
 local.include("tasks/runtime.py")  # venv, the fork built with FlashInfer's SM75 fix and FlashQLA; safe switch
 local.include("tasks/model_finish.py")  # wait for the download (progress, timeout), verified by sha256
 local.include("tasks/verify.py")  # GPU/NVLink/P2P/NCCL verdict after a change, GPUs free

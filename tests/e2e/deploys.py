@@ -18,6 +18,7 @@ from tests.sandbox.fixtures import nvidia_repo
 _SAYS_FAILED = re.compile(r"fail|error|not allowed", re.IGNORECASE)
 _PYINFRA_ERROR = re.compile(r"\[[^\]]+\] Error: ")  # pyinfra's line under the operation that failed a host
 _PYINFRA = re.compile(r"\] (Connected|Ready: |Success|No changes|Skipped|Error: )")  # pyinfra's own host lines
+_RUN_ENDED = re.compile(r"Deactivated successfully|Failed with result|^Stopped ")  # systemd's lines
 HOST_STAGE = ("tasks/preflight.py", "tasks/driver.py", "tasks/cuda.py")  # what the runtime build needs first
 
 
@@ -111,6 +112,25 @@ def unit_span(rig: Rig, unit: str, since: float, name: str = "rig1") -> tuple[fl
         elif start is not None and ("Deactivated successfully" in message or "Failed with result" in message):
             return start, at
     raise LookupError(f"no run of {unit} that started after {since:.0f} and ended, in {name}'s journal")
+
+
+def unit_spans(rig: Rig, unit: str, since: float, name: str = "rig1") -> list[tuple[float, float]]:
+    """Every run of `unit` that began at or after `since` and ended, (start, end) in epoch seconds, across
+    reboots (the journal is persistent): a run ends when systemd says it deactivated, failed or stopped it."""
+    out = rig.ssh(name, f"sudo journalctl --no-pager -o json --since=@{int(since)} -u '{unit}'")
+    runs, start = [], None
+    for entry in map(json.loads, out.splitlines()):
+        at, message = int(entry["__REALTIME_TIMESTAMP"]) / 1e6, str(entry.get("MESSAGE", ""))
+        if entry.get("SYSLOG_IDENTIFIER") != "systemd" or at < since:
+            continue
+        if start is None and message.startswith("Started "):
+            start = at
+        elif start is not None and _RUN_ENDED.search(message):
+            runs.append((start, at))
+            start = None
+    if not runs:
+        raise LookupError(f"no run of {unit} that started after {since:.0f} and ended, in {name}'s journal")
+    return runs
 
 
 def set_knobs_and_reboot(rig: Rig, m: machine.Machine, **knobs: object) -> None:

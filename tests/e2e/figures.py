@@ -6,16 +6,32 @@ timed to the service answering again. Each resets what it measures on rig1; Depl
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass
 
 from tests.conftest import Rig
 from tests.e2e import model, service
-from tests.e2e.deploys import DeployFailed, DeployRun, deploy, unit_span
+from tests.e2e.deploys import DeployFailed, DeployRun, deploy, fresh, unit_span, unit_spans
+from tests.sandbox import paths
 from tests.sandbox.fixtures import forge
 
-OVERLAP_STAGES = ("tasks/model_start.py", "tasks/runtime.py", "tasks/model_finish.py")  # deploy.py's order
+# A forced rebuild on a provisioned box needs only these (driver and CUDA are there); a fresh box runs
+# deploy.py's stages through model finish (THROUGH_MODEL_FINISH).
+REBUILD_STAGES = ("tasks/model_start.py", "tasks/runtime.py", "tasks/model_finish.py")
 BUILD_SECONDS = 2.0  # the forge's default compile time, put back after a scenario
+
+
+def deploy_stages() -> tuple[str, ...]:
+    """deploy.py's stage files, in its order (read from its local.include lines)."""
+    return tuple(re.findall(r'^local\.include\("([^"]+)"\)', (paths.REPO / "deploy.py").read_text(), re.M))
+
+
+def through_model_finish() -> tuple[str, ...]:
+    """deploy.py from preflight through model finish: the part that holds both the download and the build
+    (what follows, verify to models keep, waits for both to be done)."""
+    stages = deploy_stages()
+    return stages[: stages.index("tasks/model_finish.py") + 1]
 
 
 def _ok(run: DeployRun) -> DeployRun:
@@ -24,16 +40,26 @@ def _ok(run: DeployRun) -> DeployRun:
     return run
 
 
+Span = tuple[float, float]
+
+
 @dataclass
 class Overlap:
     run: DeployRun
-    wall: float  # the deploy of the three stages, on the control side
-    download_at: tuple[float, float]  # the download unit's run, seconds after the deploy began (host journal)
-    build_at: tuple[float, float]  # the build unit's run, likewise
+    wall: float  # the measured deploy (its stages: `stages`), on the control side
+    stages: tuple[str, ...]
+    began: float  # epoch seconds when the deploy began (host clocks are the same machine's)
+    download_runs: list[Span]  # each run of the download unit, seconds after the deploy began (host journal)
+    build_at: Span  # the build unit's run, likewise
+
+    @property
+    def download_at(self) -> Span:
+        return self.download_runs[0][0], self.download_runs[-1][1]
 
     @property
     def download(self) -> float:
-        return self.download_at[1] - self.download_at[0]
+        """The download unit's running time, all its runs (a reboot cuts it into two)."""
+        return sum(end - begin for begin, end in self.download_runs)
 
     @property
     def build(self) -> float:
@@ -42,7 +68,8 @@ class Overlap:
     @property
     def together(self) -> float:
         """How long both ran at once."""
-        return max(0.0, min(self.download_at[1], self.build_at[1]) - max(self.download_at[0], self.build_at[0]))
+        (b0, b1) = self.build_at
+        return sum(max(0.0, min(d1, b1) - max(d0, b0)) for d0, d1 in self.download_runs)
 
     @property
     def ratio(self) -> float:
@@ -51,27 +78,42 @@ class Overlap:
 
 
 def overlap(rig: Rig, download_s: float = 55.0, build_s: float = 10.0) -> Overlap:
-    """The model downloaded while a runtime is built (forced, so there is always a build), in one run of
-    model start, runtime and model finish. The mirror is throttled so the download takes about download_s
-    (longer than the build, whose installing the fork's whole requirement closure now takes ~45 s here, so
-    model finish still waits and shows its progress);
-    the fork's compile takes build_s (the build's other steps add their own time). Needs the host stage
-    done (the build needs CUDA)."""
+    """The model downloaded while a runtime is built again (forced, so there is always a build) on a box
+    that has the host stage (the build needs CUDA): model start, runtime and model finish in one run; caches
+    are warm. The mirror is throttled so the download takes about download_s (longer than the build, whose
+    installing the fork's whole requirement closure now takes ~45 s here, so model finish still waits and
+    shows its progress); the fork's compile takes build_s (the build's other steps add their own time)."""
     model.reset_model(rig)
+    return _measured(rig, REBUILD_STAGES, {"force_rebuild": True}, download_s, build_s)
+
+
+def overlap_fresh(rig: Rig, download_s: float, build_s: float, secure_boot: bool | None = None) -> Overlap:
+    """A fresh machine (tree from the image, booted) deployed with deploy.py through model finish: preflight,
+    the download started, the driver (with its reboot, which stops the download; model resume starts it
+    again), CUDA, the first runtime build (apt, git and pip from nothing) and the wait for the model.
+    secure_boot: the NVIDIA stand-in's knob before the first boot (None: its default)."""
+    if secure_boot is None:
+        fresh(rig)
+    else:
+        fresh(rig, secure_boot=secure_boot)
+    return _measured(rig, through_model_finish(), {}, download_s, build_s)
+
+
+def _measured(rig: Rig, stages: tuple[str, ...], data: dict[str, object], download_s: float, build_s: float) -> Overlap:
     model.knobs(throttle_bytes_per_s=int(model.total() / download_s))
     forge.write_knobs(build_seconds=build_s)
     since = time.time()
     try:
         started = time.monotonic()
-        run = _ok(deploy(rig, *OVERLAP_STAGES, data={"force_rebuild": True}))
+        run = _ok(deploy(rig, *stages, data=data))
         wall = time.monotonic() - started
     finally:
         model.knobs()
         forge.write_knobs(build_seconds=BUILD_SECONDS)
     built = json.loads(model.sh(rig, "cat /opt/vllm-rig/current/runtime.json"))["name"]
-    fetch = unit_span(rig, model.UNIT, since)
-    build = unit_span(rig, f"vllm-rig-build-{built}.service", since)
-    return Overlap(run, wall, (fetch[0] - since, fetch[1] - since), (build[0] - since, build[1] - since))
+    fetches = [(a - since, b - since) for a, b in unit_spans(rig, model.UNIT, since)]
+    b0, b1 = unit_span(rig, f"vllm-rig-build-{built}.service", since)
+    return Overlap(run, wall, stages, since, fetches, (b0 - since, b1 - since))
 
 
 @dataclass

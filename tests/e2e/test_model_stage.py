@@ -2,10 +2,11 @@
 transient unit that runs while something else takes its time, verified by sha256, resumable and re-attachable.
 
 One machine, fresh at the start, goes through: an unknown repo, a down mirror and a small disk stopping
-before any change; a first download and a no-op re-run; the host stage, then the download overlapping a real
-runtime build; a connection dropped mid-shard; a killed download; a deploy killed mid-wait that the next run
-re-attaches to; a file corrupted in flight; a new revision beside the old; and a token that shows up nowhere
-(own mirror, -vv).
+before any change; a first download and a no-op re-run; deploy.py through model finish on a new machine (the
+download starts before any apt work, the driver's reboot cuts it, model resume goes on), then the download
+overlapping a forced runtime build; a connection dropped mid-shard; a killed download; a deploy killed
+mid-wait that the next run re-attaches to; a file corrupted in flight; a new revision beside the old; and a
+token that shows up nowhere (own mirror, -vv).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import pytest
 
 from tests.conftest import Rig
 from tests.e2e import figures
-from tests.e2e.deploys import HOST_STAGE, DeployRun, deploy, fresh
+from tests.e2e.deploys import DeployRun, deploy, fresh
 from tests.e2e.model import (
     BIG_SHARD,
     ENDPOINT,
@@ -180,9 +181,32 @@ def test_first_deploy_fetches_and_verifies_and_a_rerun_changes_nothing(rig: Rig)
     print(f"\nno-op re-run of preflight + model start + finish: {elapsed:.1f}s")
 
 
+def _first_dpkg_install(rig: Rig, since: float) -> float:
+    """Epoch seconds when dpkg first unpacked a package after `since`: the oldest of the file lists it
+    writes per package (/var/lib/dpkg/info/*.list), by the host's clock, to the nanosecond."""
+    out = sh(rig, f"find /var/lib/dpkg/info -name '*.list' -newermt @{since:.3f} -printf '%T@\\n'")
+    return min(float(t) for t in out.split())
+
+
+def test_fresh_box_download_starts_before_apt_and_goes_on_after_the_driver_reboot(rig: Rig) -> None:
+    # deploy.py through model finish on a new machine: this also gives the next test its driver, CUDA and a
+    # first runtime (apt, git and pip warm, as on any box deployed before).
+    o = figures.overlap_fresh(rig, download_s=40, build_s=10, secure_boot=False)
+    print(
+        f"\nfresh box: download runs {[(round(a, 1), round(b, 1)) for a, b in o.download_runs]}, build "
+        f"{o.build_at[0]:.1f}..{o.build_at[1]:.1f} (s after the start), wall {o.wall:.1f}s; ratio {o.ratio:.2f}"
+    )
+    assert "rebooting: " in o.run.log  # the driver stage rebooted the box in the middle of the download
+    assert "stopped before it was complete; starting it again" in o.run.log
+    assert len(o.download_runs) == 2  # cut by the reboot, started again by model resume, nothing else
+    # By the host's clocks: the download ran before dpkg changed anything (the driver's apt work).
+    assert o.began + o.download_runs[0][0] < _first_dpkg_install(rig, o.began)
+    assert o.download_runs[0][1] < o.build_at[0]  # it ran before the build could
+    assert o.build_at[0] < o.download_runs[1][1]  # and then beside it
+    assert host_digests(rig) == digests()
+
+
 def test_download_overlaps_the_build(rig: Rig) -> None:
-    # The build needs the driver and CUDA; a first runtime warms apt, git and pip as on any box deployed before.
-    assert deploy(rig, *HOST_STAGE, "tasks/runtime.py").ok
     o = figures.overlap(rig)  # a forced rebuild
     print(
         f"\noverlap: download {o.download:.1f}s, runtime build {o.build:.1f}s (host journal), both at once "

@@ -151,6 +151,25 @@ def model_fetch_started(spec: FetchSpec):
     yield spec.start_command()
 
 
+@operation()
+def model_fetch_resumed(spec: FetchSpec):
+    """Start again a download that stopped before it was complete (the driver's reboot ends every transient
+    unit); nothing when it runs, is complete, or was never started here (no tools venv: model start has not
+    run). The fetch keeps whole files and drops the cut one's part (model_fetch.py), so little is lost."""
+    state = host.get_fact(ModelFetch, **spec.fact_args())
+    if is_running(state):
+        host.noop(f"download of {spec.name} running since {state['since']}")
+        return
+    if state["check_rc"] == 0:
+        host.noop(f"{spec.name} is complete in {spec.dest}")
+        return
+    if state["check_rc"] is None:
+        host.noop("no download to resume: the tools venv is not there (tasks/model_start.py has not run)")
+        return
+    logger.info(f"[{host.name}] model: {spec.name} stopped before it was complete; starting it again")
+    yield spec.start_command()
+
+
 @operation(is_idempotent=True)
 def model_fetched(spec: FetchSpec, timeout_s: int):
     """Wait for the download with a progress line every so often, then trust only `model_fetch.py check`.

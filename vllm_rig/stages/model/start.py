@@ -1,10 +1,13 @@
 """Model (start): the tools venv with huggingface_hub, the fetcher script, the HF token file, and the download
-started as a transient systemd unit, so it runs while the runtime builds and survives an SSH drop.
+started as a transient systemd unit, so it runs while the driver, CUDA and the runtime go in and survives an
+SSH drop. It runs right after preflight, before any other apt or git work: only what the download itself needs
+comes first (python3-venv, the tools venv, the host programs' zip, the token file).
 
 A complete model (its marker matches model_repo@model_revision) is never fetched again; a running download
 is re-attached to; a broken one starts again (model_fetch.py cleans what a killed client left). A new repo or
 revision downloads beside the old model and model_dir switches to it only once it is complete and verified.
-tasks/model_finish.py waits for it later.
+A transient unit does not outlive a reboot: resume_model_download (after the driver stage, which may reboot)
+starts it again. tasks/model_finish.py waits for it later.
 """
 
 from pyinfra.api import deploy
@@ -14,7 +17,7 @@ from vllm_rig.core.host_package import host_programs
 from vllm_rig.core.secrets import Secret
 from vllm_rig.paths import HF_TOKEN_FILE, Layout
 from vllm_rig.settings import Settings
-from vllm_rig.stages.model.operations import FetchSpec, model_fetch_started, secret_env_file
+from vllm_rig.stages.model.operations import FetchSpec, model_fetch_resumed, model_fetch_started, secret_env_file
 from vllm_rig.stages.model.tools_venv import tools_venv
 
 # `hf download` of this version runs against the HF mirror stand-in in the sandbox tests; the runtime venv
@@ -43,3 +46,11 @@ def start_model_download(s: Settings) -> None:
         value=Secret(s.hf_token),
     )
     model_fetch_started(name=f"Download {spec.name} in the background", spec=spec)
+
+
+@deploy("Model (resume)")
+def resume_model_download(s: Settings) -> None:
+    if preflight_failed():
+        return
+    spec = FetchSpec.of(s)
+    model_fetch_resumed(name=f"Download {spec.name} goes on after a reboot", spec=spec)

@@ -21,7 +21,8 @@ def tools_venv(path: str, package: str, version: str, index_url: str | None = No
         host.noop(f"{path} holds {package} {version}")
         return
     if not found["python3_venv"]:
-        yield f"{APT_INSTALL} python3-venv"
+        # This runs before the driver stage refreshes the lists: refresh them here only when apt cannot find it.
+        yield f"{APT_INSTALL} python3-venv || {{ apt-get -q update && {APT_INSTALL} python3-venv; }}"
     if not found["python"]:
         yield f"python3 -m venv {shlex.quote(path)}"
     index = f" --index-url {shlex.quote(index_url)}" if index_url else ""
