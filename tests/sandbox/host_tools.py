@@ -19,6 +19,7 @@ PROGRAMS = {
     "dpkg-deb": "dpkg",
     "gpg": "gnupg",
     "git": "git",
+    "nginx": "nginx",  # the shared runtime artifact store (fixtures/artifact_store.py)
 }
 SBIN = "/usr/local/sbin:/usr/sbin:/sbin"
 
