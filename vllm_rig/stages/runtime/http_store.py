@@ -27,6 +27,8 @@ import requests
 
 from vllm_rig.host import runtime_artifact
 
+# Archives downloaded from an HTTP store, on the control machine (kept like the store: prune)
+DEFAULT_CACHE = Path(__file__).resolve().parents[3] / ".cache" / "runtime-artifacts"
 TIMEOUT = (10.0, 120.0)  # connect, and each read: a stalled server fails, a slow big upload does not
 CHUNK = 1 << 20
 FINGERPRINT = re.compile(r"^([0-9a-f]{64})\.json$")
@@ -49,7 +51,7 @@ def _reason(err: requests.RequestException) -> str:
 
 
 class HttpStore:
-    def __init__(self, url: str, auth: str | None = None, ca: str | None = None, cache: Path | None = None):
+    def __init__(self, url: str, auth: str | None = None, ca: str | None = None, cache: Path = DEFAULT_CACHE):
         self.url = url
         self.cache = cache
         self.session = requests.Session()
@@ -107,8 +109,6 @@ class HttpStore:
         return path
 
     def _cache(self) -> Path:
-        if self.cache is None:
-            raise StoreError("an HTTP artifact store needs a cache directory on the control machine")
         self.cache.mkdir(parents=True, exist_ok=True)
         return self.cache
 
@@ -161,7 +161,7 @@ class HttpStore:
             for name in (runtime_artifact.manifest_name(fp), runtime_artifact.archive_name(fp)):
                 self._request("DELETE", name, (200, 204))
             removed.append(fp)
-        if self.cache is not None and self.cache.is_dir():
+        if self.cache.is_dir():
             for fp in removed:
                 (self.cache / runtime_artifact.archive_name(fp)).unlink(missing_ok=True)
         return removed
