@@ -26,16 +26,13 @@ from typing import Any
 import requests
 
 from vllm_rig.host import runtime_artifact
+from vllm_rig.stages.runtime.artifact_store import StoreError
 
 # Archives downloaded from an HTTP store, on the control machine (kept like the store: prune)
 DEFAULT_CACHE = Path(__file__).resolve().parents[3] / ".cache" / "runtime-artifacts"
 TIMEOUT = (10.0, 120.0)  # connect, and each read: a stalled server fails, a slow big upload does not
 CHUNK = 1 << 20
 FINGERPRINT = re.compile(r"^([0-9a-f]{64})\.json$")
-
-
-class StoreError(Exception):
-    """Why the store could not do something (one line, no credentials)."""
 
 
 def _reason(err: requests.RequestException) -> str:
@@ -132,6 +129,12 @@ class HttpStore:
             except requests.RequestException as err:
                 raise StoreError(f"store {self.url}: GET {name}: {_reason(err)} (the next run resumes)") from None
         return True
+
+    def scratch(self) -> Path:
+        """Where an artifact fetched from a host waits for its upload: beside the download cache."""
+        path = self.cache / "incoming"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
 
     def put(self, fingerprint: str, archive: Path, manifest: Path) -> None:
         for path in (archive, manifest):  # the manifest last: once it is there, the artifact is whole
