@@ -160,3 +160,13 @@ def test_an_interrupted_download_resumes_and_a_stale_cache_is_fetched_again(
     flipped[5] ^= 0xFF
     got.write_bytes(bytes(flipped))  # same size, other bytes: not what the manifest names
     assert (again := s.archive(fp)) is not None and again.read_bytes() == body
+
+
+def test_a_part_left_by_another_upload_is_not_joined_to_this_one(server: str, sub: str, tmp_path: Path) -> None:
+    fp, archive, manifest = artifact(tmp_path, "5")
+    cache = tmp_path / "cache"
+    s = store(server + sub, cache)
+    s.put(fp, archive, manifest)
+    cache.mkdir()
+    (cache / f"{archive.name}.part").write_bytes(b"\0" * 1000)  # not the first 1000 bytes of this archive
+    assert (got := s.archive(fp)) is not None and got.read_bytes() == archive.read_bytes()

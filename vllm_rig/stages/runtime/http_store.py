@@ -82,7 +82,8 @@ class HttpStore:
 
     def archive(self, fingerprint: str) -> Path | None:
         """The archive in the control machine's cache, downloaded (or resumed) when the cache lacks the bytes
-        the manifest names; its size checked here, its sha256 by the host that installs it."""
+        the manifest names; its size checked here, its sha256 by the host that installs it (and here after a
+        resume, which could join two uploads)."""
         raw = self.manifest(fingerprint)
         if raw is None:
             return None
@@ -96,8 +97,13 @@ class HttpStore:
         if path.is_file() and path.stat().st_size == size and runtime_artifact.file_sha256(path) == sha:
             return path
         part = path.with_name(name + ".part")
+        resumed = part.is_file()
         if not self._download(name, part):
             return None
+        if resumed and part.stat().st_size == size and runtime_artifact.file_sha256(part) != sha:
+            part.unlink()  # the earlier part was of another upload under this name: once more, whole
+            if not self._download(name, part):
+                return None
         if part.stat().st_size != size:
             got = part.stat().st_size
             part.unlink()
