@@ -88,3 +88,6 @@ def test_corrupt_archive_on_the_server_falls_back_to_compiling_and_ends_proven(t
     assert COMPILE in log
     assert record(two_hosts, "rig2")["installed_from_artifact"] is None
     assert "service_probe: generated" in run.log  # the deploy proved generation, not just /health
+    # rig2 compiled although the store held its fingerprint: its artifact replaced the corrupt one
+    manifest = json.loads((SERVED / runtime_artifact.manifest_name(fp)).read_text())
+    assert runtime_artifact.file_sha256(archive) == manifest["archive_sha256"]
