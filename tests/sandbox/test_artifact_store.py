@@ -170,3 +170,13 @@ def test_a_part_left_by_another_upload_is_not_joined_to_this_one(server: str, su
     cache.mkdir()
     (cache / f"{archive.name}.part").write_bytes(b"\0" * 1000)  # not the first 1000 bytes of this archive
     assert (got := s.archive(fp)) is not None and got.read_bytes() == archive.read_bytes()
+
+
+def test_an_unwritable_cache_is_one_line(server: str, sub: str, tmp_path: Path) -> None:
+    fp, archive, manifest = artifact(tmp_path, "4")
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    s = store(server + sub, blocker / "cache")
+    s.put(fp, archive, manifest)
+    with pytest.raises(StoreError, match=rf"^store {server + sub}: its cache {blocker / 'cache'}: Not a directory$"):
+        s.archive(fp)

@@ -81,6 +81,12 @@ class HttpStore:
         return None if response is None else response.content
 
     def archive(self, fingerprint: str) -> Path | None:
+        try:
+            return self._archive(fingerprint)
+        except OSError as err:  # the cache on this machine: full, or not writable
+            raise StoreError(f"store {self.url}: its cache {self.cache}: {err.strerror or err}") from None
+
+    def _archive(self, fingerprint: str) -> Path | None:
         """The archive in the control machine's cache, downloaded (or resumed) when the cache lacks the bytes
         the manifest names; its size checked here, its sha256 by the host that installs it (and here after a
         resume, which could join two uploads)."""
@@ -144,8 +150,11 @@ class HttpStore:
 
     def put(self, fingerprint: str, archive: Path, manifest: Path) -> None:
         for path in (archive, manifest):  # the manifest last: once it is there, the artifact is whole
-            with path.open("rb") as body:
-                response = self._request("PUT", path.name, (200, 201, 204), data=body)
+            try:
+                with path.open("rb") as body:
+                    response = self._request("PUT", path.name, (200, 201, 204), data=body)
+            except OSError as err:
+                raise StoreError(f"store {self.url}: PUT {path.name}: {err.strerror or err}") from None
             if response is None:
                 raise StoreError(f"store {self.url}: PUT {path.name}: HTTP 404 (is PUT allowed there?)")
 
@@ -160,6 +169,8 @@ class HttpStore:
             raise StoreError(
                 f"store {self.url}: its listing is not JSON (the server needs autoindex on; autoindex_format json)"
             ) from None
+        if not isinstance(entries, list):
+            raise StoreError(f"store {self.url}: its listing is JSON but not a list of entries")
         return [e for e in entries if isinstance(e, dict) and e.get("type") == "file"]
 
     def prune(self, keep: int) -> list[str]:
