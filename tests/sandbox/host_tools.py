@@ -20,6 +20,7 @@ PROGRAMS = {
     "gpg": "gnupg",
     "git": "git",
     "nginx": "nginx",  # the shared runtime artifact store (fixtures/artifact_store.py)
+    "openssl": "openssl",  # its https side's local CA
 }
 SBIN = "/usr/local/sbin:/usr/sbin:/sbin"
 

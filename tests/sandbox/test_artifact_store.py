@@ -180,3 +180,19 @@ def test_an_unwritable_cache_is_one_line(server: str, sub: str, tmp_path: Path) 
     s.put(fp, archive, manifest)
     with pytest.raises(StoreError, match=rf"^store {server + sub}: its cache {blocker / 'cache'}: Not a directory$"):
         s.archive(fp)
+
+
+def test_https_is_verified_one_line_without_the_ca_and_works_with_it(server: str, sub: str, tmp_path: Path) -> None:
+    fp, archive, manifest = artifact(tmp_path, "3")
+    bare = HttpStore(artifact_store.tls_url() + sub, auth=artifact_store.auth(), cache=tmp_path / "cache")
+    with pytest.raises(StoreError) as err:
+        bare.put(fp, archive, manifest)
+    assert str(err.value) == (
+        f"store {artifact_store.tls_url() + sub}: PUT {archive.name}: "
+        "TLS verification failed (runtime_artifact_store_ca names a CA bundle)"
+    )
+    trusted = HttpStore(
+        artifact_store.tls_url() + sub, auth=artifact_store.auth(), ca=str(artifact_store.ca()), cache=tmp_path / "c"
+    )
+    trusted.put(fp, archive, manifest)
+    assert trusted.manifest(fp) == manifest.read_bytes()

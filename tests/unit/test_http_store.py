@@ -19,7 +19,7 @@ def test_a_url_opens_the_http_store_with_its_auth_and_ca() -> None:
     store = open_store(setting)
     assert isinstance(store, HttpStore)
     assert store.session.auth == ("rig", "s3cret")
-    assert store.session.verify == str(Path(http_store.__file__).resolve().parents[3] / "lan-ca.pem")
+    assert store.verify == str(Path(http_store.__file__).resolve().parents[3] / "lan-ca.pem")
     assert store.describe() == "https://store.lan/vllm-rig/"
     assert isinstance(open_store("runtime-artifacts"), LocalStore)
 
@@ -32,7 +32,7 @@ def test_the_setting_prints_without_its_password() -> None:
 def test_without_auth_or_ca_requests_falls_back_to_netrc_and_system_cas() -> None:
     store = open_store("http://10.0.0.5:8080/artifacts/")
     assert isinstance(store, HttpStore)
-    assert store.session.auth is None and store.session.verify is True
+    assert store.session.auth is None and store.verify is True
 
 
 def test_prune_order_is_newest_manifest_first_and_ignores_other_files() -> None:

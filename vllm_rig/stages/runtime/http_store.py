@@ -55,7 +55,8 @@ class HttpStore:
         if auth:
             user, _, password = auth.partition(":")
             self.session.auth = (user, password)
-        self.session.verify = ca or True
+        # passed with every request: a Session's own verify loses to REQUESTS_CA_BUNDLE (psf/requests#4726)
+        self.verify: str | bool = ca or True
 
     def describe(self) -> str:
         return self.url
@@ -64,7 +65,7 @@ class HttpStore:
         """One request; None for a 404, the response for a status in `ok`, StoreError for anything else."""
         what = name or "the listing"
         try:
-            response = self.session.request(method, self.url + name, timeout=TIMEOUT, **kwargs)
+            response = self.session.request(method, self.url + name, timeout=TIMEOUT, verify=self.verify, **kwargs)
         except requests.RequestException as err:
             raise StoreError(f"store {self.url}: {method} {what}: {_reason(err)}") from None
         if response.status_code in ok:
