@@ -91,3 +91,17 @@ def test_corrupt_archive_on_the_server_falls_back_to_compiling_and_ends_proven(t
     # rig2 compiled although the store held its fingerprint: its artifact replaced the corrupt one
     manifest = json.loads((SERVED / runtime_artifact.manifest_name(fp)).read_text())
     assert runtime_artifact.file_sha256(archive) == manifest["archive_sha256"]
+
+
+def test_a_store_that_refuses_the_password_is_one_warning_and_the_host_compiles(two_hosts: Rig) -> None:
+    fp = record(two_hosts, "rig1")["fingerprint"]
+    sh(two_hosts, "rig2", f"rm -rf {ROOT}/runtimes/* {ROOT}/current {ROOT}/previous")
+    wrong = {**settings(), "runtime_artifact_store_auth": "rig:not-the-password"}
+    run = expect_ok(deploy(two_hosts, "tasks/runtime.py", limit="rig2", data=wrong))
+    refused = f"store {artifact_store.url()}: GET {runtime_artifact.manifest_name(fp)}: HTTP 401 Unauthorized"
+    said = [line for line in run.log.splitlines() if refused in line]  # at planning and before the build
+    assert said and all(line.rstrip().endswith("this host compiles") for line in said), said
+    lines = run.log.splitlines()
+    assert any(f"store {artifact_store.url()}: PUT " in line and "other hosts compile" in line for line in lines)
+    assert "Traceback" not in run.log and "not-the-password" not in run.log
+    assert COMPILE in build_log(two_hosts, "rig2", current(two_hosts, "rig2"))
