@@ -133,7 +133,9 @@ force_rebuild = False  # build a new runtime even when the fingerprint matches
 fork_release_line = "v0.1"  # the fork's line fork_ref follows: tasks/fork_releases.py lists its newer v0.1.N tags
 fork_update_margin_pct = 5.0  # tasks/update_fork.py switches only if decode and prefill are at most this % slower
 runtime_artifacts = True  # keep each compiled runtime by fingerprint; same-fingerprint hosts install it
-runtime_artifact_store = "runtime-artifacts"  # artifact store: a control-machine directory (relative to the repo)
+runtime_artifact_store = "runtime-artifacts"  # control-machine directory (relative to the repo) or http(s) WebDAV URL
+runtime_artifact_store_auth = None  # user:password for the http(s) store; kept secret, None: ~/.netrc or none
+runtime_artifact_store_ca = None  # PEM CA bundle for an https store's certificate; None: the system's CAs
 runtime_artifacts_keep = 3  # how many runtime artifacts the store keeps (the newest)
 
 # ---- model: the FP8 checkpoint through the HF endpoint

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal
 
@@ -39,7 +40,7 @@ DNS_NAME = re.compile(
 )
 
 # Settings that hold secrets: their values never appear in an error line or in output.
-SECRET_KEYS = frozenset({"hf_token", "secure_boot_mok_password"})
+SECRET_KEYS = frozenset({"hf_token", "secure_boot_mok_password", "runtime_artifact_store_auth"})
 
 # The model's max_position_embeddings (config.json of the Qwen3.6/3.8 27B family).
 MODEL_CONTEXT_LIMIT = 262144
@@ -259,9 +260,17 @@ class Settings(BaseModel):
         "keep each compiled runtime by fingerprint; same-fingerprint hosts install it",
         "true or false",
     )
-    runtime_artifact_store: Annotated[str, Field(min_length=1, pattern=r"^[^:]*$")] = _setting(
-        "artifact store: a control-machine directory (relative to the repo)",
-        "a directory path on the control machine (no URL)",
+    runtime_artifact_store: str = _setting(
+        "control-machine directory (relative to the repo) or http(s) WebDAV URL",
+        'a directory on the control machine, or an http(s) URL of a WebDAV PUT store: a host, a path ending in "/"',
+    )
+    runtime_artifact_store_auth: str | None = _setting(
+        "user:password for the http(s) store; kept secret, None: ~/.netrc or none",
+        "null or user:password (one line)",
+    )
+    runtime_artifact_store_ca: str | None = _setting(
+        "PEM CA bundle for an https store's certificate; None: the system's CAs",
+        "null or the path, on the control machine, of a PEM CA bundle",
     )
     runtime_artifacts_keep: Annotated[int, Field(ge=1, le=100)] = _setting(
         "how many runtime artifacts the store keeps (the newest)", "an integer from 1 to 100"
@@ -718,7 +727,22 @@ class Settings(BaseModel):
                 raise ValueError(f"{name!r} is neither a DNS name (letters, digits, - and dots) nor an IP address")
         return value
 
-    @field_validator("lan_tls_cert_file", "lan_tls_key_file")
+    @field_validator("runtime_artifact_store")
+    @classmethod
+    def _artifact_store(cls, value: str) -> str:
+        problem = artifact_store_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("runtime_artifact_store_auth")
+    @classmethod
+    def _artifact_store_auth(cls, value: str | None) -> str | None:
+        if value is not None and (":" not in value or value.startswith(":") or "\n" in value or "\r" in value):
+            raise ValueError("must be null or user:password on one line")
+        return value
+
+    @field_validator("lan_tls_cert_file", "lan_tls_key_file", "runtime_artifact_store_ca")
     @classmethod
     def _control_path(cls, value: str | None) -> str | None:
         if value is not None and (not value.strip() or "\n" in value):
@@ -931,6 +955,24 @@ def _each_entry(value: dict[str, Any], problem_of: Callable[[str, Any], str | No
         if problem:
             raise ValueError(f"entry {key!r}: {problem}")
     return value
+
+
+def artifact_store_problem(value: str) -> str | None:
+    """What is wrong with runtime_artifact_store, or None: a directory, or an http(s) URL of a directory."""
+    if not value.strip() or "\n" in value:
+        return "must be a directory on the control machine or an http(s) URL"
+    if not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", value):
+        return None  # a path (a colon only after a slash is a path too)
+    url = urllib.parse.urlsplit(value)
+    if url.scheme not in ("http", "https"):
+        return f"a URL store must be http:// or https://, not {url.scheme}:"
+    if "@" in url.netloc:
+        return "must not hold credentials: put user:password in runtime_artifact_store_auth"
+    if not url.hostname:
+        return "must name a host, e.g. https://store.lan/vllm-rig/"
+    if url.query or url.fragment or not url.path.endswith("/"):
+        return 'must be the store\'s directory: a path ending in "/", no ?query or #fragment'
+    return None
 
 
 def _check_url(value: str) -> str:

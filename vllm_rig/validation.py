@@ -7,6 +7,7 @@ must be at most 262144 (...)`. Secrets are never echoed.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -95,6 +96,8 @@ def _line(key: str, value: Any, message: str) -> str:
 
 
 def _show(value: Any) -> str:
+    if isinstance(value, str):  # a URL's user:password never reaches the line
+        value = re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@", r"\1<hidden>@", value)
     text = repr(value) if isinstance(value, str) else str(value)
     return text if len(text) <= 80 else text[:77] + "..."
 

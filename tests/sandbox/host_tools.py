@@ -19,6 +19,8 @@ PROGRAMS = {
     "dpkg-deb": "dpkg",
     "gpg": "gnupg",
     "git": "git",
+    "nginx": "nginx",  # the shared runtime artifact store (fixtures/artifact_store.py)
+    "openssl": "openssl",  # its https side's local CA
 }
 SBIN = "/usr/local/sbin:/usr/sbin:/sbin"
 

@@ -25,6 +25,8 @@ PORT_OFFSET = 100 * SLOT
 
 HF_MIRROR_PORT = 18080 + PORT_OFFSET
 FILESERVER_PORT = 18081 + PORT_OFFSET
+ARTIFACT_STORE_PORT = 18082 + PORT_OFFSET  # real nginx with WebDAV PUT: the shared runtime artifact store
+ARTIFACT_STORE_TLS_PORT = 18083 + PORT_OFFSET  # the same store over https (a local CA)
 SSH_PORT_BASE = 2220 + PORT_OFFSET  # machine rigN: SSH_PORT_BASE + N
 VLLM_PORT_BASE = 8000 + PORT_OFFSET  # machine rigN serves on VLLM_PORT_BASE + N
 LAN_PORT_BASE = 28400 + PORT_OFFSET  # rigN's LAN proxy (nginx) listens on LAN_PORT_BASE + N

@@ -24,7 +24,7 @@ from types import ModuleType
 from tests.sandbox import paths
 
 # Order matters: content builders first, so servers start on built content.
-FIXTURES: list[str] = ["nvidia_repo", "pkg_index", "forge", "hf_mirror", "fileserver"]
+FIXTURES: list[str] = ["nvidia_repo", "pkg_index", "forge", "hf_mirror", "fileserver", "artifact_store"]
 PACKAGE = "tests.sandbox.fixtures"
 
 

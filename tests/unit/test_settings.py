@@ -104,7 +104,12 @@ RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
     ("build_timeout_s", 10, 3600, {}),
     ("force_rebuild", "yes please", False, {}),
     ("runtime_artifacts", "maybe", True, {}),
-    ("runtime_artifact_store", "https://store.example/artifacts", "/srv/vllm-rig/artifacts", {}),
+    ("runtime_artifact_store", "https://store.example/artifacts", "/srv/vllm-rig/artifacts", {}),  # no "/"
+    ("runtime_artifact_store", "ftp://store.example/artifacts/", "https://store.example/artifacts/", {}),
+    ("runtime_artifact_store", "https:///artifacts/", "http://10.0.0.5:8080/vllm-rig/", {}),
+    ("runtime_artifact_store", "https://store.example/a/?x=1", "runtime-artifacts", {}),
+    ("runtime_artifact_store_auth", "no-colon", "rig:s3cret:with:colons", {}),
+    ("runtime_artifact_store_ca", "", "/etc/ssl/local-ca.pem", {}),
     ("runtime_artifacts_keep", 0, 5, {}),
     ("hf_endpoint", "hf-mirror.com", "https://huggingface.co", {}),
     ("hf_token", "hf_abc def\nHF_HUB_OFFLINE=1", "hf_0123456789abcdefABCDEF", {}),
@@ -279,6 +284,21 @@ def test_secret_value_is_never_echoed() -> None:
     with pytest.raises(SettingsError) as err:
         load_settings(_with(hf_token=12345))
     assert "12345" not in str(err.value) and "hf_token=<hidden>" in str(err.value)
+
+
+def test_store_url_with_credentials_is_refused_without_echoing_them() -> None:
+    with pytest.raises(SettingsError) as err:
+        load_settings(_with(runtime_artifact_store="https://rig:s3cret@store.example/artifacts/"))
+    assert err.value.lines == [
+        "settings: runtime_artifact_store='https://<hidden>@store.example/artifacts/' is not allowed: "
+        "must not hold credentials: put user:password in runtime_artifact_store_auth"
+    ]
+
+
+def test_store_password_is_never_echoed() -> None:
+    with pytest.raises(SettingsError) as err:
+        load_settings(_with(runtime_artifact_store_auth="s3cret-without-user"))
+    assert "s3cret" not in str(err.value) and "runtime_artifact_store_auth=<hidden>" in str(err.value)
 
 
 def test_several_problems_give_one_line_each() -> None:

@@ -5,17 +5,23 @@ them): <fp>.tar.gz and its manifest <fp>.json. A store keeps whole artifacts onl
 first, the manifest last, so a manifest means the archive beside it was whole when it was put (the host
 verifies every byte anyway before it uses one).
 
-`LocalStore` is a directory on the control machine (the default, `runtime-artifacts/` in the repository).
+`LocalStore` is a directory on the control machine (the default, `runtime-artifacts/` in the repository);
+`HttpStore` (http_store.py) a web server with uploads that several control machines share.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
+from vllm_rig.core.secrets import Secret
 from vllm_rig.host import runtime_artifact
+
+if TYPE_CHECKING:
+    from vllm_rig.settings import Settings
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -105,6 +111,34 @@ def local_dir(setting: str) -> Path:
     return path if path.is_absolute() else REPO / path
 
 
-def open_store(setting: str) -> Store:
-    """The store `runtime_artifact_store` names."""
-    return LocalStore(local_dir(setting))
+@dataclass(frozen=True)
+class StoreSetting:
+    """runtime_artifact_store and what an HTTP store needs beside it. An operation argument (pyinfra records
+    those with str()), so it prints as the location only; the password stays a Secret."""
+
+    location: str
+    auth: Secret = field(default_factory=lambda: Secret(None))
+    ca: str | None = None
+
+    @classmethod
+    def of(cls, s: Settings) -> StoreSetting:
+        return cls(s.runtime_artifact_store, Secret(s.runtime_artifact_store_auth), s.runtime_artifact_store_ca)
+
+    def __str__(self) -> str:
+        return self.location
+
+
+def is_url(location: str) -> bool:
+    return location.startswith(("http://", "https://"))
+
+
+def open_store(setting: str | StoreSetting) -> Store:
+    """The store `runtime_artifact_store` names: an http(s) URL is a shared web store, anything else a
+    directory on the control machine."""
+    chosen = StoreSetting(setting) if isinstance(setting, str) else setting
+    if not is_url(chosen.location):
+        return LocalStore(local_dir(chosen.location))
+    from vllm_rig.stages.runtime.http_store import HttpStore  # it imports StoreError from here
+
+    ca = str(local_dir(chosen.ca)) if chosen.ca else None
+    return HttpStore(chosen.location, auth=chosen.auth.reveal(), ca=ca)

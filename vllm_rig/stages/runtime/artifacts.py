@@ -27,7 +27,7 @@ from pyinfra.api import FunctionCommand, operation
 
 from vllm_rig.core.become import sudo_args
 from vllm_rig.host import runtime_artifact
-from vllm_rig.stages.runtime.artifact_store import Store, StoreError, open_store
+from vllm_rig.stages.runtime.artifact_store import Store, StoreError, StoreSetting, open_store
 from vllm_rig.stages.runtime.facts import BuildState
 
 # fingerprint -> the hosts of this run that plan to build it with no artifact stored; and, once the first
@@ -45,7 +45,7 @@ def build_part(cache: str, use: bool, pack: bool) -> dict[str, object]:
     return {"dir": host_dir(cache), "use": use, "pack": pack}
 
 
-def shares_a_compile(fingerprint: str, runtime: str, unit: str, use: bool, store: str) -> bool:
+def shares_a_compile(fingerprint: str, runtime: str, unit: str, use: bool, store: StoreSetting) -> bool:
     """At planning: this host needs the fingerprint built, may use artifacts and finds none stored; it is
     then one of the run's candidates, one of which compiles (see `compiler`)."""
     if not use:
@@ -86,7 +86,13 @@ def _has(store: Store, fingerprint: str) -> bool:
 
 @operation()
 def artifact_offered(
-    store: str, fingerprint: str, directory: str, runtime: str, unit: str, use: bool, after_peer: bool = False
+    store: StoreSetting,
+    fingerprint: str,
+    directory: str,
+    runtime: str,
+    unit: str,
+    use: bool,
+    after_peer: bool = False,
 ):
     """Put the fingerprint's artifact on a host whose runtime is not built, if the store has one.
     `after_peer`: the offer after another host of this run compiled it (only a host that waited takes it)."""
@@ -109,7 +115,7 @@ def artifact_offered(
     yield FunctionCommand(_upload, (store, fingerprint, directory), {})
 
 
-def _upload(state, host, store: str, fingerprint: str, directory: str) -> bool:  # noqa: ARG001
+def _upload(state, host, store: StoreSetting, fingerprint: str, directory: str) -> bool:  # noqa: ARG001
     """The archive, then the manifest; an archive the store cannot give is left out (the host then says the
     artifact is partial and compiles)."""
     chosen = open_store(store)
@@ -131,7 +137,7 @@ def _upload(state, host, store: str, fingerprint: str, directory: str) -> bool: 
 
 
 @operation()
-def artifact_stored(store: str, fingerprint: str, directory: str, keep: int, enabled: bool):
+def artifact_stored(store: StoreSetting, fingerprint: str, directory: str, keep: int, enabled: bool):
     """Fetch the artifact the host packed after compiling into the store, then prune the store."""
     if not enabled:
         host.noop("runtime artifacts are off")
@@ -139,15 +145,15 @@ def artifact_stored(store: str, fingerprint: str, directory: str, keep: int, ena
     yield FunctionCommand(_store, (store, fingerprint, directory, keep), {})
 
 
-def _store(state, host, store: str, fingerprint: str, directory: str, keep: int) -> bool:  # noqa: ARG001
+def _store(state, host, store: StoreSetting, fingerprint: str, directory: str, keep: int) -> bool:  # noqa: ARG001
     remote_manifest = f"{directory}/{runtime_artifact.manifest_name(fingerprint)}"
     sudo = sudo_args(host)
     ok, _ = host.run_shell_command(f"test -f {shlex.quote(remote_manifest)}", **sudo)
     if not ok:
         return True  # nothing packed: the runtime was already built, or came from an artifact
-    chosen = open_store(store)
-    if not _has(chosen, fingerprint):
-        _fetch_and_put(host, chosen, fingerprint, directory, keep)
+    # Packed means compiled: a stored artifact of this fingerprint, if any, was refused (corrupt, partial) or
+    # not wanted (force_rebuild), so the fresh one replaces it rather than leaving every other host to compile.
+    _fetch_and_put(host, open_store(store), fingerprint, directory, keep)
     host.run_shell_command(f"rm -f {shlex.quote(directory)}/{fingerprint}.*", **sudo)
     return True
 

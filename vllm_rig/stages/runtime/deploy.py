@@ -33,6 +33,7 @@ from vllm_rig.paths import STATE_DIR, Layout
 from vllm_rig.settings import Settings
 from vllm_rig.stages.runtime import artifacts
 from vllm_rig.stages.runtime import plan as runtime
+from vllm_rig.stages.runtime.artifact_store import StoreSetting
 from vllm_rig.stages.runtime.facts import RuntimeState
 from vllm_rig.stages.runtime.operations import (
     Directory,
@@ -138,12 +139,13 @@ def install_runtime(s: Settings, retry_rolled_back: bool = False) -> None:
     spec = runtime.build_spec(s, dirs, fp, inputs, jobs)
     spec["artifact"] = artifacts.build_part(dirs.cache, use=use_artifact, pack=s.runtime_artifacts)
     adir = artifacts.host_dir(dirs.cache)
+    artifact_store = StoreSetting.of(s)
     spec_text = json.dumps(spec, indent=1, sort_keys=True) + "\n"
 
     def offer(name: str, use: bool, after_peer: bool = False) -> None:
         artifacts.artifact_offered(
             name=name,
-            store=s.runtime_artifact_store,
+            store=artifact_store,
             fingerprint=fp,
             directory=adir,
             runtime=dirs.dir,
@@ -168,14 +170,14 @@ def install_runtime(s: Settings, retry_rolled_back: bool = False) -> None:
     def store(name: str) -> None:
         artifacts.artifact_stored(
             name=name,
-            store=s.runtime_artifact_store,
+            store=artifact_store,
             fingerprint=fp,
             directory=adir,
             keep=s.runtime_artifacts_keep,
             enabled=s.runtime_artifacts,
         )
 
-    shared = artifacts.shares_a_compile(fp, dirs.dir, dirs.unit, use_artifact, s.runtime_artifact_store)
+    shared = artifacts.shares_a_compile(fp, dirs.dir, dirs.unit, use_artifact, artifact_store)
     offer("Runtime artifact of this fingerprint from the store, when it has one", use_artifact)
     build(
         f"Build runtime {choice.name} (MAX_JOBS={jobs}, TORCH_CUDA_ARCH_LIST={s.gpu_compute_capability})",

@@ -88,7 +88,7 @@ def spec(s: Settings, out: str, top: str, given: dict[str, str]) -> dict[str, An
         "parts": host_parts(s),
         "given": given,
         "secret_files": [Layout.of(s).env_file, HF_TOKEN_FILE],
-        "secrets": [v for v in (s.hf_token, s.secure_boot_mok_password) if v],
+        "secrets": [v for v in (s.hf_token, s.secure_boot_mok_password, s.runtime_artifact_store_auth) if v],
     }
 
 
