@@ -14,6 +14,7 @@ PROGRAMS = (
     "model_catalogue",
     "model_fetch",
     "model_preflight",
+    "model_serve",
     "runtime_build",
     "service_probe",
     "start_check",

@@ -7,6 +7,7 @@ systemd unit (so an SSH drop does not kill it) and polls `status` for its progre
     model_fetch.py plan   --repo R --revision REV [--endpoint URL] [--disable-xet]
     model_fetch.py fetch  --repo R --revision REV --dest DIR [--endpoint URL] [--disable-xet]
                           [--status-file F] [--owner USER] [--refresh] [--max-workers N]
+                          [--peer NAME=http://ADDRESS:PORT [--peer-wait-s S]]
     model_fetch.py check  --repo R --revision REV --dest DIR [--deep]
     model_fetch.py status [--status-file F | --dest DIR] [--json]
 
@@ -32,6 +33,11 @@ Layout beside DIR (the service's model_dir):
                           current snapshot, so a new revision downloads only the files that changed.
   .DIR.fetch.lock         held while a fetch runs (by the hf child too), so two fetches never share staging.
   .DIR.fetch-status.json  default status file: phase, bytes done of total, for the deploy's progress line.
+
+With --peer, the files come from another rig's model_serve.py instead (model_peer.py: it waits while that rig
+still downloads, resumes by Range), and are checked against this host's own plan from the endpoint just the
+same; a peer that is unreachable, refuses or serves a bad file is named in one line and the endpoint serves
+what is still missing. The marker records how many files came from the peer.
 
 A marker for the same repo and revision makes `fetch` and `check` instant and offline. A branch such as
 "main" is thus pinned to the commit first fetched: `fetch --refresh` resolves it again and, if it moved,
@@ -63,6 +69,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from .model_peer import TOKEN_ENV, Peer, PeerUnused, Want, part_bytes
 from .units import human
 
 EXIT_OK = 0
@@ -184,9 +191,11 @@ def apply_env(env: Mapping[str, str]) -> None:
 
 
 def redact(text: str) -> str:
-    """Never let the token reach the journal, whatever a library put in a message."""
-    token = os.environ.get("HF_TOKEN")
-    return text.replace(token, "<redacted>") if token else text
+    """Never let a token (the HF one, the peers') reach the journal, whatever a library put in a message."""
+    for name in ("HF_TOKEN", TOKEN_ENV):
+        token = os.environ.get(name)
+        text = text.replace(token, "<redacted>") if token else text
+    return text
 
 
 def say(message: str, error: bool = False) -> None:
@@ -419,7 +428,7 @@ def bytes_on_disk(staging: Path, files: Iterable[RemoteFile]) -> tuple[int, int]
         for part in download.rglob("*.incomplete"):
             with contextlib.suppress(OSError):  # finished and moved while we looked
                 done += part.stat().st_size
-    return done, whole
+    return done + part_bytes(staging), whole
 
 
 # ---- status file ----------------------------------------------------------------------------------
@@ -538,7 +547,7 @@ def marker_problems(top: Path, marker: Mapping[str, Any]) -> tuple[list[str], li
     return missing, wrong
 
 
-def make_marker(plan: Plan, verdicts: Mapping[str, Verdict]) -> dict[str, Any]:
+def make_marker(plan: Plan, verdicts: Mapping[str, Verdict], peer: PeerUse | None = None) -> dict[str, Any]:
     from huggingface_hub import __version__ as hub_version
 
     return {
@@ -549,6 +558,7 @@ def make_marker(plan: Plan, verdicts: Mapping[str, Verdict]) -> dict[str, Any]:
         "endpoint": endpoint_host(plan.endpoint),
         "completed_at": now_iso(),
         "fetched_with": f"hf download (huggingface_hub {hub_version})",
+        "from_peer": {"name": peer.name, "files": peer.files} if peer and peer.files else None,
         "total_bytes": plan.total_bytes,
         "files": {f.path: {"size": f.size, "sha256": verdicts[f.path].sha256} for f in plan.files},
     }
@@ -742,10 +752,64 @@ def prepare_staging(places: Places, plan: Plan, status: Status) -> Path:
     return staging
 
 
-def download_and_verify(plan: Plan, staging: Path, status: Status, lock_fd: int, workers: int) -> dict[str, Verdict]:
-    """Verify what is there, download the rest, verify it; one more round for what failed. Returns verdicts."""
+@dataclass
+class PeerUse:
+    """A model peer to fetch from, and how many files came from it (for the marker and the last line)."""
+
+    peer: Peer
+    files: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.peer.name
+
+    def note(self) -> str:
+        return f"{self.files} from model peer {self.name}" if self.files else ""
+
+
+def peer_unused(use: PeerUse, plan: Plan, why: str) -> None:
+    """The one line that says the peer was not (wholly) used, and where the rest comes from."""
+    say(f"model peer {use.name} not used: {why}; fetching from {endpoint_host(plan.endpoint)} instead")
+
+
+def from_peer(use: PeerUse, plan: Plan, staging: Path, todo: list[RemoteFile], status: Status) -> dict[str, Verdict]:
+    """Download `todo` from the peer, then check each file against the endpoint's plan as any download is.
+    Returns the verdicts of the files that passed; the rest is the endpoint's to fetch."""
+    status.update("waiting for peer", f"model peer {use.name}")
+    try:
+        offered = use.peer.wait_ready(plan.commit, lambda line: status.update(message=line, force=False))
+        lacking = [f.path for f in todo if (offered.get(f.path) or {}).get("size") != f.size]
+        if lacking:
+            raise PeerUnused(f"it does not list {lacking[0]} at the size the endpoint lists")
+        status.update("downloading", f"from model peer {use.name}")
+        use.peer.download(staging, [Want(f.path, f.size) for f in todo], status.tick)
+        why = ""
+    except PeerUnused as err:
+        why = str(err)
+    status.update("verifying")
+    verdicts = verify_all(staging, [f for f in todo if (staging / f.path).exists()], status.tick)
+    bad = [v for v in verdicts.values() if not v.ok]
+    for verdict in bad:
+        forget_file(staging, verdict.path)
+    if bad and not why:
+        why = f"{len(bad)} file(s) failed the check against the endpoint's list, e.g. {bad[0].path} ({bad[0].problem})"
+    if why:
+        peer_unused(use, plan, why)
+    good = {path: v for path, v in verdicts.items() if v.ok}
+    use.files = len(good)
+    return good
+
+
+def download_and_verify(
+    plan: Plan, staging: Path, status: Status, lock_fd: int, workers: int, peer: PeerUse | None = None
+) -> dict[str, Verdict]:
+    """Verify what is there, take the rest from the peer if there is one, download what is still missing, verify
+    it; one more round for what failed. Returns verdicts."""
     status.update("verifying")
     verdicts = verify_all(staging, [f for f in plan.files if (staging / f.path).exists()], status.tick)
+    todo = [f for f in plan.files if not (f.path in verdicts and verdicts[f.path].ok)]
+    if peer is not None and todo:
+        verdicts.update(from_peer(peer, plan, staging, todo, status))
     for attempt in (1, 2):
         todo = [f for f in plan.files if not (f.path in verdicts and verdicts[f.path].ok)]
         if not todo:
@@ -778,10 +842,12 @@ def raise_for_verdicts(plan: Plan, staging: Path, verdicts: Mapping[str, Verdict
         raise FetchError(EXIT_INCOMPLETE, f"{name}: {len(missing)} file(s) not downloaded, e.g. {missing[0]}{more}")
 
 
-def finish_fetch(places: Places, plan: Plan, staging: Path, verdicts: Mapping[str, Verdict], gid: int | None) -> Path:
+def finish_fetch(
+    places: Places, plan: Plan, staging: Path, verdicts: Mapping[str, Verdict], gid: int | None, peer: PeerUse | None
+) -> Path:
     """Marker, ownership, rename to a version dir, switch DIR, delete the previous snapshot."""
     remove_strays(staging, plan.files)
-    write_json_atomic(staging / MARKER, make_marker(plan, verdicts))
+    write_json_atomic(staging / MARKER, make_marker(plan, verdicts, peer))
     lock_down(staging, gid)
     version = unique_version_dir(places, plan.commit)
     staging.rename(version)
@@ -815,8 +881,9 @@ def fetch(args: argparse.Namespace) -> int:
         say(f"{args.repo}@{args.revision}: already complete in {places.dest} (marker matches; no network used)")
         return EXIT_OK
     status.update("resolving")
+    peer = PeerUse(Peer.parse(args.peer, args.peer_wait_s)) if args.peer else None
     try:
-        version = fetch_snapshot(args, places, status, gid)
+        version = fetch_snapshot(args, places, status, gid, peer)
     except FetchError as err:
         if err.code != EXIT_BUSY:
             status.finish(err.code, str(err))
@@ -827,11 +894,14 @@ def fetch(args: argparse.Namespace) -> int:
     except (SystemExit, KeyboardInterrupt):  # SIGTERM (systemctl stop) or ^C: a re-run continues
         status.finish(EXIT_INCOMPLETE, "stopped by a signal; run fetch again to continue", "stopped")
         raise
-    status.finish(EXIT_OK, f"complete in {version.name}")
+    note = peer.note() if peer else ""
+    status.finish(EXIT_OK, f"complete in {version.name}" + (f" ({note})" if note else ""))
     return EXIT_OK
 
 
-def fetch_snapshot(args: argparse.Namespace, places: Places, status: Status, gid: int | None) -> Path:
+def fetch_snapshot(
+    args: argparse.Namespace, places: Places, status: Status, gid: int | None, peer: PeerUse | None = None
+) -> Path:
     """Preflight, then download, verify and switch; returns the snapshot DIR now points to."""
     plan = resolve(args.repo, args.revision, args.endpoint)
     say(f"{plan.repo}@{plan.revision} is commit {plan.commit}: {len(plan.files)} files, {human(plan.total_bytes)}")
@@ -841,11 +911,12 @@ def fetch_snapshot(args: argparse.Namespace, places: Places, status: Status, gid
     lock_fd = take_lock(places)
     staging = prepare_staging(places, plan, status)
     check_space(places, plan, staging)
-    verdicts = download_and_verify(plan, staging, status, lock_fd, args.max_workers)
+    verdicts = download_and_verify(plan, staging, status, lock_fd, args.max_workers, peer)
     raise_for_verdicts(plan, staging, verdicts)
     status.update("switching")
-    version = finish_fetch(places, plan, staging, verdicts, gid)
-    say(f"complete: {places.dest} -> {version.name} ({len(plan.files)} files verified by hash)")
+    version = finish_fetch(places, plan, staging, verdicts, gid, peer)
+    note = f"; {peer.note()}" if peer and peer.files else ""
+    say(f"complete: {places.dest} -> {version.name} ({len(plan.files)} files verified by hash{note})")
     return version
 
 
@@ -889,7 +960,10 @@ def check(args: argparse.Namespace) -> int:
         say(f"{name}: incomplete in {dest}: missing {', '.join(missing)}")
         return EXIT_INCOMPLETE
     how = "sha256 re-checked" if args.deep else "sizes checked"
-    say(f"{name}: complete, commit {marker['commit'][:12]}, {len(marker['files'])} files ({how}) in {dest.resolve()}")
+    peer = marker.get("from_peer") or {}
+    came = f", {peer['files']} from model peer {peer['name']}" if peer.get("files") else ""
+    files = len(marker["files"])
+    say(f"{name}: complete, commit {marker['commit'][:12]}, {files} files ({how}{came}) in {dest.resolve()}")
     return EXIT_OK
 
 
@@ -958,6 +1032,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p_fetch.add_argument("--owner", default=None, help="files become root:<this user's group>, read-only")
     p_fetch.add_argument("--refresh", action="store_true", help="resolve the revision again even if a marker matches")
     p_fetch.add_argument("--max-workers", type=int, default=8, help="parallel downloads (hf's --max-workers)")
+    p_fetch.add_argument("--peer", default=None, help="NAME=http://ADDRESS:PORT: a rig that serves this model")
+    p_fetch.add_argument("--peer-wait-s", type=float, default=3600.0, help="how long to wait for the peer to hold it")
     p_check = sub.add_parser("check", help="is DIR complete for repo@revision (offline, instant)")
     repo_args(p_check, dest=True)
     p_check.add_argument("--deep", action="store_true", help="also re-hash every file against the marker")

@@ -1,0 +1,123 @@
+"""vllm_rig/host/model_serve.py, run from the host zip on a free loopback port, spoken to over real HTTP."""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests import host_scripts
+
+TOKEN = "t" * 32
+REPO = "acme/tiny"
+COMMIT = "c" * 40
+SHARD = bytes(range(256)) * 4096  # 1 MiB
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Served:
+    port: int
+    dest: Path
+    status_file: Path
+    proc: subprocess.Popen[str]
+
+    def get(self, path: str, token: str = TOKEN, **headers: str) -> tuple[int, dict[str, str], bytes]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        conn.request("GET", path, headers={"Authorization": f"Bearer {token}", **headers})
+        r = conn.getresponse()
+        return r.status, dict(r.getheaders()), r.read()
+
+
+def write_model(top: Path) -> None:
+    top.mkdir(parents=True)
+    (top / "model.safetensors").write_bytes(SHARD)
+    (top / "config.json").write_text("{}")
+    (top / "secret.txt").write_text("not listed")
+    files = {
+        name: {"size": (top / name).stat().st_size, "sha256": hashlib.sha256((top / name).read_bytes()).hexdigest()}
+        for name in ("model.safetensors", "config.json")
+    }
+    marker = {"format": 1, "repo": REPO, "revision": "main", "commit": COMMIT, "files": files}
+    (top / ".vllm-rig-complete.json").write_text(json.dumps(marker))
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    dest, status_file, port = tmp_path / "model", tmp_path / "fetch.json", free_port()
+    argv = [*host_scripts.program("model_serve"), "--dest", str(dest), "--repo", REPO, "--revision", "main"]
+    argv += ["--bind", "127.0.0.1", "--port", str(port), "--status-file", str(status_file)]
+    env = {**os.environ, "VLLM_RIG_PEER_TOKEN": TOKEN}
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None and "serving" in proc.stdout.readline()
+    yield Served(port, dest, status_file, proc)
+    proc.terminate()
+    proc.wait(10)
+
+
+def test_not_yet_while_the_model_is_not_there_then_ready_with_the_markers_files(served: Served) -> None:
+    code, _, body = served.get("/v1/status")
+    assert code == 503 and json.loads(body)["state"] == "fetching"
+    write_model(served.dest)
+    code, _, body = served.get("/v1/status")
+    status = json.loads(body)
+    assert code == 200 and status["state"] == "ready" and status["commit"] == COMMIT
+    assert set(status["files"]) == {"model.safetensors", "config.json"}
+
+
+def test_own_failed_download_is_said_only_when_written_after_the_start(served: Served) -> None:
+    failed = json.dumps({"exit_code": 4, "message": "model.safetensors still corrupt"})
+    served.status_file.write_text(failed)
+    os.utime(served.status_file, (time.time() - 3600, time.time() - 3600))  # a verdict of an earlier run
+    assert served.get("/v1/status")[0] == 503
+    served.status_file.write_text(failed)
+    code, _, body = served.get("/v1/status")
+    assert code == 410 and json.loads(body)["message"] == "model.safetensors still corrupt"
+
+
+def test_a_wrong_or_missing_token_is_refused(served: Served) -> None:
+    write_model(served.dest)
+    assert served.get("/v1/status", token="x" * 32)[0] == 401
+    assert served.get("/v1/files/config.json", token="")[0] == 401
+
+
+def test_only_files_the_marker_lists_are_served(served: Served) -> None:
+    write_model(served.dest)
+    assert served.get("/v1/files/config.json")[2] == b"{}"
+    assert served.get("/v1/files/secret.txt")[0] == 404
+    assert served.get("/v1/files/.vllm-rig-complete.json")[0] == 404
+    assert served.get("/v1/files/..%2F..%2Fetc%2Fpasswd")[0] == 404
+
+
+def test_range_resumes_from_an_offset_and_a_range_past_the_end_is_refused(served: Served) -> None:
+    write_model(served.dest)
+    code, headers, body = served.get("/v1/files/model.safetensors", Range="bytes=1000-")
+    assert code == 206 and body == SHARD[1000:]
+    assert headers["Content-Range"] == f"bytes 1000-{len(SHARD) - 1}/{len(SHARD)}"
+    code, _, body = served.get("/v1/files/model.safetensors", Range="bytes=10-19")
+    assert code == 206 and body == SHARD[10:20]
+    assert served.get("/v1/files/model.safetensors", Range=f"bytes={len(SHARD)}-")[0] == 416
+    code, _, body = served.get("/v1/files/model.safetensors")
+    assert code == 200 and body == SHARD
+
+
+def test_refuses_to_start_without_a_token(tmp_path: Path) -> None:
+    argv = [*host_scripts.program("model_serve"), "--dest", str(tmp_path), "--repo", REPO, "--revision", "main"]
+    argv += ["--bind", "127.0.0.1", "--port", str(free_port())]
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_RIG_PEER_TOKEN"}
+    result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 1 and "VLLM_RIG_PEER_TOKEN is not set" in result.stderr
