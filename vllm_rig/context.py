@@ -15,6 +15,8 @@ from vllm_rig.settings import Settings
 from vllm_rig.validation import SettingsError, load_settings
 
 if TYPE_CHECKING:
+    from pyinfra.api.host import Host as Host_
+
     from vllm_rig.stages.preflight.facts import Host
 
 _validated: dict[str, Settings] = {}
@@ -47,6 +49,13 @@ def settings() -> Settings:
         stop_on_bad_settings()
     become.decide(host)  # root without sudo: sudo off before the first fact (once per host)
     return _validated[host.name]
+
+
+def settings_of(other: Host_) -> Settings | None:
+    """Another host's settings of this run (for a decision between hosts, e.g. which one serves the model)."""
+    if not _validated:
+        stop_on_bad_settings()
+    return _validated.get(other.name)
 
 
 def run_stage(stage: Callable[..., object]) -> None:

@@ -28,6 +28,10 @@ FLASHINFER_CHECK = "check-flashinfer-pr3621-sm75.sh"
 MODEL_FETCH_UNIT = "vllm-rig-model-fetch.service"
 MODEL_FETCH_STATUS = f"{STATE_DIR}/model-fetch.json"
 HF_TOKEN_FILE = f"{ETC_DIR}/hf-token.env"
+# A model peer (vllm_rig/host/model_serve.py) for the other hosts of one run, and the run's token it asks of
+# them (0600 on both sides, read through EnvironmentFile=; removed when the run's downloads are done).
+MODEL_SERVE_UNIT = "vllm-rig-model-serve.service"
+MODEL_PEER_TOKEN_FILE = f"{ETC_DIR}/model-peer.env"
 MODELS_RECORD = f"{STATE_DIR}/models.json"  # the models served, newest first (model_catalogue.py)
 HF_HOME = f"{STATE_DIR}/hf-home"  # the fetch's own HF_HOME: no token or cache from root's home is used
 LOG_DIR = f"{STATE_DIR}/logs"

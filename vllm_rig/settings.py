@@ -292,6 +292,21 @@ class Settings(BaseModel):
     download_timeout_s: Annotated[int, Field(ge=60)] = _setting(
         "give up on the download after this many seconds", "seconds, at least 60"
     )
+    model_peers: bool = _setting(
+        "fetch the model from another host of the run that holds it (or fetches it first), over the LAN",
+        "true (hosts of one run with the same model fetch it from one of them) or false (each from hf_endpoint)",
+    )
+    model_peer_address: str | None = _setting(
+        "the address the other hosts reach this one at for the model; None: its ssh_hostname",
+        "null (the host's ssh_hostname) or a host name or IP address",
+    )
+    model_peer_port: Annotated[int, Field(ge=1, le=65535)] = _setting(
+        "the port this host serves its model on while other hosts fetch it", "an integer from 1 to 65535"
+    )
+    model_peer_wait_s: Annotated[int, Field(ge=10)] = _setting(
+        "how long a host waits for its peer to hold the model before it fetches from hf_endpoint",
+        "seconds, at least 10 and less than download_timeout_s",
+    )
     model: str = _setting(
         'the model served: "default" (the four settings above) or a name in models',
         '"default" (the model_repo, model_revision, model_dir and served_model_name settings) or a name in models',
@@ -692,6 +707,13 @@ class Settings(BaseModel):
             raise ValueError("must start with a lower-case letter and hold only a-z, 0-9, - and _ (max 32)")
         return value
 
+    @field_validator("model_peer_address")
+    @classmethod
+    def _peer_address(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.:-]*", value):
+            raise ValueError("must be null, a host name or an IP address")
+        return value
+
     @field_validator("served_model_name")
     @classmethod
     def _served_name(cls, value: str) -> str:
@@ -1064,6 +1086,11 @@ def _check_absolute(value: str) -> str:
 
 def _cross_rule_problems(s: Settings):
     """Yield (key, message) for each cross-field rule the settings break."""
+    if s.model_peer_wait_s >= s.download_timeout_s:
+        yield (
+            "model_peer_wait_s",
+            f"must be less than download_timeout_s ({s.download_timeout_s}): the endpoint needs time too",
+        )
     if s.model != DEFAULT_MODEL and s.model not in s.models:
         yield "model", f'must be "default" or a name in models ({", ".join(s.models) or "none"})'
     if s.secure_boot_mok_enrollment == "deploy_stages" and s.secure_boot_mok_password is None:

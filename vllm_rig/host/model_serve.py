@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import hmac
+import ipaddress
 import json
 import os
 import re
@@ -155,10 +156,13 @@ class Server(ThreadingHTTPServer):
 
 
 def bind_address(name: str) -> tuple[str, int]:
-    """The address peers use, resolved here: (address, family); a name resolves to its first address."""
-    info = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
-    family, _, _, _, sockaddr = info[0]
-    return str(sockaddr[0]), family
+    """(address, family) to listen on: the address peers use; for a name, every address, because a box's
+    own name often resolves to loopback on itself (Debian's 127.0.1.1) while the LAN resolves it rightly."""
+    try:
+        address = ipaddress.ip_address(name)
+    except ValueError:
+        return "0.0.0.0", socket.AF_INET
+    return str(address), socket.AF_INET6 if address.version == 6 else socket.AF_INET
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

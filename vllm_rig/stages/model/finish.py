@@ -8,6 +8,7 @@ from pyinfra.api import deploy
 from vllm_rig.context import preflight_failed
 from vllm_rig.settings import Settings
 from vllm_rig.stages.model.operations import FetchSpec, model_fetched
+from vllm_rig.stages.model.peers import end_peering
 
 # Beyond download_timeout_s (the unit's RuntimeMaxSec), the time its stop and the final check may take.
 WAIT_GRACE_S = 120
@@ -23,3 +24,4 @@ def finish_model_download(s: Settings) -> None:
         spec=spec,
         timeout_s=s.download_timeout_s + WAIT_GRACE_S,
     )
+    end_peering()

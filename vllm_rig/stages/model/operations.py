@@ -19,7 +19,15 @@ from pyinfra.api import FunctionCommand, StringCommand, operation
 from vllm_rig.core.become import sudo_args
 from vllm_rig.core.secrets import PrivateFile, Secret, SecretStdin
 from vllm_rig.host.units import human
-from vllm_rig.paths import HF_HOME, HF_TOKEN_FILE, MODEL_FETCH_STATUS, MODEL_FETCH_UNIT, Layout
+from vllm_rig.paths import (
+    HF_HOME,
+    HF_TOKEN_FILE,
+    MODEL_FETCH_STATUS,
+    MODEL_FETCH_UNIT,
+    MODEL_PEER_TOKEN_FILE,
+    MODEL_SERVE_UNIT,
+    Layout,
+)
 from vllm_rig.settings import Settings
 from vllm_rig.stages.model.facts import FetchState, ModelFetch, ServedModels
 
@@ -44,6 +52,9 @@ class FetchSpec:
     status_file: str = MODEL_FETCH_STATUS
     token_file: str = HF_TOKEN_FILE
     hf_home: str = HF_HOME
+    peer: str | None = None  # NAME=URL of the host this one fetches from in this run (stages/model/peers.py)
+    peer_wait_s: int = 0
+    peer_token_file: str = MODEL_PEER_TOKEN_FILE
 
     @classmethod
     def of(cls, s: Settings) -> FetchSpec:
@@ -82,6 +93,8 @@ class FetchSpec:
     def fetch_argv(self) -> list[str]:
         argv = [self.python, self.package, "model_fetch", "fetch", "--repo", self.repo, "--revision", self.revision]
         argv += ["--dest", self.dest, "--endpoint", self.endpoint, "--status-file", self.status_file]
+        if self.peer:
+            argv += ["--peer", self.peer, "--peer-wait-s", str(self.peer_wait_s)]
         return argv + (["--disable-xet"] if self.disable_xet else [])
 
     def start_command(self) -> str:
@@ -90,6 +103,7 @@ class FetchSpec:
         props = [
             f"RuntimeMaxSec={self.timeout_s}",
             f"EnvironmentFile=-{self.token_file}",
+            *([f"EnvironmentFile={self.peer_token_file}"] if self.peer else []),
             f"Environment=HF_HOME={self.hf_home}",
             "Nice=10",  # the runtime build in parallel comes first
             "SyslogIdentifier=vllm-rig-model-fetch",
@@ -304,3 +318,49 @@ def _run_printed(state, host, command: str) -> bool:  # noqa: ARG001 - pyinfra p
     for line in output.stdout_lines + output.stderr_lines:
         logger.info(f"[{host.name}] {line}")
     return ok
+
+
+@dataclass(frozen=True)
+class ServeSpec:
+    """model_serve.py on a host that serves its model to the other hosts of this run."""
+
+    repo: str
+    revision: str
+    dest: str
+    bind: str
+    port: int
+    package: str
+    timeout_s: int  # RuntimeMaxSec: the server never outlives the run's downloads by much
+    unit: str = MODEL_SERVE_UNIT
+    status_file: str = MODEL_FETCH_STATUS
+    token_file: str = MODEL_PEER_TOKEN_FILE
+
+    def start_command(self, again: bool = False) -> str:
+        argv = ["python3", self.package, "model_serve", "--dest", self.dest, "--repo", self.repo]
+        argv += ["--revision", self.revision, "--bind", self.bind, "--port", str(self.port)]
+        argv += ["--status-file", self.status_file]
+        props = [f"RuntimeMaxSec={self.timeout_s}", f"EnvironmentFile={self.token_file}"]
+        props += ["SyslogIdentifier=vllm-rig-model-serve", "TimeoutStopSec=10"]
+        run = ["systemd-run", f"--unit={self.unit}", "--description=vllm-rig model peer", "--collect", "--quiet"]
+        run += [f"--property={p}" for p in props]
+        q = shlex.quote(self.unit)
+        start = f"systemctl reset-failed {q} 2>/dev/null; {shlex.join(run + argv)}"
+        if again:  # this run's server: leave it if it still runs (a follower may be downloading)
+            return f"systemctl -q is-active {q} || {{ {start}; }}"
+        # A server left by an interrupted run holds that run's token: always start a fresh one.
+        return f"systemctl stop {q} 2>/dev/null; {start}"
+
+
+@operation()
+def model_served(spec: ServeSpec, again: bool = False):
+    """Serve the model to this run's followers (it answers "not yet" while this host's own download runs)."""
+    yield spec.start_command(again)
+
+
+@operation()
+def model_peering_ended(unit: str | None, token_file: str):
+    """After the run's downloads: the peer server stopped and the run's token gone, on both sides."""
+    if unit is not None:
+        q = shlex.quote(unit)
+        yield f"systemctl stop {q} 2>/dev/null; systemctl reset-failed {q} 2>/dev/null; true"
+    yield f"rm -f {shlex.quote(token_file)}"

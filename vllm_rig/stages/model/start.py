@@ -18,6 +18,7 @@ from vllm_rig.core.secrets import Secret
 from vllm_rig.paths import HF_TOKEN_FILE, Layout
 from vllm_rig.settings import Settings
 from vllm_rig.stages.model.operations import FetchSpec, model_fetch_resumed, model_fetch_started, secret_env_file
+from vllm_rig.stages.model.peers import PeerRole, peer_role, serve_peers, with_peer
 from vllm_rig.stages.model.tools_venv import tools_venv
 
 # `hf download` of this version runs against the HF mirror stand-in in the sandbox tests; the runtime venv
@@ -45,12 +46,17 @@ def start_model_download(s: Settings) -> None:
         variable="HF_TOKEN",
         value=Secret(s.hf_token),
     )
-    model_fetch_started(name=f"Download {spec.name} in the background", spec=spec)
+    role = peer_role() or PeerRole()
+    serve_peers(s, role)
+    where = f" from model peer {role.source}" if role.source else ""
+    model_fetch_started(name=f"Download {spec.name} in the background{where}", spec=with_peer(spec, role, s))
 
 
 @deploy("Model (resume)")
 def resume_model_download(s: Settings) -> None:
     if preflight_failed():
         return
-    spec = FetchSpec.of(s)
+    role = peer_role() or PeerRole()
+    serve_peers(s, role, again=True)  # the source's reboot ended its server too
+    spec = with_peer(FetchSpec.of(s), role, s)
     model_fetch_resumed(name=f"Download {spec.name} goes on after a reboot", spec=spec)
