@@ -173,6 +173,7 @@ def test_a_peer_that_refuses_the_token_falls_back_with_one_line(
         f"model_fetch: {UNUSED}it refused this run's token; fetching from {mirror.url} instead"
     ]
     assert assert_complete(box, mirror)["from_peer"] is None
+    assert "model_fetch: " + box.status()["peer_unused"] == unused_lines(result)[0]  # the deploy prints this
     assert TOKEN not in result.stdout + result.stderr + json.dumps(box.status())
 
 

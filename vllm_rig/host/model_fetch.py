@@ -547,6 +547,13 @@ def marker_problems(top: Path, marker: Mapping[str, Any]) -> tuple[list[str], li
     return missing, wrong
 
 
+def fetched_with(client: str, files: int, peer: PeerUse | None) -> str:
+    if peer is None or not peer.files:
+        return client
+    came = f"model peer {peer.name}, every file's hash checked against the endpoint's list"
+    return came if peer.files == files else f"{came} ({peer.files} of {files} files); the rest by {client}"
+
+
 def make_marker(plan: Plan, verdicts: Mapping[str, Verdict], peer: PeerUse | None = None) -> dict[str, Any]:
     from huggingface_hub import __version__ as hub_version
 
@@ -557,7 +564,7 @@ def make_marker(plan: Plan, verdicts: Mapping[str, Verdict], peer: PeerUse | Non
         "commit": plan.commit,
         "endpoint": endpoint_host(plan.endpoint),
         "completed_at": now_iso(),
-        "fetched_with": f"hf download (huggingface_hub {hub_version})",
+        "fetched_with": fetched_with(f"hf download (huggingface_hub {hub_version})", len(plan.files), peer),
         "from_peer": {"name": peer.name, "files": peer.files} if peer and peer.files else None,
         "total_bytes": plan.total_bytes,
         "files": {f.path: {"size": f.size, "sha256": verdicts[f.path].sha256} for f in plan.files},
@@ -767,9 +774,12 @@ class PeerUse:
         return f"{self.files} from model peer {self.name}" if self.files else ""
 
 
-def peer_unused(use: PeerUse, plan: Plan, why: str) -> None:
-    """The one line that says the peer was not (wholly) used, and where the rest comes from."""
-    say(f"model peer {use.name} not used: {why}; fetching from {endpoint_host(plan.endpoint)} instead")
+def peer_unused(use: PeerUse, plan: Plan, why: str, status: Status) -> None:
+    """The one line that says the peer was not (wholly) used, and where the rest comes from; the status file
+    keeps it for the deploy, which prints it once."""
+    line = f"model peer {use.name} not used: {why}; fetching from {endpoint_host(plan.endpoint)} instead"
+    say(line)
+    status.data["peer_unused"] = redact(line)
 
 
 def from_peer(use: PeerUse, plan: Plan, staging: Path, todo: list[RemoteFile], status: Status) -> dict[str, Verdict]:
@@ -794,7 +804,7 @@ def from_peer(use: PeerUse, plan: Plan, staging: Path, todo: list[RemoteFile], s
     if bad and not why:
         why = f"{len(bad)} file(s) failed the check against the endpoint's list, e.g. {bad[0].path} ({bad[0].problem})"
     if why:
-        peer_unused(use, plan, why)
+        peer_unused(use, plan, why, status)
     good = {path: v for path, v in verdicts.items() if v.ok}
     use.files = len(good)
     return good

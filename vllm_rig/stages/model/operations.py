@@ -201,6 +201,7 @@ def _wait_and_check(state, host, spec: FetchSpec, timeout_s: int) -> bool:  # no
     now = host.get_fact(ModelFetch, **spec.fact_args())
     while is_running(now):
         reporter.report(now["status"])
+        reporter.peer_line(now["status"])
         if time.monotonic() > deadline:
             logger.error(
                 f"[{host.name}] model: {spec.name} still downloading after {timeout_s}s; it goes on in the "
@@ -209,6 +210,7 @@ def _wait_and_check(state, host, spec: FetchSpec, timeout_s: int) -> bool:  # no
             return False
         time.sleep(POLL_S)
         now = host.get_fact(ModelFetch, **spec.fact_args())
+    reporter.peer_line(now["status"])
     if now["check_rc"] == 0:
         logger.info(f"[{host.name}] model: {now['check']}")
         return True
@@ -225,6 +227,14 @@ class _Reporter:
         self.phase: str | None = None
         self.at = 0.0
         self.bytes = 0
+        self.peer_said = False
+
+    def peer_line(self, status: dict[str, Any] | None) -> None:
+        """The fetch's one line about a model peer it could not use, once."""
+        line = (status or {}).get("peer_unused")
+        if line and not self.peer_said:
+            logger.warning(f"[{self.host_name}] model: {line}")
+            self.peer_said = True
 
     def report(self, status: dict[str, Any] | None) -> None:
         now, phase = time.monotonic(), (status or {}).get("phase")

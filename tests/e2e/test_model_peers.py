@@ -1,0 +1,105 @@
+"""Model peers on the sandbox: two fresh machines in one pyinfra run of the model stage; rig1 (first in inventory
+order) fetches from the HF mirror stand-in and serves rig2, which waits for it and fetches every file from it,
+each checked against rig2's own plan from the mirror. Then rig2 again with rig1's server unable to start
+(its port taken): one line, the mirror instead, verified all the same. The machines share the host's
+addresses, so each serves on its own model_peer_port (inventory/sandbox.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import Rig
+from tests.e2e.deploys import deploy, fresh
+from tests.e2e.model import MODEL_DIR, MODELS, REPO, STAGE, STATUS, UNIT, clear_log, digests, fetched_names, knobs
+from tests.sandbox import paths
+
+pytestmark = pytest.mark.sandbox
+
+SAME_MODEL: dict[str, object] = {
+    "model_repo": REPO,
+    "model_dir": MODEL_DIR,
+}  # rig2 is of the qwen38 profile: give it rig1's model
+MARKER = f"{MODEL_DIR}/.vllm-rig-complete.json"
+
+
+def sh(rig: Rig, name: str, command: str) -> str:
+    return rig.ssh(name, f"sudo sh -c {json.dumps(command)}")
+
+
+def marker(rig: Rig, name: str) -> dict[str, object]:
+    return json.loads(sh(rig, name, f"cat {MARKER}"))
+
+
+def host_digests(rig: Rig, name: str) -> dict[str, str]:
+    out = sh(rig, name, f"cd {MODEL_DIR}/ && find . -type f ! -name .vllm-rig-complete.json -exec sha256sum {{}} +")
+    return {line.split()[1].removeprefix("./"): line.split()[0] for line in out.splitlines() if line.strip()}
+
+
+def hang_up(listener: socket.socket) -> None:
+    """Accept and close at once: what rig2 meets at rig1's address is no model peer."""
+    with contextlib.suppress(OSError):
+        while True:
+            listener.accept()[0].close()
+
+
+def peer_lines(log: str) -> list[str]:
+    return [line.strip() for line in log.splitlines() if "model peer" in line and "not used" in line]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def two_fresh(rig: Rig) -> Iterator[None]:
+    if len(rig.machines) < 2:
+        pytest.skip("needs two machines: python -m tests.sandbox up --machines 2")
+    for name in ("rig1", "rig2"):
+        fresh(rig, name, secure_boot=False)
+    knobs()
+    yield
+    knobs()
+
+
+def test_one_run_over_two_fresh_hosts_the_second_fetches_from_the_first(rig: Rig) -> None:
+    clear_log()
+    run = deploy(rig, *STAGE, data=SAME_MODEL)
+    assert run.ok, run.error_line()
+    assert f"Model (start) | Serve {REPO}@main to rig2" in run.changed
+    assert sorted(fetched_names()) == sorted(digests())  # each file from the mirror once: rig1's download
+    assert marker(rig, "rig1")["from_peer"] is None
+    assert marker(rig, "rig2")["from_peer"] == {"name": "rig1", "files": len(digests())}
+    assert host_digests(rig, "rig2") == digests()
+    assert f"[rig2] model: {REPO}@main: complete" in run.log and f"{len(digests())} from model peer rig1" in run.log
+    assert not peer_lines(run.log)
+    # rig2 asked while rig1 still downloaded: rig1's server said "not yet" at least once
+    assert '"GET /v1/status HTTP/1.1" 503' in sh(rig, "rig1", "journalctl --no-pager -t vllm-rig-model-serve")
+    # The run's peering is over: no server, no token left on either host; a second run changes nothing.
+    for name in ("rig1", "rig2"):
+        assert sh(rig, name, "systemctl is-active vllm-rig-model-serve || true").strip() in ("inactive", "")
+        assert sh(rig, name, "ls /etc/vllm-rig/model-peer.env 2>/dev/null || true").strip() == ""
+    again = deploy(rig, *STAGE, data=SAME_MODEL)
+    assert again.ok and again.changed == [], again.changed
+
+
+def test_an_unreachable_model_peer_falls_back_with_one_line_and_still_ends_verified(rig: Rig) -> None:
+    sh(rig, "rig2", f"systemctl stop {UNIT} 2>/dev/null; rm -rf {MODELS} {STATUS}; true")
+    clear_log()
+    port = paths.MODEL_PEER_PORT_BASE + 1  # rig1's
+    with socket.socket() as taken:  # something else holds rig1's port: its server cannot start
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # the last run's connections in TIME_WAIT
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+        threading.Thread(target=hang_up, args=(taken,), daemon=True).start()
+        run = deploy(rig, *STAGE, data=SAME_MODEL)
+    assert run.ok, run.error_line()
+    [line] = peer_lines(run.log)
+    assert line.startswith(f"[rig2] model: model peer rig1 not used: not reachable at http://127.0.0.1:{port} (")
+    assert line.endswith(f"fetching from http://127.0.0.1:{paths.HF_MIRROR_PORT} instead")
+    assert sorted(fetched_names()) == sorted(digests())  # rig2's files, from the mirror
+    assert marker(rig, "rig2")["from_peer"] is None
+    assert host_digests(rig, "rig2") == digests()
+    assert "cannot listen" in sh(rig, "rig1", "journalctl --no-pager -t vllm-rig-model-serve")
