@@ -1,8 +1,8 @@
 """Model peers on the sandbox: two fresh machines in one pyinfra run of the model stage; rig1 (first in inventory
 order) fetches from the HF mirror stand-in and serves rig2, which waits for it and fetches every file from it,
-each checked against rig2's own plan from the mirror. Then rig2 again with rig1's server unable to start
-(its port taken): one line, the mirror instead, verified all the same. The machines share the host's
-addresses, so each serves on its own model_peer_port (inventory/sandbox.py).
+each checked against rig2's own plan from the mirror. Then the whole deploy.py with rig2's model gone and rig1's
+server unable to start (its port taken): one line, the mirror instead, verified, and rig2's service proven.
+The machines share the host's addresses, so each serves on its own model_peer_port (inventory/sandbox.py).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import Rig
+from tests.e2e import service
 from tests.e2e.deploys import deploy, fresh
 from tests.e2e.model import MODEL_DIR, MODELS, REPO, STAGE, STATUS, UNIT, clear_log, digests, fetched_names, knobs
 from tests.sandbox import paths
@@ -85,7 +86,9 @@ def test_one_run_over_two_fresh_hosts_the_second_fetches_from_the_first(rig: Rig
     assert again.ok and again.changed == [], again.changed
 
 
-def test_an_unreachable_model_peer_falls_back_with_one_line_and_still_ends_verified(rig: Rig) -> None:
+def test_an_unreachable_model_peer_falls_back_with_one_line_and_still_ends_proven(rig: Rig) -> None:
+    """The whole deploy.py over both: rig1 changes nothing but is asked to serve; rig2 goes from the model stage
+    to a proven service, its model from the mirror after one line."""
     sh(rig, "rig2", f"systemctl stop {UNIT} 2>/dev/null; rm -rf {MODELS} {STATUS}; true")
     clear_log()
     port = paths.MODEL_PEER_PORT_BASE + 1  # rig1's
@@ -94,7 +97,7 @@ def test_an_unreachable_model_peer_falls_back_with_one_line_and_still_ends_verif
         taken.bind(("127.0.0.1", port))
         taken.listen()
         threading.Thread(target=hang_up, args=(taken,), daemon=True).start()
-        run = deploy(rig, *STAGE, data=SAME_MODEL)
+        run = deploy(rig, "deploy.py", data=SAME_MODEL, timeout=1200)
     assert run.ok, run.error_line()
     [line] = peer_lines(run.log)
     assert line.startswith(f"[rig2] model: model peer rig1 not used: not reachable at http://127.0.0.1:{port} (")
@@ -103,3 +106,4 @@ def test_an_unreachable_model_peer_falls_back_with_one_line_and_still_ends_verif
     assert marker(rig, "rig2")["from_peer"] is None
     assert host_digests(rig, "rig2") == digests()
     assert "cannot listen" in sh(rig, "rig1", "journalctl --no-pager -t vllm-rig-model-serve")
+    assert service.models(service.api_key(rig, "rig2"), "rig2") == ["qwen38-27b"]  # proven by the deploy, answering

@@ -3,12 +3,14 @@ total) and a timeout, then trust only `model_fetch.py check` (the marker written
 matched). A failed or killed download fails the host with the fetch's own last message; the next run
 continues it. Runs alone too: it then only checks (and waits for a download that is running)."""
 
+from dataclasses import replace
+
 from pyinfra.api import deploy
 
 from vllm_rig.context import preflight_failed
 from vllm_rig.settings import Settings
 from vllm_rig.stages.model.operations import FetchSpec, model_fetched
-from vllm_rig.stages.model.peers import end_peering
+from vllm_rig.stages.model.peers import end_peering, peer_role
 
 # Beyond download_timeout_s (the unit's RuntimeMaxSec), the time its stop and the final check may take.
 WAIT_GRACE_S = 120
@@ -18,7 +20,8 @@ WAIT_GRACE_S = 120
 def finish_model_download(s: Settings) -> None:
     if preflight_failed():
         return
-    spec = FetchSpec.of(s)
+    role = peer_role()
+    spec = replace(FetchSpec.of(s), peer=role.fetch_arg if role else None)
     model_fetched(
         name=f"Model {spec.name} downloaded and verified",
         spec=spec,

@@ -190,6 +190,8 @@ def model_fetched(spec: FetchSpec, timeout_s: int):
     Decided by the host's state when it runs (the start stage may have been run alone, long before)."""
     state = host.get_fact(ModelFetch, **spec.fact_args())
     if not is_running(state) and state["check_rc"] == 0:
+        if spec.peer:  # fetched in this run, from a peer or not: its one line, even when done before the wait
+            _Reporter(host.name).peer_line(state["status"])
         host.noop(f"{spec.name} complete: {state['check']}")
         return
     yield FunctionCommand(_wait_and_check, (spec, timeout_s), {})
