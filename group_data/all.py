@@ -149,7 +149,7 @@ download_timeout_s = 14400  # give up on the download after this many seconds
 model_peers = True  # fetch the model from another host of the run that holds it (or fetches it first), over the LAN
 model_peer_address = None  # the address the other hosts reach this one at for the model; None: its ssh_hostname
 model_peer_port = 28480  # the port this host serves its model on while other hosts fetch it
-model_peer_wait_s = 7200  # how long a host waits for its peer to hold the model before it fetches from hf_endpoint
+model_peer_wait_s = 7200  # how long a host waits for its peer to hold the model (at most half of download_timeout_s)
 model = "default"  # the model served: "default" (the four settings above) or a name in models
 models = {  # the catalogue: name -> repo, revision, dir, served name and the server flags that go with the model
     "qwen38": {  # the second seed's model and its flags (FP16 KV, 128K, qwen3_xml tools, 2048-token chunks)

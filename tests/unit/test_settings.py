@@ -117,12 +117,11 @@ RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
     ("model_repo", "Qwen3.8-27B-FP8", "Qwen/Qwen3.8-27B-FP8", {}),
     ("model_revision", "../main", "0123456789abcdef0123456789abcdef01234567", {}),
     ("model_dir", "models/qwen", "/data/models/qwen", {}),
-    ("download_timeout_s", 1, 600, {"model_peer_wait_s": 300}),
+    ("download_timeout_s", 1, 600, {}),
     ("model_peers", "yes", False, {}),
     ("model_peer_address", "rig 1", "192.168.1.20", {}),
     ("model_peer_port", 0, 28480, {}),
     ("model_peer_wait_s", 5, 600, {}),
-    ("model_peer_wait_s", 20000, 3600, {}),  # not less than download_timeout_s
     ("service_name", "vLLM Server", "vllm-qwen", {}),
     ("service_user", "Root", "llm", {}),
     ("service_start_timeout_s", 30, 1800, {}),
