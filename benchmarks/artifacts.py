@@ -9,7 +9,7 @@ CUDA: not timed, the same on both) and an empty artifact store; the stand-in for
 (the forge's build_seconds knob), so the build dominates. Then:
   alone:    deploy.py --limit rig1: rig1 compiles, downloads the model, serves, is proven;
   together: deploy.py over rig1 and rig2 in one run: rig1 compiles (first in the inventory), rig2 installs
-            its artifact after it is stored (and takes its model as the settings say: a peer or the mirror).
+            its artifact after it is stored, and takes its model from rig1 (model_peers, the same model).
 Wall times run from the deploy's start to its end (every service proven by a real completion). "Proven at"
 is the service unit's ActiveEnterTimestamp on the host: systemd enters active only after the start check
 (ExecStartPost) has proven the server. Figures, not a timed test.
@@ -32,7 +32,13 @@ from tests.e2e.deploys import HOST_STAGE, DeployFailed, deploy, fresh, sandbox_r
 from tests.sandbox import paths  # noqa: E402
 from tests.sandbox.fixtures import forge  # noqa: E402
 
-ON = {"runtime_artifacts": True}
+# Runtime artifacts on, and rig2 (the sandbox's qwen38 profile) given rig1's model, so one of them can take
+# the model from the other (model_peers is on by default).
+ON = {
+    "runtime_artifacts": True,
+    "model_repo": "nerkyor/Qwen3.6-27B-DSV4Pro-Thinking-Distill-FP8",
+    "model_dir": "/opt/vllm-rig/models/Qwen3.6-27B-DSV4Pro-Thinking-FP8",
+}
 COMPILE = "--no-build-isolation --no-deps -e"  # the fork's compile command in a build log
 SERVICE = "vllm.service"  # group_data/all.py service_name
 
@@ -70,13 +76,15 @@ def runtime_record(rig: Rig, name: str) -> tuple[str, str]:
 
 
 def model_source(rig: Rig, name: str) -> str:
-    """Where the host's model came from, in its fetch's own words (the status file's source, if it says)."""
-    status = sh(rig, name, "cat /var/lib/vllm-rig/model-fetch.json 2>/dev/null || true")
+    """Where the host's model came from, in its completion marker's words (model_fetch.py writes from_peer)."""
+    text = sh(rig, name, f"cat {ON['model_dir']}/.vllm-rig-complete.json 2>/dev/null || true")
     try:
-        data = json.loads(status) if status else {}
+        peer = (json.loads(text) if text else {}).get("from_peer")
     except ValueError:
-        return "unknown (status not JSON)"
-    return str(data.get("source") or data.get("endpoint") or "the mirror (no source recorded)")
+        return "unknown (the marker is not JSON)"
+    if not text:
+        return "unknown (no marker)"
+    return f"model peer {peer['name']}, {peer['files']} files" if peer else "the mirror"
 
 
 def main(argv: list[str]) -> int:
