@@ -18,6 +18,7 @@ is the service unit's ActiveEnterTimestamp on the host: systemd enters active on
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import shlex
 import shutil
@@ -65,8 +66,9 @@ def timed_deploy(rig: Rig, limit: str | None, build_s: float) -> tuple[float, fl
 
 def proven_at(rig: Rig, name: str, since: float) -> float:
     """Seconds after `since` that the host's service entered active (after its start check)."""
-    stamp = sh(rig, name, f"systemctl show --timestamp=unix -p ActiveEnterTimestamp --value {SERVICE}")
-    return float(stamp.lstrip("@")) - since
+    stamp = sh(rig, name, f"systemctl show --timestamp=us+utc -p ActiveEnterTimestamp --value {SERVICE}")
+    when = datetime.datetime.strptime(stamp, "%a %Y-%m-%d %H:%M:%S.%f %Z").replace(tzinfo=datetime.UTC)
+    return when.timestamp() - since
 
 
 def runtime_record(rig: Rig, name: str) -> tuple[str, str]:
