@@ -85,6 +85,17 @@ def fresh(
     return m
 
 
+def two_fresh_hosts(rig: Rig) -> Rig:
+    """rig1 and rig2 made new (trees from the image) and given the host stage: where scenarios of two hosts
+    of one fingerprint start. The caller has brought rig2 up (`up(2)`) and takes it down at the end."""
+    both = Rig(machine.machines(2), rig.inventory, rig.key, rig.fileserver, rig.started)
+    fresh(both, "rig1")
+    fresh(both, "rig2")
+    run = deploy(both, *HOST_STAGE)
+    assert run.ok, run.log[-4000:]
+    return both
+
+
 def sandbox_rig(count: int = 1) -> Rig:
     """The running sandbox as the `rig` fixture hands it to tests, for scripts outside pytest (benchmarks/).
     SystemExit with one line when it is not up. The inventory then lists rig1..rigN only, whatever else runs."""

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import Rig
-from tests.e2e.deploys import HOST_STAGE, DeployRun, deploy, fresh
+from tests.e2e.deploys import DeployRun, deploy, two_fresh_hosts
 from tests.sandbox import machine, paths
 from tests.sandbox.__main__ import up
 from tests.sandbox.fixtures import forge
@@ -56,11 +56,8 @@ def expect_ok(run: DeployRun) -> DeployRun:
 @pytest.fixture(scope="module")
 def two_hosts(rig: Rig) -> Iterator[Rig]:
     up(2)
-    both = Rig(machine.machines(2), rig.inventory, rig.key, rig.fileserver, rig.started)
     shutil.rmtree(STORE, ignore_errors=True)
-    fresh(both, "rig1")
-    fresh(both, "rig2")
-    expect_ok(deploy(both, *HOST_STAGE))
+    both = two_fresh_hosts(rig)
     try:
         yield both
     finally:

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import Rig
-from tests.e2e.deploys import HOST_STAGE, deploy, fresh
+from tests.e2e.deploys import deploy, two_fresh_hosts
 from tests.e2e.test_runtime_artifacts import COMPILE, ROOT, build_log, current, expect_ok, record, sh
 from tests.sandbox import machine, services
 from tests.sandbox.__main__ import up
@@ -39,13 +39,10 @@ def settings() -> dict[str, object]:
 def two_hosts(rig: Rig) -> Iterator[Rig]:
     up(2)
     services.up_one("artifact_store")
-    both = Rig(machine.machines(2), rig.inventory, rig.key, rig.fileserver, rig.started)
     shutil.rmtree(SERVED, ignore_errors=True)
     SERVED.mkdir(parents=True)
     shutil.rmtree(http_store.DEFAULT_CACHE, ignore_errors=True)
-    fresh(both, "rig1")
-    fresh(both, "rig2")
-    expect_ok(deploy(both, *HOST_STAGE))
+    both = two_fresh_hosts(rig)
     try:
         yield both
     finally:
