@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-MARKER = ".vllm-rig-complete.json"  # model_fetch.MARKER (importing it would pull its dependencies in)
+from .model_fetch import marker_matches, read_marker
+
 TOKEN_ENV = "VLLM_RIG_PEER_TOKEN"
 RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
 
@@ -46,13 +47,9 @@ class Model:
         self.started = time.time()
 
     def marker(self) -> dict[str, Any] | None:
-        try:
-            data = json.loads((self.dest / MARKER).read_text())
-        except (OSError, ValueError):
-            return None
-        if not isinstance(data, dict) or data.get("repo") != self.repo:
-            return None
-        return data if self.revision in (data.get("revision"), data.get("commit")) else None
+        """The completion marker model_fetch.py wrote, when it is of this repo and revision."""
+        data = read_marker(self.dest)
+        return data if marker_matches(data, self.repo, self.revision) else None
 
     def status(self) -> tuple[int, dict[str, Any]]:
         marker = self.marker()
