@@ -1,26 +1,21 @@
-"""What every stage needs: the current host's validated settings, checked for all hosts at once."""
+"""The run layer: every host's settings checked at once before anything touches a host, then each stage given
+its host's settings (tasks/<stage>.py calls run_stage)."""
 
 from __future__ import annotations
 
 import contextlib
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from pyinfra import host, logger, state
 
+from vllm_rig import host_settings
 from vllm_rig.core import become
 from vllm_rig.core.facts import FactUnreadable
 from vllm_rig.settings import Settings
 from vllm_rig.validation import SettingsError, load_settings
 
-if TYPE_CHECKING:
-    from pyinfra.api.host import Host as Host_
-
-    from vllm_rig.stages.preflight.facts import Host
-
 _validated: dict[str, Settings] = {}
-_host_states: dict[str, Host | None] = {}
 
 
 def stop_on_bad_settings() -> None:
@@ -41,6 +36,7 @@ def stop_on_bad_settings() -> None:
         for line in lines:
             logger.error(line)
         sys.exit(1)
+    host_settings.record(_validated)
 
 
 def settings() -> Settings:
@@ -51,13 +47,6 @@ def settings() -> Settings:
     return _validated[host.name]
 
 
-def settings_of(other: Host_) -> Settings | None:
-    """Another host's settings of this run (for a decision between hosts, e.g. which one serves the model)."""
-    if not _validated:
-        stop_on_bad_settings()
-    return _validated.get(other.name)
-
-
 def run_stage(stage: Callable[..., object]) -> None:
     """A stage's entry (tasks/<stage>.py): the stage with this host's settings. A fact that could not read
     this host's output has printed its one line and failed the host (vllm_rig/core/facts.py); the stage
@@ -65,19 +54,3 @@ def run_stage(stage: Callable[..., object]) -> None:
     s = settings()
     with contextlib.suppress(FactUnreadable):
         stage(s)
-
-
-def preflight_failed() -> bool:
-    """This host's preflight verdict failed while the run was planned (tasks/preflight.py marks it): later
-    stages plan nothing for it, so their facts never ask a host that will not be deployed."""
-    return host in state.failed_hosts
-
-
-def host_state() -> Host | None:
-    """The batched HostState fact (OS, kernel, disk, GPUs on the bus...), read once per host per run:
-    stages that need the OS or kernel share one remote command instead of each asking again."""
-    from vllm_rig.stages.preflight.facts import HostState
-
-    if host.name not in _host_states:
-        _host_states[host.name] = host.get_fact(HostState, path=settings().install_root)
-    return _host_states[host.name]

@@ -19,8 +19,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from vllm_rig.stages.runtime import flashinfer_fix
-from vllm_rig.stages.service import fork_interface
+from vllm_rig.known import flashinfer_fix, fork_interface
 
 SHA40 = re.compile(r"^[0-9a-f]{40}$")
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -1151,9 +1150,6 @@ def _cross_rule_problems(s: Settings):
     if min_driver and Version(s.nvidia_driver_version) < min_driver:
         yield "nvidia_driver_version", f"must be >= {min_driver} for CUDA {s.cuda_version}"
     yield from _lan_problems(s)
-    clash = rendered_flag_names(s) & {arg.split("=", 1)[0] for arg in s.vllm_extra_args}
-    if clash:
-        yield "vllm_extra_args", f"repeats flags the settings already set: {', '.join(sorted(clash))}"
 
 
 def _lan_problems(s: Settings):
@@ -1172,16 +1168,9 @@ def _lan_problems(s: Settings):
     given = [key for key in ("lan_tls_cert_file", "lan_tls_key_file") if getattr(s, key) is not None]
     if s.lan_tls == "local_ca" and given:
         yield given[0], "is set but lan_tls is local_ca: set lan_tls: own to serve your certificate"
-    elif s.lan_tls == "own" and s.lan_serving == "proxy":
-        from vllm_rig.stages.lan.certificate import own_certificate_problem
-
-        if len(given) < 2:
-            missing = next(key for key in ("lan_tls_cert_file", "lan_tls_key_file") if key not in given)
-            yield missing, "must be set when lan_tls is own (the certificate and its private key, PEM files)"
-        else:
-            problem = own_certificate_problem(s.lan_tls_cert_file or "", s.lan_tls_key_file or "")
-            if problem:
-                yield problem
+    elif s.lan_tls == "own" and s.lan_serving == "proxy" and len(given) < 2:
+        missing = next(key for key in ("lan_tls_cert_file", "lan_tls_key_file") if key not in given)
+        yield missing, "must be set when lan_tls is own (the certificate and its private key, PEM files)"
 
 
 def _patch_data_problems(s: Settings):
@@ -1204,13 +1193,6 @@ def _patch_data_problems(s: Settings):
             "flashinfer_sm75_patches",
             f"entry for {s.flashinfer_version} names {entry['patch']}, but that release takes {patch}",
         )
-
-
-def rendered_flag_names(s: Settings) -> set[str]:
-    """Flags the unit already renders from settings (imported late: the renderer imports this module)."""
-    from vllm_rig.stages.service.command import settings_args
-
-    return {arg for arg in settings_args(s, model_path="/m") if arg.startswith("--")}
 
 
 FETCHCONTENT_KEYS = {"repo", "ref", "env", "min_arch"}

@@ -14,6 +14,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from vllm_rig.settings import SECRET_KEYS, CrossRuleErrors, Settings, catalogue_values
+from vllm_rig.stages.lan.certificate import own_certificate_problem
+from vllm_rig.stages.service.command import settings_args
 
 # Host data keys that belong to pyinfra, its connectors or our inventory, not to the settings.
 FOREIGN_PREFIXES = ("_", "ssh_", "fake_", "local_", "chroot_", "docker_", "podman_", "vagrant_", "terraform_")
@@ -36,7 +38,9 @@ def load_settings(data: Mapping[str, Any]) -> Settings:
     except ValidationError as err:
         lines += list(_error_lines(err, data))
         raise SettingsError(lines) from None
-    lines += list(_catalogue_lines(settings, data))
+    lines += [_line(key, data.get(key), message) for key, message in stage_problems(settings)]
+    if not lines:  # the chosen entry's own problems first: one cause, one line
+        lines += list(_catalogue_lines(settings, data))
     if lines:
         raise SettingsError(lines)
     return settings
@@ -48,11 +52,30 @@ def _catalogue_lines(settings: Settings, data: Mapping[str, Any]) -> Iterable[st
     for name in settings.models:
         if name == settings.model:
             continue
+        entry_data = {**data, "model": name}
         try:
-            Settings.model_validate({**data, "model": name})
+            entry = Settings.model_validate(entry_data)
         except ValidationError as err:
-            first = next(iter(_error_lines(err, {**data, "model": name})), "settings: invalid")
+            first = next(iter(_error_lines(err, entry_data)), "settings: invalid")
             yield f"settings: models[{name!r}] would not be valid settings: {first.removeprefix('settings: ')}"
+            continue
+        for key, message in stage_problems(entry):
+            shown = _line(key, entry_data.get(key), message).removeprefix("settings: ")
+            yield f"settings: models[{name!r}] would not be valid settings: {shown}"
+            break
+
+
+def stage_problems(s: Settings) -> Iterable[tuple[str, str]]:
+    """(key, message) for the rules that need a stage's own knowledge: the flags the service unit renders, the
+    contents of the owner's certificate. Here, above the stages, so the schema below imports none of them."""
+    rendered = {arg for arg in settings_args(s, model_path="/m") if arg.startswith("--")}
+    clash = rendered & {arg.split("=", 1)[0] for arg in s.vllm_extra_args}
+    if clash:
+        yield "vllm_extra_args", f"repeats flags the settings already set: {', '.join(sorted(clash))}"
+    if s.lan_tls == "own" and s.lan_serving == "proxy" and s.lan_tls_cert_file and s.lan_tls_key_file:
+        problem = own_certificate_problem(s.lan_tls_cert_file, s.lan_tls_key_file)
+        if problem:
+            yield problem
 
 
 def unknown_key_lines(data: Mapping[str, Any]) -> Iterable[str]:

@@ -32,9 +32,7 @@ def test_a_file_differs_on_content_mode_or_owner() -> None:
 
 
 def test_templates_render_like_pyinfra_does() -> None:
-    f = rendered(
-        "/etc/profile.d/x.sh", "vllm_rig/stages/cuda/templates/profile-cuda.sh.j2", cuda_home="/usr/local/cuda-12.9"
-    )
+    f = rendered("/etc/profile.d/x.sh", "cuda/profile-cuda.sh.j2", cuda_home="/usr/local/cuda-12.9")
     assert b"export CUDA_HOME=/usr/local/cuda-12.9" in f.content
 
 

@@ -1,4 +1,4 @@
-"""vllm_rig/host/check-flashinfer-pr3621-sm75.sh, the service's ExecStartPre: it passes only when the headers
+"""files/runtime/check-flashinfer-pr3621-sm75.sh, the service's ExecStartPre: it passes only when the headers
 FlashInfer's JIT compiles cannot overflow SM75's shared memory, and no flashinfer-jit-cache is installed.
 
 Against the sandbox's stand-in headers always; against the real wheels when they are at hand (not in CI):
@@ -29,7 +29,7 @@ from tests.unit.groupdata import group_data
 from vllm_rig.host import runtime_build
 
 REPO = Path(__file__).resolve().parents[2]
-CHECK = REPO / "vllm_rig" / "host" / "check-flashinfer-pr3621-sm75.sh"
+CHECK = REPO / "files" / "runtime" / "check-flashinfer-pr3621-sm75.sh"
 PREFILL = "flashinfer/data/include/flashinfer/attention/prefill.cuh"
 PR3621_BEFORE = "9bb66eeae98340e72a7cef68691d7198a8538d58f2fc64f08f77a314a9f4d98c"  # 0.6.14 prefill.cuh
 PR3621_AFTER = "3cda6a4f0fed5b3f89686933ecb0b3653ece8db08a7980d991d2192d4d30f784"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_rig.stages.service import fork_interface
+from vllm_rig.known import fork_interface
 
 REAL_SOURCES = Path(__file__).resolve().parents[3] / "shared" / "real-sources"
 

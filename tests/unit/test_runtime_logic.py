@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 
 from tests.unit.groupdata import profile_data
+from vllm_rig.core.git import checkout_matches
 from vllm_rig.settings import Settings
 from vllm_rig.stages.runtime import plan as runtime
 from vllm_rig.stages.runtime.facts import (
     LoadedHost,
     LogProgress,
     ServiceStart,
-    checkout_matches,
     parse_build_state,
     parse_runtime_state,
     restart_needed,

@@ -10,9 +10,8 @@ from typing import Any
 import pytest
 
 from tests.unit.fake_host import plan as _plan
-from vllm_rig.core.git import GitSource, checkout_script, fetch_script, git_checkouts
+from vllm_rig.core.git import GitCheckouts, GitSource, checkout_matches, checkout_script, fetch_script, git_checkouts
 from vllm_rig.paths import FLASHQLA_STAMP, HOST_FINGERPRINT, SWITCHED_STAMP
-from vllm_rig.stages.runtime.facts import GitCheckouts, checkout_matches
 from vllm_rig.stages.runtime.operations import (
     Directory,
     build_runtime,

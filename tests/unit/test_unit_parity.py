@@ -20,9 +20,9 @@ import pytest
 from tests.unit import seed_units
 from tests.unit.groupdata import profile_data
 from vllm_rig.core.systemd_quote import quote_word, unquote_words
+from vllm_rig.known import fork_interface
 from vllm_rig.paths import Layout
 from vllm_rig.settings import Settings
-from vllm_rig.stages.service import fork_interface
 from vllm_rig.stages.service.unit import render_unit
 from vllm_rig.validation import load_settings
 

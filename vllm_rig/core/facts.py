@@ -23,7 +23,7 @@ read (`Sections.unreadable`, or a ValueError/IndexError/KeyError/TypeError from 
 host with ONE line, e.g. `rig2: NvidiaGpus could not read pcie.link.width.current '[N/A]'`, never a
 traceback, and the other hosts go on:
 
-- the host is marked failed (the run exits non-zero; `context.preflight_failed()` is then true, so later
+- the host is marked failed (the run exits non-zero; `core.run.host_failed()` is then true, so later
   stages plan nothing for it) and leaves pyinfra's active hosts (no later operation runs on it);
 - while the run is planned, `FactUnreadable` is raised: the stage entry (`context.run_stage`) stops
   planning that host's stage there; while it executes (an `_if=` lambda, an operation's body), `default()`

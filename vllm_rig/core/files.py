@@ -21,6 +21,18 @@ from pyinfra.api import FileUploadCommand, operation
 from vllm_rig.core.facts import SectionFact, Sections, section_command
 
 REPO = Path(__file__).resolve().parents[2]
+TEMPLATES = REPO / "templates"  # templates/<stage>/<name>.j2: every template the deploy renders
+SHIPPED = REPO / "files"  # files/<stage>/<name>: every file shipped to hosts as it is
+
+
+def repo_file(kind: str, name: str) -> Path:
+    """The one way a stage finds its template ("template", "service/vllm.service.j2") or a file it ships to
+    hosts ("shipped", "driver/vllm-rig-gpu-guard.sh"): the user's layout keeps both at the top level, by stage."""
+    base = {"template": TEMPLATES, "shipped": SHIPPED}[kind]
+    path = base / name
+    if not path.is_file():
+        raise FileNotFoundError(f"no {kind} {name} under {base.relative_to(REPO)}/")
+    return path
 
 
 @dataclass(frozen=True)
@@ -40,16 +52,21 @@ def text(dest: str, content: str, mode: str = "644") -> ConfigFile:
     return ConfigFile(dest, content.encode(), mode)
 
 
-def from_repo(dest: str, src: str, mode: str = "644") -> ConfigFile:
-    """A file shipped in the repo (vllm_rig/host/...), uploaded as is."""
-    return ConfigFile(dest, (REPO / src).read_bytes(), mode)
+def shipped(dest: str, name: str, mode: str = "644") -> ConfigFile:
+    """A file of files/<stage>/ (e.g. "driver/vllm-rig-gpu-guard.sh"), uploaded as is."""
+    return ConfigFile(dest, repo_file("shipped", name).read_bytes(), mode)
+
+
+def render_template(name: str, **variables: Any) -> str:
+    """A template of templates/<stage>/ (e.g. "service/vllm.service.j2") rendered here; a variable the
+    template uses and the caller did not give is an error, never an empty string."""
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True)
+    return env.from_string(repo_file("template", name).read_text()).render(**variables)
 
 
 def rendered(dest: str, template: str, mode: str = "644", **variables: Any) -> ConfigFile:
-    """A jinja2 template of a stage (stages/<stage>/templates/), rendered here (StrictUndefined)."""
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True)
-    body = env.from_string((REPO / template).read_text()).render(**variables)
-    return ConfigFile(dest, body.encode(), mode)
+    """A template of templates/<stage>/ rendered into a file for the host."""
+    return ConfigFile(dest, render_template(template, **variables).encode(), mode)
 
 
 @operation()

@@ -11,13 +11,57 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass
+from typing import TypedDict
 
 from pyinfra import host
 from pyinfra.api import operation
 
-from vllm_rig.stages.runtime.facts import NO_CHECKOUT, GitCheckouts, checkout_matches
+from vllm_rig.core.facts import SectionFact, Sections, section_command
 
 SHA40 = re.compile(r"^[0-9a-f]{40}$")
+
+
+class Checkout(TypedDict):
+    head: str | None  # HEAD's commit; None when it is not a checkout
+    tag: str | None  # the commit `ref` names as a tag there, or None
+
+
+NO_CHECKOUT: Checkout = {"head": None, "tag": None}
+
+
+class GitCheckouts(SectionFact[dict[str, Checkout]]):
+    """{path: Checkout} for many checkouts, in one command. `checkouts`: (path, ref) pairs."""
+
+    def command(self, checkouts: tuple[tuple[str, str], ...]) -> str:
+        args = " ".join(shlex.quote(x) for pair in checkouts for x in pair)
+        return section_command(
+            {
+                "checkouts": (
+                    f"set -- {args}; "
+                    'while [ $# -gt 1 ]; do h=$(git -C "$1" rev-parse -q --verify HEAD 2>/dev/null); '
+                    't=$(git -C "$1" rev-parse -q --verify "refs/tags/$2^{commit}" 2>/dev/null); '
+                    'printf "%s\\t%s\\t%s\\n" "$1" "$h" "$t"; shift 2; done'
+                )
+            }
+        )
+
+    def parse(self, sections: Sections) -> dict[str, Checkout]:
+        found: dict[str, Checkout] = {}
+        for line in sections.lines("checkouts"):
+            path, head, tag = (line.rstrip("\n").split("\t") + ["", "", ""])[:3]
+            if path:
+                found[path] = {"head": head.strip() or None, "tag": tag.strip() or None}
+        return found
+
+    @staticmethod
+    def default() -> dict[str, Checkout]:
+        return {}
+
+
+def checkout_matches(found: Checkout, ref: str) -> bool:
+    """A checkout is at `ref` when HEAD is that commit, or `ref` is a tag there that points at HEAD."""
+    head = found.get("head")
+    return bool(head) and (head == ref or found.get("tag") == head)
 
 
 def fetch_script(url: str, ref: str, cache: str) -> str:

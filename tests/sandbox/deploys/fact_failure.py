@@ -12,8 +12,9 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import server
 
-from vllm_rig.context import preflight_failed, run_stage
+from vllm_rig.context import run_stage
 from vllm_rig.core.facts import SectionFact, Sections, section_command
+from vllm_rig.core.run import host_failed
 from vllm_rig.settings import Settings
 
 DIR = "/tmp/vllm-rig-fact-test"
@@ -46,7 +47,7 @@ def read(s: Settings) -> None:
 
 @deploy("Later")
 def later(s: Settings) -> None:
-    if preflight_failed():
+    if host_failed():
         return  # the host failed while the run was planned: nothing more is planned for it
     if PHASE == "execute":
         odd = "[N/A]" if host.name == "rig2" else "5"

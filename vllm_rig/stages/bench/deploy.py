@@ -16,8 +16,8 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import files, python
 
-from vllm_rig.context import preflight_failed
 from vllm_rig.core.host_package import host_programs
+from vllm_rig.core.run import host_failed
 from vllm_rig.core.stamp import streamed
 from vllm_rig.paths import STATE_DIR, Layout
 from vllm_rig.settings import Settings
@@ -26,7 +26,7 @@ from vllm_rig.stages.bench.charts import write_run_chart
 
 @deploy("Bench")
 def bench(s: Settings) -> None:
-    if preflight_failed():
+    if host_failed():
         return
     layout = Layout.of(s)
     result = f"{STATE_DIR}/bench-{s.bench_label}.json"

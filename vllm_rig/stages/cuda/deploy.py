@@ -4,11 +4,11 @@ needs are there."""
 
 from pyinfra.api import deploy
 
-from vllm_rig.context import preflight_failed
 from vllm_rig.core.alternatives import alternative
 from vllm_rig.core.checks import require
 from vllm_rig.core.files import config_files, rendered
 from vllm_rig.core.packages import distro_packages, lists_fresh
+from vllm_rig.core.run import host_failed
 from vllm_rig.settings import Settings
 from vllm_rig.stages.cuda.facts import CudaToolkit
 
@@ -29,7 +29,7 @@ def toolkit_problem(cuda_home: str, release: str) -> str | None:
 
 @deploy("CUDA")
 def install_cuda(s: Settings) -> None:
-    if preflight_failed():
+    if host_failed():
         return
     package = f"cuda-toolkit-{s.cuda_version.replace('.', '-')}"
     lists_fresh(name=f"Package lists know {package} and are less than a day old", packages=[package])
@@ -40,7 +40,7 @@ def install_cuda(s: Settings) -> None:
         files=(
             rendered(
                 "/etc/profile.d/vllm-rig-cuda.sh",
-                "vllm_rig/stages/cuda/templates/profile-cuda.sh.j2",
+                "cuda/profile-cuda.sh.j2",
                 cuda_home=s.cuda_home,
             ),
         ),

@@ -11,10 +11,10 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import systemd
 
-from vllm_rig.context import host_state, preflight_failed
 from vllm_rig.core.checks import require
-from vllm_rig.core.files import config_files, from_repo, rendered, text
+from vllm_rig.core.files import config_files, rendered, shipped, text
 from vllm_rig.core.packages import distro_packages, lists_fresh
+from vllm_rig.core.run import host_failed
 from vllm_rig.core.stamp import stamped
 from vllm_rig.core.systemd import unit_enabled_and_started
 from vllm_rig.paths import DRIVER_RECORD, ETC_DIR, GUARD_UNIT, INITRAMFS_STAMP, Layout
@@ -31,6 +31,7 @@ from vllm_rig.stages.driver.packages import (
 )
 from vllm_rig.stages.driver.reboot import reboot_if_needed
 from vllm_rig.stages.preflight.facts import HostState
+from vllm_rig.stages.preflight.host_state import host_state
 
 KEYRING = "cuda-keyring_1.1-1_all.deb"
 NOUVEAU_BLACKLIST = "blacklist nouveau\noptions nouveau modeset=0\n"
@@ -45,10 +46,10 @@ PERSISTENCED_EXEC = (
 
 @deploy("Driver")
 def install_driver(s: Settings) -> None:
-    if preflight_failed():
+    if host_failed():
         return
     layout = Layout.of(s)
-    box = host_state()  # OS and kernel: the run does not change them
+    box = host_state(s.install_root)  # OS and kernel: the run does not change them
     if not box:
         return  # the host's state could not be read: preflight has already failed it
     distro = repo_distro(box["os"]["id"], box["os"]["version_id"])
@@ -74,7 +75,7 @@ def install_driver(s: Settings) -> None:
             text("/etc/apt/apt.conf.d/50vllm-rig-lock-wait", 'DPkg::Lock::Timeout "600";\n'),
             rendered(
                 "/etc/apt/apt.conf.d/51vllm-rig-nvidia-blacklist",
-                "vllm_rig/stages/driver/templates/apt-nvidia-hold.conf.j2",
+                "driver/apt-nvidia-hold.conf.j2",
             ),
             text("/etc/modprobe.d/vllm-rig-blacklist-nouveau.conf", NOUVEAU_BLACKLIST),
         ),
@@ -122,17 +123,17 @@ def install_driver(s: Settings) -> None:
     guard = config_files(
         name="GPU guard: script, settings, unit",
         files=(
-            from_repo(guard_script, "vllm_rig/host/vllm-rig-gpu-guard.sh", mode="755"),
+            shipped(guard_script, "driver/vllm-rig-gpu-guard.sh", mode="755"),
             rendered(
                 guard_env,
-                "vllm_rig/stages/driver/templates/gpu-guard.env.j2",
+                "driver/gpu-guard.env.j2",
                 gpu_count=s.gpu_count,
                 power_limit_w="" if s.gpu_power_limit_w is None else s.gpu_power_limit_w,
             ),
             text(PERSISTENCED_DROPIN, PERSISTENCED_EXEC),
             rendered(
                 f"/etc/systemd/system/{GUARD_UNIT}",
-                "vllm_rig/stages/driver/templates/gpu-guard.service.j2",
+                "driver/gpu-guard.service.j2",
                 service_name=s.service_name,
                 env_file=guard_env,
                 script=guard_script,

@@ -14,10 +14,10 @@ from pyinfra.api import deploy
 from pyinfra.operations import files
 
 from vllm_rig import paths
-from vllm_rig.context import preflight_failed
 from vllm_rig.core.files import config_files, rendered, text
 from vllm_rig.core.host_package import host_programs
 from vllm_rig.core.packages import distro_packages, lists_fresh
+from vllm_rig.core.run import host_failed
 from vllm_rig.core.secrets import Secret, secret_file
 from vllm_rig.core.systemd import unit_enabled_and_started
 from vllm_rig.paths import Layout
@@ -26,7 +26,7 @@ from vllm_rig.stages.lan import certificate
 from vllm_rig.stages.lan.facts import LanHost
 from vllm_rig.stages.lan.operations import default_site_off, key_map, local_ca, nginx_loaded, site_absent
 
-TEMPLATE = "vllm_rig/stages/lan/templates/nginx-site.conf.j2"
+TEMPLATE = "lan/nginx-site.conf.j2"
 LOADED_STAMP = f"{paths.STATE_DIR}/lan-proxy-loaded"
 LOOPBACK = ("127.0.0.0/8", "::1/128")
 # What vLLM serves without the key (its AuthenticationMiddleware checks /v1 paths only).
@@ -35,7 +35,7 @@ OPEN_PATHS = "/health, /metrics, /version, /load, /tokenize, /detokenize"
 
 @deploy("LAN")
 def serve_lan(s: Settings) -> None:
-    if preflight_failed():
+    if host_failed():
         return
     if s.lan_serving == "direct":
         _direct(s)

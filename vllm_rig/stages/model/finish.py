@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from pyinfra.api import deploy
 
-from vllm_rig.context import preflight_failed
+from vllm_rig.core.run import host_failed
 from vllm_rig.settings import Settings
 from vllm_rig.stages.model.operations import FetchSpec, model_fetched
 from vllm_rig.stages.model.peers import end_peering, peer_role
@@ -18,7 +18,7 @@ WAIT_GRACE_S = 120
 
 @deploy("Model (finish)")
 def finish_model_download(s: Settings) -> None:
-    if preflight_failed():
+    if host_failed():
         return
     role = peer_role()
     spec = replace(FetchSpec.of(s), peer=role.fetch_arg if role else None)

@@ -7,8 +7,8 @@ unit's --model, the running server's, the one just proven). A switch back to a k
 
 from pyinfra.api import deploy
 
-from vllm_rig.context import preflight_failed
 from vllm_rig.core.host_package import host_programs
+from vllm_rig.core.run import host_failed
 from vllm_rig.paths import MODELS_RECORD, Layout
 from vllm_rig.settings import Settings
 from vllm_rig.stages.model.operations import ServedModel, models_kept
@@ -16,7 +16,7 @@ from vllm_rig.stages.model.operations import ServedModel, models_kept
 
 @deploy("Models (keep)")
 def keep_models(s: Settings) -> None:
-    if preflight_failed():
+    if host_failed():
         return
     layout = Layout.of(s)
     host_programs(layout.host_package)

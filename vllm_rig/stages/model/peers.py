@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from pyinfra import host, state
 from pyinfra.api.host import Host
 
-from vllm_rig.context import settings_of
+from vllm_rig import host_settings
 from vllm_rig.core import become
 from vllm_rig.core.secrets import Secret
 from vllm_rig.paths import MODEL_PEER_TOKEN_FILE, MODEL_SERVE_UNIT, Layout
@@ -57,7 +57,7 @@ def peer_role() -> PeerRole | None:
     """The current host's role in this run, or None when it neither serves nor fetches from a peer."""
     global _roles
     if _roles is None:
-        _roles = plan_roles(_run_hosts(), settings_of, holds_model)
+        _roles = plan_roles(_run_hosts(), lambda h: host_settings.of(h.name), holds_model)
     return _roles.get(host.name)
 
 

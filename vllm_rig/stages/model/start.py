@@ -12,8 +12,8 @@ starts it again. tasks/model_finish.py waits for it later.
 
 from pyinfra.api import deploy
 
-from vllm_rig.context import preflight_failed
 from vllm_rig.core.host_package import host_programs
+from vllm_rig.core.run import host_failed
 from vllm_rig.core.secrets import Secret
 from vllm_rig.paths import HF_TOKEN_FILE, Layout
 from vllm_rig.settings import Settings
@@ -28,7 +28,7 @@ HF_HUB_VERSION = "2.4.0"
 
 @deploy("Model (start)")
 def start_model_download(s: Settings) -> None:
-    if preflight_failed():
+    if host_failed():
         return
     layout = Layout.of(s)
     spec = FetchSpec.of(s)
@@ -54,7 +54,7 @@ def start_model_download(s: Settings) -> None:
 
 @deploy("Model (resume)")
 def resume_model_download(s: Settings) -> None:
-    if preflight_failed():
+    if host_failed():
         return
     role = peer_role() or PeerRole()
     serve_peers(s, role, again=True)  # the source's reboot ended its server too

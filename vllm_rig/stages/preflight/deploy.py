@@ -8,17 +8,17 @@ from pyinfra import host, logger
 from pyinfra import state as run_state
 from pyinfra.api import deploy
 
-from vllm_rig.context import host_state
 from vllm_rig.core.checks import require
 from vllm_rig.settings import Settings
 from vllm_rig.stages.model.facts import ModelPreflight, preflight_stdin
 from vllm_rig.stages.preflight import checks as preflight
 from vllm_rig.stages.preflight.gpu_facts import NvidiaGpus, NvidiaTopology
+from vllm_rig.stages.preflight.host_state import host_state
 
 
 def preflight_checks(s: Settings) -> list[preflight.Check]:
     """The verdict's checks for the current host (read-only; the triage bundle records them too)."""
-    state = host_state()
+    state = host_state(s.install_root)
     gpus = host.get_fact(NvidiaGpus)
     topo = host.get_fact(NvidiaTopology) if gpus and gpus["rc"] == 0 and s.gpu_count > 1 else None
     model = host.get_fact(

@@ -20,17 +20,18 @@ from pyinfra.api import deploy
 from pyinfra.operations import files
 
 from vllm_rig import paths
-from vllm_rig.context import host_state, preflight_failed
 from vllm_rig.core.checks import require
 from vllm_rig.core.facts import FileText
-from vllm_rig.core.files import config_files, from_repo, rendered, text
+from vllm_rig.core.files import config_files, rendered, shipped, text
 from vllm_rig.core.git import GitSource, git_checkouts
 from vllm_rig.core.host_package import host_programs
 from vllm_rig.core.packages import distro_packages
+from vllm_rig.core.run import host_failed
 from vllm_rig.core.stamp import stamped
 from vllm_rig.core.users import service_user
 from vllm_rig.paths import STATE_DIR, Layout
 from vllm_rig.settings import Settings
+from vllm_rig.stages.preflight.host_state import host_state
 from vllm_rig.stages.runtime import artifacts
 from vllm_rig.stages.runtime import plan as runtime
 from vllm_rig.stages.runtime.artifact_store import StoreSetting
@@ -77,10 +78,10 @@ def flashqla_warm_command(s: Settings, layout: Layout) -> str:
 @deploy("Runtime")
 def install_runtime(s: Settings, retry_rolled_back: bool = False) -> None:
     """`retry_rolled_back`: tasks/update_fork.py trying a release a guarded update rolled back from before."""
-    if preflight_failed():
+    if host_failed():
         return
     layout = Layout.of(s)
-    box = host_state()  # CPUs and RAM: the run does not change them
+    box = host_state(s.install_root)  # CPUs and RAM: the run does not change them
     if not box:
         return  # the host's state could not be read: preflight has already failed it
     inputs = runtime.build_inputs(s)
@@ -107,10 +108,10 @@ def install_runtime(s: Settings, retry_rolled_back: bool = False) -> None:
     config_files(
         name="FlashInfer SM75 check (the service's ExecStartPre) and rollback script",
         files=(
-            from_repo(layout.flashinfer_check, "vllm_rig/host/check-flashinfer-pr3621-sm75.sh", mode="755"),
+            shipped(layout.flashinfer_check, "runtime/check-flashinfer-pr3621-sm75.sh", mode="755"),
             rendered(
                 dirs.rollback_script,
-                "vllm_rig/stages/runtime/templates/vllm-rig-rollback.sh.j2",
+                "runtime/vllm-rig-rollback.sh.j2",
                 mode="755",
                 script=dirs.rollback_script,
                 root=s.install_root,

@@ -13,25 +13,26 @@ from pyinfra.api import deploy
 from pyinfra.operations import systemd
 
 from vllm_rig import paths
-from vllm_rig.context import host_state, preflight_failed
 from vllm_rig.core.files import config_files, text
 from vllm_rig.core.host_package import host_programs
+from vllm_rig.core.run import host_failed
 from vllm_rig.core.secrets import api_key_file
 from vllm_rig.core.stamp import stamped, with_key_of
 from vllm_rig.core.systemd import unit_disabled_and_stopped, unit_enabled_and_started
 from vllm_rig.core.users import service_user
 from vllm_rig.paths import Layout
 from vllm_rig.settings import Settings
+from vllm_rig.stages.preflight.host_state import host_state
 from vllm_rig.stages.runtime.operations import restart_if_stale
 from vllm_rig.stages.service.unit import probe_args, render_unit, watchdog_units
 
 
 @deploy("Service")
 def install_service(s: Settings) -> None:
-    if preflight_failed():
+    if host_failed():
         return
     layout = Layout.of(s)
-    box = host_state()
+    box = host_state(s.install_root)
     if not box:
         return  # the host's state could not be read: preflight has already failed it
     service_user(layout, box["gpu_groups"])

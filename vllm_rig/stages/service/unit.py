@@ -19,18 +19,16 @@ Both run as root ("+"): they query nvidia-smi for every process and write /var/l
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 from typing import Any
 
-import jinja2
-
 from vllm_rig import paths
+from vllm_rig.core.files import render_template
 from vllm_rig.core.systemd_quote import quote_word
 from vllm_rig.paths import GUARD_UNIT, Layout
 from vllm_rig.settings import Settings
 from vllm_rig.stages.service.command import server_args, visible_devices
 
-TEMPLATE = Path(__file__).resolve().parent / "templates" / "vllm.service.j2"
+TEMPLATE = "service/vllm.service.j2"  # templates/service/
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 
 # Directives a CUDA service tolerates: it needs /dev/nvidia* (no PrivateDevices) and writable JIT
@@ -143,20 +141,15 @@ def watchdog_command(s: Settings, layout: Layout) -> str:
     return " ".join(quote_word(w) for w in words)
 
 
-def _render(name: str, **variables: Any) -> str:
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True)
-    return env.from_string((TEMPLATE.parent / name).read_text()).render(**variables)
-
-
 def watchdog_units(s: Settings, layout: Layout) -> tuple[str, str]:
     """(the watchdog's .service, its .timer)."""
-    service = _render(
-        "watchdog.service.j2",
+    service = render_template(
+        "service/watchdog.service.j2",
         service=f"{s.service_name}.service",
         exec_start=watchdog_command(s, layout),
         timeout_start_sec=s.watchdog_timeout_s * 3 + 60,
     )
-    return service, _render("watchdog.timer.j2", interval_s=s.watchdog_interval_s)
+    return service, render_template("service/watchdog.timer.j2", interval_s=s.watchdog_interval_s)
 
 
 def unit_context(s: Settings, layout: Layout) -> dict[str, Any]:
@@ -183,5 +176,4 @@ def unit_context(s: Settings, layout: Layout) -> dict[str, Any]:
 
 def render_unit(s: Settings, layout: Layout) -> str:
     """The unit text, rendered the way pyinfra's files.template renders it (jinja2, StrictUndefined)."""
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True)
-    return env.from_string(TEMPLATE.read_text()).render(**unit_context(s, layout))
+    return render_template(TEMPLATE, **unit_context(s, layout))

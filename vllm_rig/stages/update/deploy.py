@@ -25,9 +25,9 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, deploy, operation
 from pyinfra.operations import files
 
-from vllm_rig.context import preflight_failed
 from vllm_rig.core.become import sudo_args
 from vllm_rig.core.host_package import host_programs
+from vllm_rig.core.run import host_failed
 from vllm_rig.core.stamp import streamed
 from vllm_rig.host import bench as bench_tool
 from vllm_rig.paths import SERVICE_PROVEN, STATE_DIR, Layout, RuntimeDirs
@@ -67,7 +67,7 @@ def probe_command(s: Settings, layout: Layout) -> str:
 
 @deploy("Guarded fork update")
 def update_fork(s: Settings) -> None:
-    if preflight_failed():
+    if host_failed():
         return
     layout = Layout.of(s)
     fp = runtime.fingerprint(runtime.build_inputs(s))

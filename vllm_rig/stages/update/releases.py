@@ -16,9 +16,9 @@ import shlex
 from pyinfra import logger
 from pyinfra.api import FunctionCommand, StringCommand, deploy, operation
 
-from vllm_rig.context import preflight_failed
 from vllm_rig.core.become import sudo_args
 from vllm_rig.core.host_package import host_programs
+from vllm_rig.core.run import host_failed
 from vllm_rig.paths import Layout
 from vllm_rig.settings import Settings
 from vllm_rig.stages.runtime.plan import cache_name
@@ -75,7 +75,7 @@ def _list(state, host, command: str) -> bool:  # noqa: ARG001 - pyinfra passes t
 
 @deploy("Fork releases")
 def fork_releases(s: Settings) -> None:
-    if preflight_failed():
+    if host_failed():
         return
     layout = Layout.of(s)
     host_programs(layout.host_package)

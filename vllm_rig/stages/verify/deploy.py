@@ -10,8 +10,8 @@ import hashlib
 
 from pyinfra.api import deploy
 
-from vllm_rig.context import preflight_failed
 from vllm_rig.core.host_package import host_programs
+from vllm_rig.core.run import host_failed
 from vllm_rig.core.stamp import stamped, with_key_of
 from vllm_rig.paths import DRIVER_RECORD, GPU_VERDICT, GPU_VERDICT_PROVEN, SWITCHED_STAMP, Layout
 from vllm_rig.settings import Settings
@@ -44,7 +44,7 @@ def verdict_command(s, layout: Layout) -> str:
 
 @deploy("Verify")
 def verify_gpus(s: Settings) -> None:
-    if preflight_failed():
+    if host_failed():
         return
     layout = Layout.of(s)
     host_programs(layout.host_package)

@@ -1,0 +1,112 @@
+"""The layers table of the README, enforced: a module imports only from its own layer or the ones below it.
+Every import counts, also one inside a function or under TYPE_CHECKING: a late import is still a dependency."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Top to bottom, as the README's "Find your way" table lists them: (layer, module prefixes).
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("entry", ("deploy", "inventory", "config", "tasks")),
+    ("run", ("vllm_rig.context", "vllm_rig.validation", "vllm_rig.inventory_file", "vllm_rig.settings_doc")),
+    ("stages", ("vllm_rig.stages",)),
+    ("generic", ("vllm_rig.core",)),
+    ("paths", ("vllm_rig.paths",)),
+    ("settings", ("vllm_rig.settings", "vllm_rig.host_settings")),
+    ("known", ("vllm_rig.known",)),
+    ("host", ("vllm_rig.host",)),
+]
+
+
+def layer_of(module: str) -> int | None:
+    for index, (_, prefixes) in enumerate(LAYERS):
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return index
+    return None
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported(path: Path) -> set[str]:
+    """Every vllm_rig module (or package) a file imports, relative imports resolved."""
+    here = module_name(path).split(".")
+    package = here if path.name == "__init__.py" else here[:-1]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+            found.add(base)
+            found |= {f"{base}.{alias.name}" for alias in node.names}  # `from vllm_rig import paths`
+    return {name for name in found if name == "vllm_rig" or name.startswith("vllm_rig.")}
+
+
+def project_files() -> list[Path]:
+    files = [REPO / name for name in ("deploy.py", "inventory.py", "config.py")]
+    package = [p for p in sorted((REPO / "vllm_rig").rglob("*.py")) if p != REPO / "vllm_rig" / "__init__.py"]
+    return files + sorted((REPO / "tasks").glob("*.py")) + package
+
+
+def violations() -> list[str]:
+    found = []
+    for path in project_files():
+        mine = layer_of(module_name(path))
+        assert mine is not None, f"{path.relative_to(REPO)} is in no layer of the README's table"
+        for name in sorted(imported(path)):
+            theirs = layer_of(name)
+            if theirs is not None and theirs < mine:
+                found.append(f"{path.relative_to(REPO)} ({LAYERS[mine][0]}) imports {name} ({LAYERS[theirs][0]})")
+    return found
+
+
+def test_no_module_imports_a_layer_above_its_own() -> None:
+    assert violations() == []
+
+
+def test_the_check_sees_an_upward_import(tmp_path: Path) -> None:
+    # The rule is real: a settings-floor module importing a stage is reported.
+    bad = REPO / "vllm_rig" / "known" / "_layers_probe.py"
+    bad.write_text("from vllm_rig.stages.service.command import settings_args\n")
+    try:
+        assert any("_layers_probe" in line and "(stages)" in line for line in violations())
+    finally:
+        bad.unlink()
+
+
+def test_host_programs_import_only_their_own_package() -> None:
+    for path in sorted((REPO / "vllm_rig" / "host").rglob("*.py")):
+        outside = {name for name in imported(path) if not name.startswith("vllm_rig.host")}
+        assert not outside, f"{path.name} imports {outside}: the host zip carries vllm_rig/host only"
+
+
+def test_layers_table_matches_the_readme() -> None:
+    readme = (REPO / "README.md").read_text()
+    for layer, _ in LAYERS:
+        assert f"| {layer} |" in readme, f"the README's layers table has no row for {layer}"
+
+
+def test_top_level_is_the_users_layout() -> None:
+    card = {"deploy.py", "inventory", "tasks", "files", "templates", "group_data", "tests", "README.md"}
+    assert card <= {p.name for p in REPO.iterdir()}
+
+
+def test_every_template_and_shipped_file_is_at_the_top_by_stage() -> None:
+    inside = [p for p in (REPO / "vllm_rig").rglob("*") if p.suffix in (".j2", ".sh")]
+    assert inside == [], "templates go in templates/<stage>/, shipped files in files/<stage>/"
+    stages = {p.name for p in (REPO / "vllm_rig" / "stages").iterdir() if p.is_dir() and p.name != "__pycache__"}
+    code = "\n".join(p.read_text() for p in (REPO / "vllm_rig").rglob("*.py"))
+    for top in ("templates", "files"):
+        for path in sorted((REPO / top).rglob("*")):
+            if path.is_file():
+                stage, name = path.relative_to(REPO / top).parts[0], path.relative_to(REPO / top).as_posix()
+                assert stage in stages, f"{top}/{name}: {stage} is not a stage"
+                assert f'"{name}"' in code, f"{top}/{name} is used by no stage (found through core/files.py)"
