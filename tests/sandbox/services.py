@@ -99,7 +99,7 @@ def build(mod: ModuleType) -> None:
         fn()
 
 
-def start(name: str, port: int, timeout: float = 30) -> None:
+def start(name: str, port: int, timeout: float = 90) -> None:
     """Run the fixture's server detached (new session, re-parented away from us) and wait for its port."""
     if port_answers(port):
         raise RuntimeError(f"{name}: port {port} is taken by something that is not our fixture")
