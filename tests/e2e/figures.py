@@ -77,12 +77,13 @@ class Overlap:
         return self.wall / (self.download + self.build)
 
 
-def overlap(rig: Rig, download_s: float = 55.0, build_s: float = 10.0) -> Overlap:
+def overlap(rig: Rig, download_s: float = 80.0, build_s: float = 10.0) -> Overlap:
     """The model downloaded while a runtime is built again (forced, so there is always a build) on a box
     that has the host stage (the build needs CUDA): model start, runtime and model finish in one run; caches
     are warm. The mirror is throttled so the download takes about download_s (longer than the build, whose
-    installing the fork's whole requirement closure now takes ~45 s here, so model finish still waits and
-    shows its progress); the fork's compile takes build_s (the build's other steps add their own time)."""
+    installing the fork's whole requirement closure takes ~45 s here and 55 s with the machine busy, when a
+    55 s download ended as model finish began and it printed no progress: 80 s leaves it waiting); the
+    fork's compile takes build_s (the build's other steps add their own time)."""
     model.reset_model(rig)
     return _measured(rig, REBUILD_STAGES, {"force_rebuild": True}, download_s, build_s)
 
