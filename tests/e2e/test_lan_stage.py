@@ -8,6 +8,7 @@ The namespace has two addresses: .2 is an allowed client (lan_allow), .3 is also
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -18,7 +19,8 @@ import pytest
 
 from tests.conftest import Rig
 from tests.e2e import service
-from tests.e2e.deploys import deploy, fresh
+from tests.e2e.deploys import DeployRun, deploy, fresh
+from tests.lan_bypass import BYPASS
 from tests.sandbox import machine, paths
 from tests.sandbox.fixtures import forge
 
@@ -31,7 +33,17 @@ OUTSIDE = "192.0.2.2"  # the host's eth0: a non-loopback address of the box, on 
 LAN_PORT = paths.LAN_PORT_BASE + 1
 SERVER_PORT = paths.VLLM_PORT_BASE + 1
 CA = paths.REPO / "lan-ca" / "rig1-ca.crt"
-DATA = {"lan_allow": [f"{NET}.0/24"], "lan_metrics_allow": [f"{METRICS_CLIENT}/32"]}
+# Secrets planted in every deploy of this module (issue 23): each must be absent from `ps`, the journal, the
+# units and pyinfra's -vv output, and present only where it must be. The mirror ignores the HF token; the
+# store and MOK passwords are control-side only (runtime_artifacts is off, enrollment is not deploy_stages).
+PLANTED = {
+    "hf_token": "hf_PlantedToken" + "T7" * 12,
+    "runtime_artifact_store_auth": "rig:planted-store-password-" + "S3" * 8,
+    "secure_boot_mok_password": "planted-mok-" + "M5" * 6,
+}
+DATA = {"lan_allow": [f"{NET}.0/24"], "lan_metrics_allow": [f"{METRICS_CLIENT}/32"], **PLANTED}
+FRESH: dict[str, DeployRun] = {}  # the module's one fresh deploy, run with -vv, for the secrets check
+DEFAULT_MODEL_DIR = "/opt/vllm-rig/models/Qwen3.6-27B-DSV4Pro-Thinking-FP8"
 PATHS = ("/health", "/metrics", "/version", "/ping", "/load", "/v1/models", "/no/such/path")
 
 
@@ -84,7 +96,8 @@ def status(answer: dict) -> int | str:
 
 def test_fresh_deploy_puts_the_proxy_in_front(rig: Rig, lan: str) -> None:
     fresh(rig)
-    run = deploy(rig, "deploy.py", data=DATA)
+    run = deploy(rig, "-vv", "deploy.py", data=DATA)  # -vv: pyinfra prints every command it runs
+    FRESH["run"] = run
     assert run.ok, run.log[-3000:]
     assert "lan_serving is direct" not in run.log
     # The server listens on loopback only; nginx on every address.
@@ -100,6 +113,83 @@ def test_fresh_deploy_puts_the_proxy_in_front(rig: Rig, lan: str) -> None:
     assert [line.split()[1:] for line in modes.splitlines()] == [["600", "root"]] * 3
     key = service.api_key(rig)
     assert key not in run.log and key not in rig.ssh("rig1", "ps -eo args")
+    _the_summarys_curl_works(run.log)
+
+
+def _the_summarys_curl_works(log: str) -> None:
+    """The run ends with the next step: the key read as it says, then its curl line, run as printed, from
+    the repository; it gets a completion from the served model through the LAN proxy."""
+    said = [line.split("] next: ", 1)[1] for line in log.splitlines() if "[rig1] next: " in line]
+    assert said and said[0].startswith(f"clients use https://127.0.0.1:{LAN_PORT}/v1 "), said
+    assert '"qwen-local"' in said[0] and "<this host>" not in log
+    read_key = next(line for line in said if "read it: " in line).split("read it: ", 1)[1]
+    curl = said[-1].removeprefix("try it: ")
+    run = subprocess.run(["bash", "-c", f"{read_key} && {curl}"], cwd=paths.REPO, capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    answer = json.loads(run.stdout)
+    assert answer["model"] == "qwen-local" and answer["choices"][0]["message"]["content"], answer
+    stages = [line for line in log.splitlines() if "[rig1] summary: " in line]
+    assert any("Driver: " in line and " s" in line for line in stages) and "this run: " in stages[-1], stages
+
+
+def _root(rig: Rig, command: str) -> str:
+    """`command`'s output as root on rig1. The secrets are looked for here, on this side: a command line that
+    held one would put it in `ps` and, through sudo, in the journal."""
+    return rig.ssh("rig1", f"sudo sh -c {shlex.quote(command)}", timeout=300)
+
+
+def _files_holding(top: Path, values: list[str]) -> list[str]:
+    """Every file under `top` (a directory of the machine's tree, read from this side) holding a value."""
+    found, wanted = [], [v.encode() for v in values]
+    for path in top.rglob("*"):
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > 64 << 20:
+            continue
+        data = path.read_bytes()
+        if any(v in data for v in wanted):
+            found.append(str(path.relative_to(top.parent)))
+    return found
+
+
+def test_planted_secrets_are_nowhere_but_their_root_only_files(rig: Rig, lan: str) -> None:
+    """Issue 23: the API key, the HF token, the store and MOK passwords, after a whole deploy with -vv."""
+    run = FRESH.get("run")
+    if run is None:
+        pytest.skip("the fresh deploy did not run")
+    assert ">>> " in run.log  # -vv did print the commands
+    secrets = {"api key": service.api_key(rig), **PLANTED}
+    places = {
+        "pyinfra's -vv output": run.log,
+        "ps": _root(rig, "ps -eo args"),
+        "the journal": _root(rig, "journalctl --no-pager -o cat"),
+        "the units": _root(rig, "systemctl cat 'vllm*' 'nginx*'; systemctl show vllm -p Environment -p ExecStart"),
+        "the logs": _root(rig, "find /var/lib/vllm-rig/logs /var/log/nginx -type f -exec cat {} +"),
+    }
+    assert "vllm-rig-model-fetch" in places["the journal"] and "ExecStart=" in places["the units"]  # read them
+    for what, value in secrets.items():
+        for place, text in places.items():
+            assert value not in text, f"{what} in {place}"
+    # where each must be: the service's env file and the HF token file, not readable by other users
+    assert f"VLLM_API_KEY={secrets['api key']}" in _root(rig, "cat /etc/vllm-rig/vllm.env")
+    assert _root(rig, "cat /etc/vllm-rig/hf-token.env").strip() == f"HF_TOKEN={PLANTED['hf_token']}"
+    modes = _root(rig, "stat -c '%a %U' /etc/vllm-rig/vllm.env /etc/vllm-rig/hf-token.env").split()
+    assert modes == ["640", "root", "600", "root"], modes
+    # the control-side secrets reach no file of the host (its tree, read from here)
+    tree = rig.machine("rig1").dir
+    assert _files_holding(tree / "etc", [PLANTED["hf_token"]]) == ["etc/vllm-rig/hf-token.env"]  # the scan finds
+    control_only = [PLANTED["runtime_artifact_store_auth"], PLANTED["secure_boot_mok_password"]]
+    for top in ("etc", "var/lib", "var/log", "var/tmp", "opt", "srv", "root", "home", "usr/local"):  # not apt caches
+        if (tree / top).is_dir():
+            assert _files_holding(tree / top, control_only) == [], top
+
+
+def test_a_secret_looking_server_environment_value_is_refused_before_any_host(rig: Rig, lan: str) -> None:
+    planted = "planted-env-secret-" + "E9" * 8
+    run = deploy(rig, "-vv", "tasks/lan.py", data={**DATA, "vllm_env": {"MY_SERVICE_TOKEN": planted}})
+    assert not run.ok
+    assert "MY_SERVICE_TOKEN looks like a secret" in run.log and planted not in run.log
+    assert ">>> " not in run.log  # refused before any command ran on a host
+    assert planted not in _root(rig, "journalctl --no-pager -o cat; systemctl cat vllm; ps -eo args")
 
 
 def test_every_path_without_the_key_is_refused_from_the_lan(rig: Rig, lan: str) -> None:
@@ -123,6 +213,58 @@ def test_every_path_without_the_key_is_refused_from_the_lan(rig: Rig, lan: str) 
         answer = https(BOX, path, key=key, source=METRICS_CLIENT)
         assert status(answer) == 200 and "vllm:" in answer["body"], (path, answer)
     assert status(https(BOX, "/metrics", source=METRICS_CLIENT)) == 401
+
+
+# Sets VLLM_API_KEY in the env file (argv 1) to argv 2, as an owner editing it by hand would.
+SET_KEY = (
+    "import re, sys; p = sys.argv[1]; t = open(p).read(); "
+    "open(p, 'w').write(re.sub(r'(?m)^VLLM_API_KEY=.*$', lambda m: 'VLLM_API_KEY=' + sys.argv[2], t))"
+)
+
+
+def refused_spellings(key: str) -> dict[tuple[str, bool], object]:
+    """Every bypass spelling from .2 (in lan_allow, not in lan_metrics_allow), with and without the key: those
+    that nginx did not refuse (400) or stop at /metrics (403), with what they got."""
+    let_through = {}
+    for path in BYPASS:
+        for keyed in (False, True):
+            answer = https(BOX, path, key=key if keyed else None)
+            if status(answer) not in (400, 403):
+                let_through[(path, keyed)] = (status(answer), answer.get("body", "")[:80])
+    return let_through
+
+
+def test_no_spelling_reaches_the_metrics_past_the_allowlist(rig: Rig, lan: str) -> None:
+    """Issue 23: nginx judged the normalised path, vLLM routed the raw one (/metrics/../health was /metrics)."""
+    key = service.api_key(rig)
+    assert refused_spellings(key) == {}
+    assert status(https(BOX, "/health", key=key)) == 200
+    models = https(BOX, "/v1/models", key=key)
+    assert status(models) == 200 and "qwen" in models["body"], models
+    assert status(https(BOX, "/v1/models?q=a/../b", key=key)) == 200  # dots in the query are not the path's
+
+
+def test_with_health_open_and_a_hand_set_key_nothing_more_gets_in(rig: Rig, lan: str) -> None:
+    """lan_health_open: /health alone without the key, every bypass spelling still refused; a key set by hand
+    with regex characters in it (the env file edited on the box) is compared literally."""
+    key = service.api_key(rig)
+    hand = "hand|set.*key$" + "7Q" * 8
+    env = "/etc/vllm-rig/vllm.env"
+    put_key = f"sudo python3 -c {shlex.quote(SET_KEY)}"
+    rig.ssh("rig1", f"{put_key} {env} {shlex.quote(hand)}")
+    try:
+        run = deploy(rig, "tasks/lan.py", data={**DATA, "lan_health_open": True})
+        assert run.ok, run.log[-3000:]
+        assert refused_spellings(hand) == {}
+        assert status(https(BOX, "/health")) == 200
+        assert status(https(BOX, "/version", key=hand)) == 200  # past nginx's check (vLLM checks /v1 only)
+        for wrong in ("hand", "x", "7Q", key, hand + "x", hand.upper()):
+            assert status(https(BOX, "/version", key=wrong)) == 401, wrong
+    finally:
+        rig.ssh("rig1", f"{put_key} {env} {shlex.quote(key)}")
+        back = deploy(rig, "tasks/lan.py", data=DATA)
+    assert back.ok, back.log[-3000:]
+    assert status(https(BOX, "/health")) == 401 and status(https(BOX, "/v1/models", key=key)) == 200
 
 
 def test_a_network_not_allowed_is_refused_on_every_path(rig: Rig, lan: str) -> None:
@@ -271,3 +413,26 @@ def test_direct_mode_says_what_it_exposes(rig: Rig, lan: str) -> None:
     assert status(client(BOX, port=SERVER_PORT, path="/metrics")) == "ConnectionRefusedError"
     assert status(https(BOX, "/v1/models", key=service.api_key(rig))) == 200
     assert machine.is_running(rig.machine("rig1"))
+
+
+def test_remove_takes_what_the_deploy_installed_and_keeps_the_model(rig: Rig, lan: str) -> None:
+    """Last in this module: the rig deployed above goes; bin/rig remove is this task."""
+    model_dir = DEFAULT_MODEL_DIR  # the sandbox's model_dir is the default, under install_root
+    run = deploy(rig, "tasks/remove.py")
+    assert run.ok, run.log[-3000:]
+    left = rig.ssh(
+        "rig1",
+        "systemctl list-units --all --plain --no-legend 'vllm*' | awk '{print $1}'; "
+        "ls /etc/systemd/system | grep vllm; id -u vllm 2>/dev/null; "
+        "ls -A /opt/vllm-rig; ls -A /opt/vllm-rig/models; ls -d /var/lib/vllm-rig /etc/vllm-rig /var/lib/vllm "
+        "/etc/nginx/conf.d/vllm-rig-lan.conf 2>/dev/null; true",
+    ).split()
+    name = Path(model_dir).name  # a symlink to its snapshot beside it, name.rev-<commit>
+    assert left[0] == "models" and left[1:] and all(e.startswith((name, f".{name}.")) for e in left[1:]), left
+    assert rig.ssh("rig1", f"test -f {model_dir}/config.json && echo kept").strip() == "kept"
+    assert rig.ssh("rig1", "dpkg-query -W -f='${Status}' nginx").strip() == "install ok installed"
+    assert status(https(BOX, "/v1/models")) == "ConnectionRefusedError"
+    again = deploy(rig, "tasks/remove.py")
+    assert again.ok and again.changed == [], again.changed
+    gone = deploy(rig, "tasks/remove.py", data={"remove_model": True})
+    assert gone.ok and rig.ssh("rig1", "ls -A /opt/vllm-rig 2>/dev/null; true").strip() == "", gone.log[-2000:]

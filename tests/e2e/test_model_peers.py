@@ -19,7 +19,8 @@ from tests.conftest import Rig
 from tests.e2e import service
 from tests.e2e.deploys import deploy, fresh
 from tests.e2e.model import MODEL_DIR, MODELS, REPO, STAGE, STATUS, UNIT, clear_log, digests, fetched_names, knobs
-from tests.sandbox import paths
+from tests.sandbox import machine, paths
+from tests.sandbox.__main__ import up
 
 pytestmark = pytest.mark.sandbox
 
@@ -54,18 +55,24 @@ def peer_lines(log: str) -> list[str]:
     return [line.strip() for line in log.splitlines() if "model peer" in line and "not used" in line]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def two_fresh(rig: Rig) -> Iterator[None]:
-    if len(rig.machines) < 2:
-        pytest.skip("needs two machines: python -m tests.sandbox up --machines 2")
-    for name in ("rig1", "rig2"):
-        fresh(rig, name, secure_boot=False)
-    knobs()
-    yield
-    knobs()
+@pytest.fixture(scope="module")
+def two(rig: Rig) -> Iterator[Rig]:
+    """rig1 and rig2 made new: this module brings rig2 up itself (so it runs in the test command) and takes
+    it down at the end, so the modules after it see one machine again, as the `rig` fixture gives it."""
+    up(2)
+    both = Rig(machine.machines(2), rig.inventory, rig.key, rig.fileserver, rig.started)
+    try:
+        for name in ("rig1", "rig2"):
+            fresh(both, name, secure_boot=False)
+        knobs()
+        yield both
+    finally:
+        knobs()
+        machine.down(machine.Machine("rig2"))
 
 
-def test_one_run_over_two_fresh_hosts_the_second_fetches_from_the_first(rig: Rig) -> None:
+def test_one_run_over_two_fresh_hosts_the_second_fetches_from_the_first(two: Rig) -> None:
+    rig = two
     clear_log()
     run = deploy(rig, *STAGE, data=SAME_MODEL)
     assert run.ok, run.error_line()
@@ -77,7 +84,11 @@ def test_one_run_over_two_fresh_hosts_the_second_fetches_from_the_first(rig: Rig
     assert f"[rig2] model: {REPO}@main: complete" in run.log and f"{len(digests())} from model peer rig1" in run.log
     assert not peer_lines(run.log)
     # rig2 asked while rig1 still downloaded: rig1's server said "not yet" at least once
-    assert '"GET /v1/status HTTP/1.1" 503' in sh(rig, "rig1", "journalctl --no-pager -t vllm-rig-model-serve")
+    served = sh(rig, "rig1", "journalctl --no-pager -t vllm-rig-model-serve")
+    assert '"GET /v1/status HTTP/1.1" 503' in served
+    # rig2 said it was done with rig1 once it had the files: the server stopped by itself, before model finish
+    assert "rig2 is done with this peer; waiting for nobody" in served
+    assert "model_serve: stopped: every follower (rig2) reported done" in served
     # The run's peering is over: no server, no token left on either host; a second run changes nothing.
     for name in ("rig1", "rig2"):
         assert sh(rig, name, "systemctl is-active vllm-rig-model-serve || true").strip() in ("inactive", "")
@@ -86,9 +97,10 @@ def test_one_run_over_two_fresh_hosts_the_second_fetches_from_the_first(rig: Rig
     assert again.ok and again.changed == [], again.changed
 
 
-def test_an_unreachable_model_peer_falls_back_with_one_line_and_still_ends_proven(rig: Rig) -> None:
+def test_an_unreachable_model_peer_falls_back_with_one_line_and_still_ends_proven(two: Rig) -> None:
     """The whole deploy.py over both: rig1 changes nothing but is asked to serve; rig2 goes from the model stage
     to a proven service, its model from the mirror after one line."""
+    rig = two
     sh(rig, "rig2", f"systemctl stop {UNIT} 2>/dev/null; rm -rf {MODELS} {STATUS}; true")
     clear_log()
     port = paths.MODEL_PEER_PORT_BASE + 1  # rig1's

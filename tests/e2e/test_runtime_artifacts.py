@@ -1,7 +1,8 @@
 """Runtime artifacts on the sandbox: two fresh hosts of one fingerprint in one run: rig1 compiles and its
 runtime goes into the store by fingerprint; rig2 installs it (no compile) and passes the same checks; a later
-run of rig2 alone installs it from the store; a corrupt artifact
-makes rig2 compile instead, with one line, and the whole deploy still ends with a proven service.
+run of rig2 alone installs it from the store; an artifact changed in the store after it was stored (archive
+and manifest both) makes rig2 compile instead, with one line, and the whole deploy still ends with a proven
+service.
 
 Brings up rig2 beside rig1 and takes it down again at the end.
 """
@@ -23,11 +24,13 @@ from tests.sandbox import machine, paths
 from tests.sandbox.__main__ import up
 from tests.sandbox.fixtures import forge
 from vllm_rig.host import runtime_artifact
+from vllm_rig.stages.runtime import artifact_signing as signing
 
 pytestmark = pytest.mark.sandbox
 
 ROOT = "/opt/vllm-rig"
 STORE = paths.STATE / "runtime-artifacts"  # inventory/sandbox.py's runtime_artifact_store
+KEY = paths.STATE / "runtime-artifact.key"  # and its runtime_artifact_key
 ON = {"runtime_artifacts": True}
 COMPILE = "--no-build-isolation --no-deps -e"  # the fork's compile command in the build log
 
@@ -72,6 +75,7 @@ def test_one_run_two_fresh_hosts_compile_once(two_hosts: Rig) -> None:
     manifest = json.loads((STORE / runtime_artifact.manifest_name(fp)).read_text())
     archive = STORE / runtime_artifact.archive_name(fp)
     assert runtime_artifact.file_sha256(archive) == manifest["archive_sha256"]
+    assert signing.verify((STORE / runtime_artifact.manifest_name(fp)).read_bytes(), signing.load_key(KEY))
     assert any(rel.startswith("venv/") for rel in manifest["files"])
     assert any(rel.startswith("src/vllm/") and "/.git/" not in rel for rel in manifest["files"])
     assert sh(two_hosts, "rig1", f"ls {ROOT}/cache/artifacts") == ""  # the host keeps no copy
@@ -98,20 +102,31 @@ def assert_installed_from(rig: Rig, name: str, fp: str) -> None:
     assert sh(rig, name, f"cd / && {ROOT}/current/venv/bin/python -c 'import vllm._C' && echo OK") == "OK"
 
 
-def test_corrupt_artifact_falls_back_to_compiling_and_ends_proven(two_hosts: Rig) -> None:
+def test_an_artifact_changed_in_the_store_is_refused_and_the_host_compiles_and_ends_proven(two_hosts: Rig) -> None:
+    """Whoever can write to the store flips a byte of the archive and sets the manifest's sum to match: the
+    control machine's signature no longer holds, so rig2 is offered nothing, says so in one line and compiles;
+    the whole deploy still ends with a proven service, and rig2's artifact, signed, replaces the altered one."""
     fp = record(two_hosts, "rig1")["fingerprint"]
     archive = STORE / runtime_artifact.archive_name(fp)
     data = bytearray(archive.read_bytes())
     data[len(data) // 2] ^= 0xFF  # one flipped byte, the size unchanged
     archive.write_bytes(bytes(data))
+    path = STORE / runtime_artifact.manifest_name(fp)
+    path.write_text(
+        json.dumps({**json.loads(path.read_text()), "archive_sha256": runtime_artifact.file_sha256(archive)})
+    )
     sh(two_hosts, "rig2", f"rm -rf {ROOT}/runtimes/* {ROOT}/current {ROOT}/previous")
     run = expect_ok(deploy(two_hosts, "deploy.py", limit="rig2", data=ON, timeout=1500))
-    log = build_log(two_hosts, "rig2", current(two_hosts, "rig2"))
-    said = [line for line in log.splitlines() if line.startswith(f"artifact {fp[:16]} not used")]
-    assert len(said) == 1 and "corrupt" in said[0] and said[0].endswith("building instead"), said
-    assert COMPILE in log
+    said = [line for line in run.log.splitlines() if f"runtime artifact {fp[:16]} in " in line]
+    assert len(said) == 1 and "changed after it was stored" in said[0], said
+    assert said[0].rstrip().endswith("this host compiles"), said
+    log = build_log(two_hosts, "rig2", current(two_hosts, "rig2")).rsplit("BUILD START", 1)[-1]  # this run's
+    assert COMPILE in log and "installed from artifact" not in log and "not used" not in log  # never offered
     assert record(two_hosts, "rig2")["installed_from_artifact"] is None
     assert "service_probe: generated" in run.log  # the deploy proved generation, not just /health
+    assert signing.verify(path.read_bytes(), signing.load_key(KEY))["archive_sha256"] == runtime_artifact.file_sha256(
+        archive
+    )
 
 
 def test_when_the_compiling_host_fails_the_others_compile(two_hosts: Rig) -> None:

@@ -32,6 +32,7 @@ def settings() -> dict[str, object]:
         "runtime_artifacts": True,
         "runtime_artifact_store": artifact_store.url(),
         "runtime_artifact_store_auth": artifact_store.auth(),
+        "runtime_artifact_store_allow_http": True,  # the sandbox store's plain port; https is tls_url()
     }
 
 
@@ -58,6 +59,7 @@ def test_first_host_compiles_and_uploads_the_artifact(two_hosts: Rig) -> None:
     assert runtime_artifact.file_sha256(archive) == manifest["archive_sha256"]
     assert any(rel.startswith("venv/") for rel in manifest["files"])
     assert artifact_store.url() in run.log and artifact_store.auth().split(":", 1)[1] not in run.log
+    assert f"runtime artifact store {artifact_store.url()} is plain http://" in run.log
     assert sh(two_hosts, "rig1", f"ls {ROOT}/cache/artifacts") == ""  # the host keeps no copy
 
 

@@ -5,6 +5,7 @@ mirror stand-in; a peer that cannot be used is said in one line and the mirror (
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import shutil
@@ -32,10 +33,12 @@ from tests.sandbox.test_model_fetch import (
     fetch,
     source,
 )
+from vllm_rig.host.model_serve import follower_token
 
 served, mirror, box = base.served, base.mirror, base.box  # the mirror stand-in and a fresh host, as there
 
-TOKEN = "peer-token-" + "x" * 24
+TOKEN = "peer-token-" + "x" * 24  # the run's, in rig1's token file
+FOLLOWER = follower_token(TOKEN, "rig2")  # what rig2's token file holds
 UNUSED = "model peer rig1 not used: "
 
 
@@ -71,11 +74,19 @@ def holder(served: Mirror, tmp_path_factory: pytest.TempPathFactory) -> Box:
     return held
 
 
-def start_serving(dest: Path, tmp: Path, status_file: Path | None = None, token: str = TOKEN) -> Peer:
+def start_serving(
+    dest: Path,
+    tmp: Path,
+    status_file: Path | None = None,
+    token: str = TOKEN,
+    followers: str = "rig2",
+    idle_exit_s: float | None = None,
+) -> Peer:
     port, log = free_port(), tmp / "serve.log"
     argv = [*host_scripts.program("model_serve"), "--dest", str(dest), "--repo", REPO, "--revision", "main"]
-    argv += ["--bind", "127.0.0.1", "--port", str(port)]
+    argv += ["--bind", "127.0.0.1", "--port", str(port), "--followers", followers]
     argv += ["--status-file", str(status_file)] if status_file else []
+    argv += ["--idle-exit-s", str(idle_exit_s), "--first-ask-s", str(idle_exit_s)] if idle_exit_s is not None else []
     with log.open("wb") as err:
         env = {**os.environ, "VLLM_RIG_PEER_TOKEN": token}
         proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=err)
@@ -88,7 +99,8 @@ def peer_of(tmp_path: Path) -> Iterator[list[Peer]]:
     started: list[Peer] = []
     yield started
     for p in started:
-        p.proc.terminate()
+        if p.proc.poll() is None:
+            p.proc.terminate()
         p.proc.wait(10)
 
 
@@ -98,7 +110,7 @@ def serve(peer_of: list[Peer], dest: Path, tmp: Path, **kw: object) -> Peer:
     return p
 
 
-def follow(mirror: Mirror, box: Box, spec: str, *extra: str, token: str = TOKEN) -> subprocess.CompletedProcess[str]:
+def follow(mirror: Mirror, box: Box, spec: str, *extra: str, token: str = FOLLOWER) -> subprocess.CompletedProcess[str]:
     return fetch(mirror, box, "--peer", spec, *extra, VLLM_RIG_PEER_TOKEN=token)
 
 
@@ -174,7 +186,7 @@ def test_a_peer_that_refuses_the_token_falls_back_with_one_line(
     ]
     assert assert_complete(box, mirror)["from_peer"] is None
     assert "model_fetch: " + box.status()["peer_unused"] == unused_lines(result)[0]  # the deploy prints this
-    assert TOKEN not in result.stdout + result.stderr + json.dumps(box.status())
+    assert FOLLOWER not in result.stdout + result.stderr + json.dumps(box.status())
 
 
 def test_an_unreachable_peer_falls_back_with_one_line(mirror: Mirror, box: Box) -> None:
@@ -215,3 +227,61 @@ def test_a_peer_whose_own_download_failed_is_left_at_once(
     [line] = unused_lines(result)
     assert "it answered HTTP 410: could not reach the mirror" in line
     assert (box.dest / MARKER).is_file()
+
+
+def ask(peer: Peer, token: str, method: str = "GET", path: str = "/v1/status") -> tuple[int, dict[str, object]]:
+    conn = http.client.HTTPConnection("127.0.0.1", peer.port, timeout=10)
+    conn.request(method, path, headers={"Authorization": f"Bearer {token}"})
+    response = conn.getresponse()
+    return response.status, json.loads(response.read() or b"{}")
+
+
+def stopped(peer: Peer, within_s: float) -> str:
+    """The server's own last line once it exited by itself (rc 0) within `within_s`."""
+    rc = peer.proc.wait(within_s)
+    assert rc == 0, peer.sent()
+    assert peer.proc.stdout is not None
+    return peer.proc.stdout.read().decode().strip().splitlines()[-1]
+
+
+def test_the_server_stops_once_its_only_follower_is_done_and_its_token_is_worthless_after(
+    mirror: Mirror, box: Box, holder: Box, peer_of: list[Peer], tmp_path: Path
+) -> None:
+    """Issue 23: a run's peer server kept listening with that run's token for hours after the run."""
+    peer = serve(peer_of, holder.dest, tmp_path)
+    assert ask(peer, TOKEN)[0] == 401  # the run's token itself is never a follower's: it is not accepted
+    result = follow(mirror, box, peer.spec)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert assert_complete(box, mirror)["from_peer"]["files"] == len(digests(source()))
+    assert stopped(peer, 15) == "model_serve: stopped: every follower (rig2) reported done"
+    assert "rig2 is done with this peer; waiting for nobody" in peer.sent()
+    with pytest.raises(OSError):
+        ask(peer, FOLLOWER)  # nothing listens any more
+
+
+def test_each_follower_has_its_own_token_refused_once_it_is_done(
+    holder: Box, peer_of: list[Peer], tmp_path: Path
+) -> None:
+    peer = serve(peer_of, holder.dest, tmp_path, followers="rig2,rig3")
+    rig3 = follower_token(TOKEN, "rig3")
+    assert ask(peer, FOLLOWER)[0] == 200 and ask(peer, rig3)[0] == 200
+    assert ask(peer, follower_token(TOKEN, "rig4"))[0] == 401  # not a follower of this server
+    assert ask(peer, follower_token("another-runs-token-" + "y" * 20, "rig2"))[0] == 401  # another run's
+    assert ask(peer, FOLLOWER, "POST", "/v1/done") == (200, {"state": "done", "waiting_for": ["rig3"]})
+    assert ask(peer, FOLLOWER) == (401, {"state": "refused", "message": "this follower reported done"})
+    assert ask(peer, rig3)[0] == 200 and peer.proc.poll() is None  # rig3 still needs it
+    assert ask(peer, rig3, "POST", "/v1/done")[0] == 200
+    assert stopped(peer, 10) == "model_serve: stopped: every follower (rig2, rig3) reported done"
+
+
+def test_the_server_stops_when_no_follower_asks_for_a_while(holder: Box, peer_of: list[Peer], tmp_path: Path) -> None:
+    """An interrupted run: its followers never come or never say they are done; the server does not wait for
+    its unit's RuntimeMaxSec. Asking is not idle (a file in flight is not either: tests/unit/test_model_peers.py)."""
+    peer = serve(peer_of, holder.dest, tmp_path, idle_exit_s=3)
+    for _ in range(3):  # a follower polling every 2 s keeps it up past its idle time
+        time.sleep(2)
+        assert ask(peer, FOLLOWER)[0] == 200
+    assert peer.proc.poll() is None
+    started = time.monotonic()
+    assert stopped(peer, 15) == "model_serve: stopped: no follower asked for 3 s"
+    assert time.monotonic() - started < 10

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import importlib.util
+import ipaddress
 import shlex
 import shutil
 import subprocess
@@ -15,12 +16,13 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509 import verification
 from cryptography.x509.oid import NameOID
 
 from tests.unit.groupdata import profile_data
 from vllm_rig.core.files import rendered
 from vllm_rig.stages.lan.deploy import TEMPLATE, site_context
-from vllm_rig.stages.lan.facts import KeyMap, key_map_script
+from vllm_rig.stages.lan.facts import KeyMap, LanTls, key_map_script
 from vllm_rig.validation import SettingsError, load_settings
 
 HOST = Path(__file__).resolve().parents[2] / "vllm_rig" / "host"
@@ -150,7 +152,7 @@ def test_key_map_is_made_from_the_env_file_and_read_back_by_digest(tmp_path: Pat
     assert fact() == "differs"
     make = f'want=$({key_map_script(str(env))}); printf "%s\\n" "$want" > {shlex.quote(str(map_file))}'
     subprocess.run(["sh", "-c", make], check=True)
-    assert '"~^(?i:bearer) abc-DEF_123$" 1;' in map_file.read_text()
+    assert '"~^(?i:bearer) abc\\-DEF\\_123$" 1;' in map_file.read_text()  # escaped: literal
     assert fact() == "differs"  # not 0600 yet
     map_file.chmod(0o600)
     assert fact() == "same"
@@ -171,13 +173,25 @@ def _lan_tls() -> ModuleType:
     return module
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
-def test_local_ca_is_made_once_and_the_certificate_again_when_it_must(tmp_path: Path) -> None:
+def _host(tls: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host lan_tls sees: its name and addresses fixed, so what the CA permits is known."""
+    monkeypatch.setattr(tls.socket, "gethostname", lambda: "rig-x")
+    monkeypatch.setattr(tls, "host_addresses", lambda: {"127.0.0.1", "::1", "192.0.2.10", "2001:db8::10"})
+
+
+NEEDS_OPENSSL = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
+
+
+@NEEDS_OPENSSL
+def test_local_ca_is_made_once_and_the_certificate_again_when_it_must(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     tls = _lan_tls()
+    _host(tls, monkeypatch)
     d = tmp_path / "lan"
-    assert tls.status(d, []).startswith("new: no local CA")
+    assert tls.status(d, [])[0].startswith("new: no local CA")
     tls.ensure(d, ["box.example", "10.9.9.9"])
-    assert tls.status(d, ["box.example", "10.9.9.9"]).startswith("ok: ")
+    assert tls.status(d, ["box.example", "10.9.9.9"])[0].startswith("ok: ")
     assert {p.name: oct(p.stat().st_mode & 0o777) for p in d.iterdir()} == {
         "ca.crt": "0o644",
         "ca.key": "0o600",
@@ -185,15 +199,177 @@ def test_local_ca_is_made_once_and_the_certificate_again_when_it_must(tmp_path: 
         "server.key": "0o600",
     }
     ca = (d / "ca.crt").read_bytes()
-    assert tls.status(d, ["other.example"]) == "renew: server.crt does not name other.example"
-    tls.ensure(d, ["other.example"])
+    # a name under one the CA permits: the certificate is made again, by the same CA
+    assert tls.status(d, ["api.box.example"]) == ["renew: server.crt does not name api.box.example"]
+    tls.ensure(d, ["api.box.example"])
     assert (d / "ca.crt").read_bytes() == ca  # the CA clients trust stays
-    assert tls.status(d, ["other.example"]).startswith("ok: ")
+    assert tls.status(d, ["api.box.example"])[0].startswith("ok: ")
     verify = subprocess.run(["openssl", "verify", "-CAfile", d / "ca.crt", d / "server.crt"], capture_output=True)
-    assert verify.returncode == 0
+    assert verify.returncode == 0, verify
     tls.CERT_DAYS = 10  # a certificate that ends within 30 days is made again
     (d / "server.crt").unlink()
     tls.ensure(d, [])
-    assert tls.status(d, []) == "renew: server.crt expires within 30 days"
+    assert tls.status(d, []) == ["renew: server.crt expires within 30 days"]
     (d / "server.key").write_bytes((d / "ca.key").read_bytes())
-    assert tls.status(d, []) == "renew: server.key is not server.crt's key"
+    assert tls.status(d, []) == ["renew: server.key is not server.crt's key"]
+
+
+def _leaf(ca_dir: Path, dns: list[str], ips: list[str]) -> x509.Certificate:
+    """A server certificate for these names, signed with the CA's key as whoever holds ca.key could sign one."""
+    ca = x509.load_pem_x509_certificate((ca_dir / "ca.crt").read_bytes())
+    ca_key = serialization.load_pem_private_key((ca_dir / "ca.key").read_bytes(), password=None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    names: list[x509.GeneralName] = [x509.DNSName(n) for n in dns]
+    names += [x509.IPAddress(ipaddress.ip_address(a)) for a in ips]
+    return (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, (dns or ips)[0])]))
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=30))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+
+
+def _verified(ca_dir: Path, leaf: x509.Certificate, name: str) -> bool:
+    """Whether cryptography's own path validation (webpki rules, name constraints included) accepts the leaf
+    for `name` with only the local CA trusted."""
+    ca = x509.load_pem_x509_certificate((ca_dir / "ca.crt").read_bytes())
+    try:
+        subject: verification.DNSName | verification.IPAddress = verification.IPAddress(ipaddress.ip_address(name))
+    except ValueError:
+        subject = verification.DNSName(name)
+    verifier = verification.PolicyBuilder().store(verification.Store([ca])).build_server_verifier(subject)
+    try:
+        verifier.verify(leaf, [])
+    except verification.VerificationError:
+        return False
+    return True
+
+
+def _openssl_verify(ca_dir: Path, leaf: x509.Certificate, tmp: Path) -> subprocess.CompletedProcess[str]:
+    pem = tmp / "leaf.pem"
+    pem.write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
+    return subprocess.run(["openssl", "verify", "-CAfile", ca_dir / "ca.crt", pem], capture_output=True, text=True)
+
+
+@NEEDS_OPENSSL
+def test_local_ca_may_sign_only_the_hosts_names_and_addresses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tls = _lan_tls()
+    _host(tls, monkeypatch)
+    d = tmp_path / "lan"
+    tls.ensure(d, ["box.example", "10.9.9.9"])
+    ca = x509.load_pem_x509_certificate((d / "ca.crt").read_bytes())
+    constraints = ca.extensions.get_extension_for_class(x509.NameConstraints)
+    assert constraints.critical
+    assert constraints.value.excluded_subtrees is None
+    permitted = constraints.value.permitted_subtrees or []
+    assert {n.value for n in permitted if isinstance(n, x509.DNSName)} == {
+        "rig-x", "rig-x.local", "localhost", "box.example"
+    }  # fmt: skip
+    assert {n.value for n in permitted if isinstance(n, x509.IPAddress)} == {
+        ipaddress.ip_network(n) for n in ("127.0.0.1/32", "::1/128", "192.0.2.10/32", "2001:db8::10/128", "10.9.9.9/32")
+    }
+    assert len(permitted) == 9  # nothing else: no other name types
+
+    # the host's own certificate, and a new one for its names, verify with both openssl and cryptography
+    server = x509.load_pem_x509_certificate((d / "server.crt").read_bytes())
+    for name in ("rig-x", "rig-x.local", "box.example", "localhost", "192.0.2.10", "10.9.9.9", "2001:db8::10"):
+        assert _verified(d, server, name), name
+    assert _openssl_verify(d, server, tmp_path).returncode == 0
+    own = _leaf(d, ["box.example", "api.box.example"], ["192.0.2.10"])
+    assert _verified(d, own, "api.box.example") and _openssl_verify(d, own, tmp_path).returncode == 0
+
+    # whoever holds ca.key cannot mint a certificate clients accept for another name or address
+    for dns, ips, name in (
+        (["bank.example"], [], "bank.example"),
+        (["box.example.evil"], [], "box.example.evil"),
+        ([], ["192.0.2.1"], "192.0.2.1"),
+        (["box.example", "bank.example"], [], "box.example"),  # one name outside is enough to refuse it all
+    ):
+        rogue = _leaf(d, dns, ips)
+        assert not _verified(d, rogue, name), name
+        checked = _openssl_verify(d, rogue, tmp_path)
+        assert checked.returncode != 0 and "permitted subtree violation" in checked.stdout + checked.stderr, checked
+
+
+def _unconstrained_ca(d: Path) -> None:
+    """A local CA as vllm-rig made it before name constraints: same profile, no NameConstraints."""
+    d.mkdir(parents=True)
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "vllm-rig local CA (rig-x)")])
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=3650))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(
+            x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True
+        )  # keyCertSign, cRLSign
+        .sign(key, hashes.SHA256())
+    )
+    (d / "ca.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (d / "ca.key").write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+
+
+@NEEDS_OPENSSL
+def test_a_ca_clients_already_trust_is_kept_and_what_it_cannot_do_is_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tls = _lan_tls()
+    _host(tls, monkeypatch)
+    old = tmp_path / "old"
+    _unconstrained_ca(old)
+    before = (old / "ca.crt").read_bytes()
+    tls.ensure(old, [])
+    state = tls.status(old, [])
+    assert (old / "ca.crt").read_bytes() == before  # clients pinned it: a re-run does not replace it
+    assert state[0].startswith("ok: ") and len(state) == 2
+    assert state[1].startswith("warn: the local CA has no name constraints") and str(old / "ca.crt") in state[1]
+    assert _verified(old, x509.load_pem_x509_certificate((old / "server.crt").read_bytes()), "rig-x")
+
+    # a constrained CA and a name it was not made for: kept, the name left out and said
+    d = tmp_path / "lan"
+    tls.ensure(d, [])
+    ca = (d / "ca.crt").read_bytes()
+    tls.ensure(d, ["other.example", "10.1.1.1"])
+    state = tls.status(d, ["other.example", "10.1.1.1"])
+    assert (d / "ca.crt").read_bytes() == ca
+    assert state[0].startswith("ok: ")
+    assert state[1].startswith("warn: the local CA does not permit other.example, 10.1.1.1")
+    server = x509.load_pem_x509_certificate((d / "server.crt").read_bytes())
+    sans = server.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "other.example" not in sans.get_values_for_type(x509.DNSName)
+    assert _openssl_verify(d, server, tmp_path).returncode == 0  # the certificate it serves still verifies
+
+    # the owner re-makes it as the warning says: remove ca.crt, run again; the new CA permits the names
+    (d / "ca.crt").unlink()
+    tls.ensure(d, ["other.example", "10.1.1.1"])
+    assert (d / "ca.crt").read_bytes() != ca
+    assert tls.status(d, ["other.example", "10.1.1.1"])[1:] == []
+    assert _verified(d, x509.load_pem_x509_certificate((d / "server.crt").read_bytes()), "other.example")
+
+
+def test_lan_tls_fact_reads_the_state_and_its_warnings() -> None:
+    fact = LanTls()
+    lines = ["@@state", "ok: server.crt valid to X; CA sha256 AB", "warn: the local CA has no name constraints"]
+    assert fact.process(lines) == {
+        "state": "ok: server.crt valid to X; CA sha256 AB",
+        "warnings": ["the local CA has no name constraints"],
+    }

@@ -99,3 +99,66 @@ def test_settings_go_in_with_every_secret_key_redacted() -> None:
     assert data["model_repo"] == s.model_repo  # the rest is there as set
     assert set(bundle.host_parts(s)) == set(bundle.HOST_PARTS)
     assert TOKEN in bundle.spec(s, "/x.tar.gz", "t", {})["secrets"]  # redacted wherever the host echoes it
+
+
+def test_secrets_known_by_their_shape_are_redacted_whatever_their_value(tmp_path: Path) -> None:
+    """Issue 23: values nobody listed: a vllm_env secret, --api-key in the server's args, a URL's password, the
+    model peer's token file; each planted in the unit, the journal and `ps`-like output."""
+    peer = tmp_path / "model-peer.env"
+    peer.write_text("VLLM_RIG_PEER_TOKEN=peer-" + "q" * 24 + "\n")
+    planted = {
+        "unit.txt": "Environment=WANDB_API_KEY=wandb-secret-1234 MY_PASSWORD='pw with spaces' OMP_NUM_THREADS=8\n"
+        "ExecStart=/opt/venv/bin/vllm serve /m --api-key=hand-set-key-5678 --port 8000\n",
+        "journal.txt": "args: --api-key hand-set-key-5678\nfetch https://alice:s3cretpw@mirror.example/x\n"
+        "peer asked with peer-" + "q" * 24 + "\nGITHUB_TOKEN=ghp_abcdefgh12345678\n",
+    }
+    files = {}
+    for name, text in planted.items():
+        files[name] = tmp_path / name
+        files[name].write_text(text)
+    out = tmp_path / "b.tar.gz"
+    _run(
+        {
+            "out": str(out),
+            "top": "t",
+            "parts": {name: {"file": str(path)} for name, path in files.items()},
+            "secret_files": [str(peer)],
+        }
+    )
+    members = _members(out)
+    everything = b"".join(members.values())
+    for secret in (b"wandb-secret-1234", b"pw with spaces", b"hand-set-key-5678", b"s3cretpw", b"alice", b"q" * 24,
+                   b"ghp_abcdefgh12345678"):  # fmt: skip
+        assert secret not in everything, secret
+    unit = members["t/unit.txt"].decode()
+    assert "WANDB_API_KEY=<redacted:WANDB_API_KEY>" in unit and "OMP_NUM_THREADS=8" in unit
+    assert "--api-key=<redacted:api-key> --port 8000" in unit
+    assert "https://<redacted:userinfo>@mirror.example/x" in members["t/journal.txt"].decode()
+
+
+def test_the_settings_part_and_the_spec_hold_no_secret_and_no_control_side_one(tmp_path: Path) -> None:
+    s = load_settings(
+        {
+            **profile_data(),
+            "vllm_env": {"OMP_NUM_THREADS": "8"},
+            "secure_boot_mok_password": "mok-password-1234",
+            "runtime_artifact_store": "https://store.example/a/",
+            "runtime_artifact_store_auth": "rig:store-password-99",
+        }
+    )
+    # validation refuses a secret-looking vllm_env name; one that got past it is redacted all the same
+    s = s.model_copy(update={"vllm_env": {"WANDB_API_KEY": "wandb-secret-1234", "OMP_NUM_THREADS": "8"}})
+    data = json.dumps(bundle.redacted_settings(s))
+    assert "wandb-secret-1234" not in data and '"OMP_NUM_THREADS": "8"' in data
+    spec = json.dumps(bundle.spec(s, "/x.tar.gz", "t", {"settings.json": data}))
+    for secret in ("mok-password-1234", "store-password-99", "wandb-secret-1234"):
+        assert secret not in spec, secret  # what is sent to the host
+    assert "/etc/vllm-rig/model-peer.env" in spec
+    # the fetched bundle: a control-side secret the host wrote anyway is redacted here
+    out = tmp_path / "b.tar.gz"
+    log = tmp_path / "log.txt"
+    log.write_text("mokutil said mok-password-1234\n")
+    _run({"out": str(out), "top": "t", "parts": {"log.txt": {"file": str(log)}}})
+    assert bundle.redact_fetched(out, bundle.control_secrets(s)) == 1
+    assert _members(out)["t/log.txt"] == b"mokutil said <redacted:secure_boot_mok_password>\n"
+    assert out.stat().st_mode & 0o777 == 0o600

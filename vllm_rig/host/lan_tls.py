@@ -4,11 +4,16 @@
     python3 vllm-rig-host.pyz lan_tls check  --dir D [--name N ...]   "ok: ..." or "new: <why>" / "renew: <why>"
     python3 vllm-rig-host.pyz lan_tls ensure --dir D [--name N ...]   make what check finds missing or stale
 
-The CA (ca.key, ca.crt: EC P-256, 10 years) is made once and kept: clients trust it. The server certificate
-(server.key, server.crt; 825 days, the longest Apple's clients accept from a private CA) names the host (its
-name, <name>.local, localhost), every address it has (global scope and loopback) and each --name; it is made
-again when one of those is missing from it, when it expires within 30 days, or when it no longer matches the CA
-or its key. Keys are 0600 root; nginx's master process reads them. Stdlib and the openssl command only.
+The CA (ca.key, ca.crt: EC P-256, 10 years) is made once and kept: clients trust it. It carries critical name
+constraints: it may sign only the DNS names and addresses the host had when it was made (so a copy of its key
+cannot mint certificates clients accept for another name). The server certificate (server.key, server.crt; 825
+days, the longest Apple's clients accept from a private CA) names the host (its name, <name>.local, localhost),
+every address it has (global scope and loopback) and each --name, of those the CA permits; it is made again
+when one of those is missing from it, when it expires within 30 days, or when it no longer matches the CA or its
+key. A name or address the CA does not permit (a new address, a new --name), or a CA without constraints (made
+by an older vllm-rig), is kept as it is and said on a "warn: " line after check's state line: re-making the CA
+changes what clients trust, so only the owner does it (remove ca.crt, run ensure). Keys are 0600 root; nginx's
+master process reads them. Stdlib and the openssl command only.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from pathlib import Path
 CA_DAYS = 3650
 CERT_DAYS = 825
 RENEW_BEFORE_S = 30 * 86400
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 def openssl(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
@@ -41,13 +47,13 @@ def must(*args: str) -> bytes:
 
 
 def host_addresses() -> set[str]:
-    """Loopback and every global-scope address (iproute2's JSON), as ipaddress spells them."""
+    """Loopback and every global-scope address but IPv6 privacy ones (iproute2's JSON), as ipaddress spells them."""
     found = {"127.0.0.1", "::1"}
     run = subprocess.run(["ip", "-j", "addr", "show", "scope", "global"], capture_output=True, text=True, check=False)
     try:
         for link in json.loads(run.stdout or "[]"):
             for info in link.get("addr_info", []):
-                if info.get("local"):
+                if info.get("local") and not info.get("temporary"):  # privacy addresses rotate; nobody dials them
                     found.add(str(ipaddress.ip_address(info["local"])))
     except ValueError:
         pass
@@ -78,6 +84,40 @@ def cert_names(cert: Path) -> tuple[set[str], set[str]]:
         elif part.startswith("IP Address:"):
             ips.add(str(ipaddress.ip_address(part[len("IP Address:") :])))
     return dns, ips
+
+
+def ca_constraints(ca: Path) -> tuple[set[str], list[Network]] | None:
+    """The DNS names and networks the CA permits; None when it carries no name constraints (it signs any name)."""
+    text = must("x509", "-in", str(ca), "-noout", "-ext", "nameConstraints").decode()
+    if "Name Constraints" not in text:
+        return None
+    dns: set[str] = set()
+    nets: list[Network] = []
+    permitted = False
+    for line in text.splitlines()[1:]:
+        item = line.strip()
+        if item.endswith(":") and not item.startswith(("DNS:", "IP:")):
+            permitted = item == "Permitted:"
+        elif permitted and item.startswith("DNS:"):
+            dns.add(item[4:].lower())
+        elif permitted and item.startswith("IP:"):
+            address, _, mask = item[3:].partition("/")
+            prefix = bin(int(ipaddress.ip_address(mask))).count("1")  # IPv6 networks take no netmask form
+            nets.append(ipaddress.ip_network(f"{ipaddress.ip_address(address)}/{prefix}", strict=False))
+    return dns, nets
+
+
+def permitted_by(
+    constraints: tuple[set[str], list[Network]] | None, dns: set[str], ips: set[str]
+) -> tuple[set[str], set[str]]:
+    """Of `dns` and `ips`, what a CA with these constraints may sign (RFC 5280: a DNS constraint permits the
+    name and every name under it)."""
+    if constraints is None:
+        return set(dns), set(ips)
+    names, nets = constraints
+    ok_dns = {n for n in dns if any(n.lower() == c or n.lower().endswith(f".{c}") for c in names)}
+    ok_ips = {a for a in ips if any(ipaddress.ip_address(a) in net for net in nets)}
+    return ok_dns, ok_ips
 
 
 def public_key(path: Path, is_cert: bool) -> bytes:
@@ -117,15 +157,47 @@ def server_problem(d: Path, dns: set[str], ips: set[str]) -> str | None:
     return None
 
 
-def status(d: Path, extra: list[str]) -> str:
+REMAKE = "to re-make it, remove {ca} on the host and deploy again, then give clients the new CA certificate"
+
+
+def signable(d: Path, extra: list[str]) -> tuple[set[str], set[str], list[str]]:
+    """(DNS names, addresses) the server certificate is to name, of those wanted, and warnings: what the CA
+    does not permit, or that it has no constraints. The CA must be there."""
+    dns, ips = wanted(extra)
+    constraints = ca_constraints(d / "ca.crt")
+    ok_dns, ok_ips = permitted_by(constraints, dns, ips)
+    remake = REMAKE.format(ca=d / "ca.crt")
+    if constraints is None:
+        return (
+            ok_dns,
+            ok_ips,
+            [f"the local CA has no name constraints (an older vllm-rig made it): it can sign any name; {remake}"],
+        )
+    refused = sorted(dns - ok_dns) + sorted(ips - ok_ips)
+    if not refused:
+        return ok_dns, ok_ips, []
+    return (
+        ok_dns,
+        ok_ips,
+        [
+            f"the local CA does not permit {', '.join(refused)} (it was made before the host had them): server.crt "
+            f"leaves them out, so clients cannot reach it by them; {remake}"
+        ],
+    )
+
+
+def status(d: Path, extra: list[str]) -> list[str]:
+    """The state line ("ok: ...", "new: <why>", "renew: <why>") and a "warn: ..." line for each warning."""
     problem = ca_problem(d)
     if problem:
-        return f"new: {problem}"
-    problem = server_problem(d, *wanted(extra))
+        return [f"new: {problem}"]
+    dns, ips, warnings = signable(d, extra)
+    notes = [f"warn: {w}" for w in warnings]
+    problem = server_problem(d, dns, ips)
     if problem:
-        return f"renew: {problem}"
+        return [f"renew: {problem}", *notes]
     end = must("x509", "-in", str(d / "server.crt"), "-noout", "-enddate").decode().strip().split("=", 1)[-1]
-    return f"ok: server.crt valid to {end}; CA sha256 {fingerprint(d / 'ca.crt')}"
+    return [f"ok: server.crt valid to {end}; CA sha256 {fingerprint(d / 'ca.crt')}", *notes]
 
 
 CONFIG = """[req]
@@ -137,6 +209,7 @@ CN = {cn}
 basicConstraints = critical, CA:TRUE, pathlen:0
 keyUsage = critical, keyCertSign, cRLSign
 subjectKeyIdentifier = hash
+nameConstraints = critical, {permitted}
 [v3_server]
 basicConstraints = critical, CA:FALSE
 keyUsage = critical, digitalSignature
@@ -150,10 +223,21 @@ subjectAltName = @alt
 
 
 def config(tmp: Path, cn: str, dns: set[str], ips: set[str]) -> Path:
+    """The openssl config: the server certificate names `dns` and `ips`, the CA permits exactly them (each
+    address as a single-address network)."""
     alt = [f"DNS.{i} = {n}" for i, n in enumerate(sorted(dns), 1)]
     alt += [f"IP.{i} = {a}" for i, a in enumerate(sorted(ips), 1)]
+    nets = [ipaddress.ip_network(a) for a in sorted(ips)]
+    permitted = [f"permitted;DNS:{n}" for n in sorted(dns)]
+    permitted += [f"permitted;IP:{n.network_address}/{n.netmask}" for n in nets]
     path = tmp / "openssl.cnf"
-    path.write_text(CONFIG.format(cn=cn, alt="\n".join(alt) or "DNS.1 = localhost"))
+    path.write_text(
+        CONFIG.format(
+            cn=cn,
+            alt="\n".join(alt) or "DNS.1 = localhost",
+            permitted=", ".join(permitted) or "permitted;DNS:localhost",
+        )
+    )
     return path
 
 
@@ -167,12 +251,11 @@ def ensure(d: Path, extra: list[str]) -> list[str]:
     os.chmod(d, 0o755)
     os.umask(0o077)
     done = []
-    dns, ips = wanted(extra)
     host = socket.gethostname()
     with tempfile.TemporaryDirectory(dir=d) as name:
         tmp = Path(name)
         if ca_problem(d):
-            cnf = config(tmp, f"vllm-rig local CA ({host})", set(), set())
+            cnf = config(tmp, f"vllm-rig local CA ({host})", *wanted(extra))
             key, crt = tmp / "ca.key", tmp / "ca.crt"
             must("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", str(key))
             must("req", "-x509", "-new", "-key", str(key), "-days", str(CA_DAYS), "-sha256", "-config", str(cnf),
@@ -181,6 +264,7 @@ def ensure(d: Path, extra: list[str]) -> list[str]:
             install(crt, d / "ca.crt", 0o644)
             (d / "server.crt").unlink(missing_ok=True)  # signed by the old CA, if any
             done.append(f"lan_tls: made the local CA {d / 'ca.crt'} (sha256 {fingerprint(d / 'ca.crt')})")
+        dns, ips, _ = signable(d, extra)
         if server_problem(d, dns, ips):
             cnf = config(tmp, host, dns, ips)
             key, csr, crt = tmp / "server.key", tmp / "server.csr", tmp / "server.crt"
@@ -202,11 +286,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", action="append", default=[], help="an extra DNS name or IP address")
     args = parser.parse_args(argv)
     if args.action == "check":
-        print(status(args.dir, args.name))
+        print("\n".join(status(args.dir, args.name)))
         return 0
     for line in ensure(args.dir, args.name):
         print(line)
-    print(status(args.dir, args.name))
+    print("\n".join(status(args.dir, args.name)))
     return 0
 
 

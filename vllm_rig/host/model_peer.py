@@ -1,6 +1,7 @@
 """The fetching side of a model peer (vllm_rig/host/model_serve.py on another rig): wait until it holds the
-commit the endpoint resolved, then download files from it with Range resume. model_fetch.py checks every file's
-hash against its own plan afterwards, exactly as for a download from the endpoint.
+commit the endpoint resolved, then download files from it with Range resume, then say it is done with it
+(the peer refuses this host's token from then on). model_fetch.py checks every file's hash against its own
+plan afterwards, exactly as for a download from the endpoint.
 
 Anything that stops the peer from being used raises PeerUnused with the reason; model_fetch.py says it in one
 line and fetches what is still missing from the endpoint.
@@ -9,6 +10,7 @@ line and fetches what is still missing from the endpoint.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import http.client
 import json
 import os
@@ -27,6 +29,7 @@ POLL_S = 2.0
 REFUSED_GRACE_S = 15.0  # the peer's server starts in the same run, a moment before this fetch
 RETRIES = 3  # per file, each resuming where the last stopped
 WORKERS = 4
+DONE_TIMEOUT_S = 5.0
 
 
 class PeerUnused(Exception):
@@ -54,11 +57,22 @@ class Peer:
             raise ValueError(f"--peer {spec!r}: expected NAME=http://ADDRESS:PORT")
         return cls(name, url.rstrip("/"), os.environ.get(TOKEN_ENV, ""), wait_s)
 
-    def _get(self, path: str, headers: dict[str, str] | None = None) -> http.client.HTTPResponse:
+    def _get(
+        self, path: str, headers: dict[str, str] | None = None, method: str = "GET", timeout: float = TIMEOUT_S
+    ) -> http.client.HTTPResponse:
         parts = urlsplit(self.url)
-        conn = http.client.HTTPConnection(parts.hostname or "", parts.port or 80, timeout=TIMEOUT_S)
-        conn.request("GET", path, headers={"Authorization": f"Bearer {self.token}", **(headers or {})})
+        conn = http.client.HTTPConnection(parts.hostname or "", parts.port or 80, timeout=timeout)
+        conn.request(method, path, headers={"Authorization": f"Bearer {self.token}", **(headers or {})})
         return conn.getresponse()
+
+    def done(self) -> None:
+        """Tell the peer this host is done with it (it has what it takes from it, or gave up on it): the peer
+        refuses this host's token from now on and stops once every follower said so. Best effort: a peer that
+        is gone has nothing to stop."""
+        if not self.token:
+            return
+        with contextlib.suppress(OSError, http.client.HTTPException):
+            self._get("/v1/done", method="POST", timeout=DONE_TIMEOUT_S).read()
 
     def wait_ready(self, commit: str, tick: Callable[[str], None]) -> dict[str, Any]:
         """The peer's file list once it holds `commit`; waits while it is still fetching, up to wait_s."""

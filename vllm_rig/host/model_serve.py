@@ -1,16 +1,23 @@
 #!/usr/bin/env python3
 """Serve this host's verified model, read-only, to the other rigs of one deploy (standard library only).
 
-    model_serve.py --dest DIR --repo R --revision REV --bind ADDR --port N [--status-file F]
+    model_serve.py --dest DIR --repo R --revision REV --bind ADDR --port N --followers A,B
+                   [--status-file F] [--idle-exit-s S] [--first-ask-s S]
 
-The token peers must send (`Authorization: Bearer <token>`) is VLLM_RIG_PEER_TOKEN in the environment (the
-unit's 0600 EnvironmentFile; a new one every run that needs it). The deploy runs this as a transient unit whose
-RuntimeMaxSec bounds its life and stops it once the run's downloads are done.
+VLLM_RIG_PEER_TOKEN in the environment (the unit's 0600 EnvironmentFile) is the run's token, new every run
+that needs it. It is never sent: each follower sends its own, `Authorization: Bearer <follower_token(run
+token, its name)>` (an HMAC, so the source alone can tell the followers apart and a token sniffed from one
+follower names that follower only). A follower that reports done (POST /v1/done: it has what it takes from
+this peer, or gave up on it) has its token refused from then on. The server stops by itself, whichever comes
+first: every follower reported done; no request of a follower for --idle-exit-s (none in flight), or none at
+all within --first-ask-s of the start; the unit's RuntimeMaxSec (the deploy's bound); and the deploy stops it
+once the run's downloads are done.
 
-    GET /v1/status       200 {"state": "ready", repo, revision, commit, files: {path: {size, sha256}}}
-                         503 {"state": "fetching", phase, bytes_done, bytes_total}: not yet, ask again
-                         410 {"state": "failed", message}: this host's own download failed during this serve
-    GET /v1/files/<path> the bytes of a file the marker lists (Range: bytes=N- or N-M answers 206)
+    GET  /v1/status       200 {"state": "ready", repo, revision, commit, files: {path: {size, sha256}}}
+                          503 {"state": "fetching", phase, bytes_done, bytes_total}: not yet, ask again
+                          410 {"state": "failed", message}: this host's own download failed during this serve
+    GET  /v1/files/<path> the bytes of a file the marker lists (Range: bytes=N- or N-M answers 206)
+    POST /v1/done         200 {"state": "done", "waiting_for": [followers not done yet]}
 
 Only files listed in the completion marker model_fetch.py writes after every file's hash matched are served;
 the fetching host checks each file's sha256 again against the plan it resolved from the endpoint.
@@ -19,6 +26,8 @@ the fetching host checks each file's sha256 again against the plan it resolved f
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
 import hmac
 import ipaddress
 import json
@@ -26,7 +35,9 @@ import os
 import re
 import socket
 import sys
+import threading
 import time
+from collections.abc import Callable, Iterator
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -37,6 +48,14 @@ from .model_fetch import marker_matches, read_marker
 
 TOKEN_ENV = "VLLM_RIG_PEER_TOKEN"
 RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
+IDLE_EXIT_S = 120.0  # no follower asked for this long: none is left that needs this server
+FIRST_ASK_S = 900.0  # before the first request: a follower may hash a large staging dir before it asks
+WATCH_S = 1.0
+
+
+def follower_token(run_token: str, follower: str) -> str:
+    """The token `follower` (its inventory name) sends: HMAC-SHA256 of its name under the run's token."""
+    return hmac.new(run_token.encode(), f"vllm-rig model peer follower {follower}".encode(), hashlib.sha256).hexdigest()
 
 
 class Model:
@@ -89,20 +108,42 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "vllm-rig-model-serve"
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        if not self._authorized():
-            self._json(HTTPStatus.UNAUTHORIZED, {"state": "refused", "message": "wrong or missing token"})
+        follower = self._follower()
+        if follower is None:
             return
-        path = urlsplit(self.path).path
-        if path == "/v1/status":
-            self._json(*self.server.model.status())
-        elif path.startswith("/v1/files/"):
-            self._send_file(unquote(path.removeprefix("/v1/files/")))
-        else:
-            self._json(HTTPStatus.NOT_FOUND, {"state": "unknown", "message": f"no such path {path}"})
+        with self.server.followers.serving():
+            path = urlsplit(self.path).path
+            if path == "/v1/status":
+                self._json(*self.server.model.status())
+            elif path.startswith("/v1/files/"):
+                self._send_file(unquote(path.removeprefix("/v1/files/")))
+            else:
+                self._json(HTTPStatus.NOT_FOUND, {"state": "unknown", "message": f"no such path {path}"})
 
-    def _authorized(self) -> bool:
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        follower = self._follower()
+        if follower is None:
+            return
+        with self.server.followers.serving():
+            path = urlsplit(self.path).path
+            if path != "/v1/done":
+                self._json(HTTPStatus.NOT_FOUND, {"state": "unknown", "message": f"no such path {path}"})
+                return
+            left = self.server.followers.done(follower)
+            self.log_message("%s is done with this peer; waiting for %s", follower, ", ".join(left) or "nobody")
+            self._json(HTTPStatus.OK, {"state": "done", "waiting_for": left})
+
+    def _follower(self) -> str | None:
+        """The follower whose token came, or None after a 401 was sent (no token, a wrong one, or one whose
+        follower reported done)."""
         sent = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-        return bool(sent) and hmac.compare_digest(sent.encode(), self.server.token.encode())
+        follower = self.server.followers.of(sent)
+        if follower is None:
+            self._json(HTTPStatus.UNAUTHORIZED, {"state": "refused", "message": "wrong or missing token"})
+        elif follower in self.server.followers.finished:
+            self._json(HTTPStatus.UNAUTHORIZED, {"state": "refused", "message": "this follower reported done"})
+            return None
+        return follower
 
     def _json(self, code: int, body: dict[str, Any]) -> None:
         data = json.dumps(body).encode()
@@ -144,21 +185,105 @@ class Handler(BaseHTTPRequestHandler):
         print(f"model_serve: {self.address_string()} {format % args}", file=sys.stderr, flush=True)
 
 
+class Followers:
+    """The hosts this server is for: each one's token, who said it is done, and how long since any asked."""
+
+    def __init__(
+        self,
+        run_token: str,
+        names: list[str],
+        idle_exit_s: float = IDLE_EXIT_S,
+        clock: Callable[[], float] = time.monotonic,
+        first_ask_s: float = FIRST_ASK_S,
+    ) -> None:
+        self.tokens = {name: follower_token(run_token, name) for name in names}
+        self.finished: set[str] = set()
+        self.idle_exit_s, self.first_ask_s = idle_exit_s, max(first_ask_s, idle_exit_s)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self._asked = False
+        self._last = clock()
+        self.changed = threading.Event()  # set by done(): the watcher looks at once
+
+    def of(self, sent: str) -> str | None:
+        """The follower `sent` is the token of; every token is compared, in constant time each."""
+        found = None
+        for name, token in self.tokens.items():
+            if sent and hmac.compare_digest(sent.encode(), token.encode()):
+                found = name
+        return found
+
+    @contextlib.contextmanager
+    def serving(self) -> Iterator[None]:
+        """A follower's request: counted while it runs, so sending a long file is not idle time."""
+        with self._lock:
+            self._in_flight += 1
+            self._asked = True
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+                self._last = self._clock()
+            self.changed.set()  # the last follower's done is answered now: the watcher looks again
+
+    def done(self, follower: str) -> list[str]:
+        """`follower` has what it takes from this peer: its token is refused from now on. The followers left."""
+        with self._lock:
+            self.finished.add(follower)
+            left = sorted(set(self.tokens) - self.finished)
+        self.changed.set()
+        return left
+
+    def stop_reason(self) -> str | None:
+        """Why the server should stop now, or None."""
+        with self._lock:
+            # only once no request is in flight: the last follower's own done must get its answer first
+            if self.finished >= set(self.tokens) and self._in_flight == 0:
+                return f"every follower ({', '.join(sorted(self.tokens))}) reported done"
+            idle = self._clock() - self._last
+            if not self._asked and idle >= self.first_ask_s:
+                return f"no follower asked within {self.first_ask_s:g} s of the start"
+            if self._asked and self._in_flight == 0 and idle >= self.idle_exit_s:
+                return f"no follower asked for {self.idle_exit_s:g} s"
+        return None
+
+
 class Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], model: Model, token: str) -> None:
-        self.model, self.token = model, token
+    def __init__(self, address: tuple[str, int], model: Model, followers: Followers) -> None:
+        self.model, self.followers = model, followers
+        self.why_stopped = ""
         super().__init__(address, Handler)
+
+    def watch(self) -> None:
+        """Stop the server (from this thread: shutdown() waits for serve_forever) once there is a reason."""
+        while True:
+            why = self.followers.stop_reason()
+            if why:
+                self.why_stopped = why
+                self.shutdown()
+                return
+            self.followers.changed.wait(WATCH_S)
+            self.followers.changed.clear()
 
 
 def bind_address(name: str) -> tuple[str, int]:
-    """(address, family) to listen on: the address peers use; for a name, every address, because a box's
-    own name often resolves to loopback on itself (Debian's 127.0.1.1) while the LAN resolves it rightly."""
+    """(address, family) to listen on: the one address peers use. A name is resolved here, on the host, and
+    its first address that is not loopback is bound (a box's own name often resolves to 127.0.1.1 on itself,
+    which the peers cannot reach); never every address. OSError when the name gives no such address."""
     try:
         address = ipaddress.ip_address(name)
     except ValueError:
-        return "0.0.0.0", socket.AF_INET
+        found = [ipaddress.ip_address(info[4][0]) for info in socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)]
+        usable = [a for a in found if not a.is_loopback and not a.is_unspecified]
+        if not usable:
+            raise OSError(
+                f"{name} resolves to no address the other hosts can reach ({', '.join(map(str, found))})"
+            ) from None
+        address = usable[0]
     return str(address), socket.AF_INET6 if address.version == 6 else socket.AF_INET
 
 
@@ -169,7 +294,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--revision", required=True)
     parser.add_argument("--bind", required=True, help="the address the other rigs reach this one at")
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--followers", required=True, help="the hosts (inventory names, comma-separated) served")
     parser.add_argument("--status-file", default=None, help="this host's own download status (model_fetch.py)")
+    parser.add_argument("--idle-exit-s", type=float, default=IDLE_EXIT_S, help="stop after this long unasked")
+    parser.add_argument("--first-ask-s", type=float, default=FIRST_ASK_S, help="stop if nobody asked by then")
     return parser.parse_args(argv)
 
 
@@ -179,17 +307,30 @@ def main(argv: list[str] | None = None) -> int:
     if len(token) < 16:
         print(f"model_serve: {TOKEN_ENV} is not set (at least 16 characters); refusing to serve", file=sys.stderr)
         return 1
+    followers = [name for name in args.followers.split(",") if name]
+    if not followers:
+        print("model_serve: --followers names no host; refusing to serve", file=sys.stderr)
+        return 1
     status_file = Path(args.status_file) if args.status_file else None
     model = Model(Path(args.dest).absolute(), args.repo, args.revision, status_file)
     try:
         address, family = bind_address(args.bind)
         Server.address_family = family
-        server = Server((address, args.port), model, token)
+        server = Server(
+            (address, args.port), model, Followers(token, followers, args.idle_exit_s, first_ask_s=args.first_ask_s)
+        )
     except OSError as err:
         print(f"model_serve: cannot listen on {args.bind}:{args.port}: {err.strerror or err}", file=sys.stderr)
         return 1
-    print(f"model_serve: serving {args.repo}@{args.revision} from {model.dest} on {address}:{args.port}", flush=True)
+    print(
+        f"model_serve: serving {args.repo}@{args.revision} from {model.dest} on {address}:{args.port} "
+        f"to {', '.join(followers)}",
+        flush=True,
+    )
+    threading.Thread(target=server.watch, daemon=True).start()
     server.serve_forever()
+    server.server_close()
+    print(f"model_serve: stopped: {server.why_stopped}", flush=True)
     return 0
 
 

@@ -9,7 +9,7 @@ and the build's own bookkeeping are never packed: the installing host runs the b
 
 `install` refuses, with one reason, an artifact that is missing, partial (no archive, or a short one),
 corrupt (a sha256 that differs), of another fingerprint or built at another path (a venv holds absolute
-paths). Standard library only.
+paths), or whose members would write anywhere but inside the runtime. Standard library only.
 """
 
 from __future__ import annotations
@@ -20,8 +20,11 @@ import json
 import os
 import shutil
 import tarfile
+import tempfile
 from pathlib import Path
 from typing import Any
+
+from . import tar_members
 
 # Top-level entries of a runtime directory that are not part of what the build made.
 NOT_PACKED = {".build", "build-spec.json", "runtime.json", "fingerprint", "rolled-back"}
@@ -114,6 +117,13 @@ def read_manifest(store: Path, fingerprint: str) -> dict[str, Any]:
         raise ArtifactError(f"its manifest {path} is not JSON ({err}): corrupt") from None
     if manifest.get("fingerprint") != fingerprint:
         raise ArtifactError(f"its manifest is for fingerprint {str(manifest.get('fingerprint'))[:16]}, not this one")
+    if not isinstance(manifest.get("files"), dict) or not isinstance(manifest.get("links"), dict):
+        raise ArtifactError(f"its manifest {path} lists no files and links: corrupt")
+    for name in [*manifest["files"], *manifest["links"]]:
+        try:
+            tar_members.check_name(name)
+        except tar_members.MemberError as err:
+            raise ArtifactError(f"{str(err).replace('its archive', 'its manifest')}: refused") from None
     return manifest
 
 
@@ -148,29 +158,51 @@ def verify(runtime: Path, manifest: dict[str, Any]) -> None:
 
 def install(runtime: Path, fingerprint: str, store: Path) -> dict[str, Any]:
     """Unpack the fingerprint's artifact from `store` into `runtime` and verify every file; ArtifactError
-    says why not. Returns the manifest."""
+    says why not. Returns the manifest.
+
+    Every member is checked before anything is written (vllm_rig/host/tar_members.py); the archive is laid
+    down in a fresh directory beside the runtime, verified there, and only then moved into place, so a refused
+    artifact leaves the runtime as it was and nothing of its own behind."""
     manifest = read_manifest(store, fingerprint)
     if manifest.get("runtime") != str(runtime):
         built_at = manifest.get("runtime")
         raise ArtifactError(f"it was built at {built_at}, this host builds at {runtime} (a venv holds absolute paths)")
     archive = check_archive(store, manifest)
-    listed = set(manifest["files"]) | set(manifest["links"])
-    with tarfile.open(archive, "r:gz") as tar:
-        members = tar.getmembers()
-        for m in members:
-            if m.name not in listed:
-                raise ArtifactError(f"its archive holds {m.name}, which the manifest does not list")
-            if m.issym() and (runtime / m.name).is_symlink():
-                (runtime / m.name).unlink()  # a re-install over an earlier attempt
-            if m.name.startswith("/") or ".." in Path(m.name).parts:
-                raise ArtifactError(f"its archive holds {m.name}, outside the runtime: corrupt")
-        # the "tar" filter where this Python has it (3.11.4+); the names were checked above either way
-        if hasattr(tarfile, "tar_filter"):
-            tar.extractall(runtime, members=members, filter="tar")
-        else:
-            tar.extractall(runtime, members=members)
-    verify(runtime, manifest)
+    staging = Path(tempfile.mkdtemp(prefix=f".{runtime.name}.unpack-", dir=runtime.parent))
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            members = tar.getmembers()
+            try:
+                tar_members.check_members(members, set(manifest["files"]), manifest["links"])
+                tar_members.unpack(tar, members, staging)
+            except tar_members.MemberError as err:
+                raise ArtifactError(f"{err}: refused") from None
+        verify(staging, manifest)
+        _move_into(staging, runtime)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return manifest
+
+
+def _move_into(staging: Path, runtime: Path) -> None:
+    """The verified tree into the runtime: the venv replaces any earlier one whole; the files laid over the
+    source checkouts (src/...) replace theirs one by one, each by a rename."""
+    runtime.mkdir(parents=True, exist_ok=True)
+    for entry in sorted(staging.iterdir()):
+        dest = runtime / entry.name
+        if entry.name == "venv" and dest.is_dir() and not dest.is_symlink():
+            shutil.rmtree(dest)
+        _merge(entry, dest)
+
+
+def _merge(source: Path, dest: Path) -> None:
+    if source.is_dir() and not source.is_symlink() and dest.is_dir() and not dest.is_symlink():
+        for entry in sorted(source.iterdir()):
+            _merge(entry, dest / entry.name)
+        return
+    if dest.is_dir() and not dest.is_symlink():
+        shutil.rmtree(dest)  # a directory where the build left a file or a link: the artifact's wins
+    os.replace(source, dest)
 
 
 def prune(store: Path, keep: int) -> list[str]:
@@ -194,5 +226,6 @@ def remove(store: Path, fingerprint: str) -> None:
 
 
 def discard_unpacked(runtime: Path) -> None:
-    """After a refused artifact: drop the venv it may have half laid down (the build makes it again)."""
+    """After a refused artifact: drop any venv (a move into place cut short may have left half of one; a
+    refusal before that leaves the runtime as it was, and the build makes the venv again either way)."""
     shutil.rmtree(runtime / "venv", ignore_errors=True)

@@ -21,9 +21,11 @@ path, the parts and the redaction count.
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -54,6 +56,29 @@ def secret_values(paths: list[str], extra: list[str]) -> dict[str, str]:
     return found
 
 
+# Secrets known by their shape, whatever their value: NAME=value where the name ends in _KEY, _TOKEN, _SECRET or
+# _PASSWORD (env files, `systemctl cat`, journals), --api-key's value, and a URL's user:password@.
+SHAPES = (
+    (
+        re.compile(
+            r"\b([A-Za-z_][A-Za-z0-9_]*(?:_KEY|_TOKEN|_SECRET|_PASSWORD))=(?!<redacted)(\"[^\"]*\"|'[^']*'|[^\s\"']+)",
+            re.I,
+        ),
+        "env",
+    ),
+    (re.compile(r"(--api-key)(=|\s+)(?!<redacted)([^\s\"']+)"), "api-key"),
+    (re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://)(?!<redacted)[^\s/@\"']+@"), "userinfo"),
+)
+
+
+def _shape(match: re.Match[str], kind: str) -> str:
+    if kind == "env":
+        return f"{match[1]}=<redacted:{match[1]}>"
+    if kind == "api-key":
+        return f"{match[1]}{match[2]}<redacted:api-key>"
+    return f"{match[1]}<redacted:userinfo>@"
+
+
 def redact(text: str, secrets: dict[str, str]) -> tuple[str, int]:
     count = 0
     for value in sorted(secrets, key=len, reverse=True):  # a longer secret that contains a shorter one first
@@ -61,6 +86,9 @@ def redact(text: str, secrets: dict[str, str]) -> tuple[str, int]:
         if hits:
             text = text.replace(value, f"<redacted:{secrets[value]}>")
             count += hits
+    for pattern, kind in SHAPES:
+        text, hits = pattern.subn(functools.partial(_shape, kind=kind), text)
+        count += hits
     return text, count
 
 

@@ -23,7 +23,7 @@ from vllm_rig.core.systemd import unit_enabled_and_started
 from vllm_rig.paths import Layout
 from vllm_rig.settings import Settings
 from vllm_rig.stages.lan import certificate
-from vllm_rig.stages.lan.facts import LanHost
+from vllm_rig.stages.lan.facts import LanHost, LanTls
 from vllm_rig.stages.lan.operations import default_site_off, key_map, local_ca, nginx_loaded, site_absent
 
 TEMPLATE = "lan/nginx-site.conf.j2"
@@ -47,6 +47,9 @@ def serve_lan(s: Settings) -> None:
     distro_packages(name="nginx and openssl from the distribution", packages=["nginx", "openssl"])
     if s.lan_tls == "local_ca":
         host_programs(layout.host_package)  # lan_tls runs from it
+        tls = host.get_fact(LanTls, package=layout.host_package, directory=paths.LAN_DIR, names=tuple(s.lan_tls_names))
+        for line in tls["warnings"]:  # on every run until the owner re-makes the CA (docs/lan.md: Security model)
+            logger.warning(f"[{host.name}] LAN: {line}")
         local_ca(
             name="Local CA and a certificate naming this host and its addresses",
             package=layout.host_package,
@@ -82,10 +85,6 @@ def serve_lan(s: Settings) -> None:
             src=paths.LAN_CA_CERT,
             dest=dest,
             create_local_dir=True,
-        )
-        logger.info(
-            f"[{host.name}] LAN: https://<this host>:{s.lan_port}/v1 with the API key; clients trust {dest} "
-            f"(on the host: {paths.LAN_CA_CERT})"
         )
 
 

@@ -43,12 +43,17 @@ class LanHost(SectionFact[LanHostState]):
         return {"ipv6": sections.first("ipv6") == "yes", "default_site": site}
 
 
-class LanTls(SectionFact[str]):
-    """The local CA's state as the host program lan_tls reports it: "ok: ...", "new: <why>" or "renew: <why>"."""
+class LanTlsState(TypedDict):
+    state: str  # "ok: ...", "new: <why>" or "renew: <why>"
+    warnings: list[str]  # what lan_tls said on its "warn: " lines (a CA without name constraints, names it refuses)
+
+
+class LanTls(SectionFact[LanTlsState]):
+    """The local CA's state as the host program lan_tls reports it, and its warnings."""
 
     @staticmethod
-    def default() -> str:
-        return "new: not read"
+    def default() -> LanTlsState:
+        return {"state": "new: not read", "warnings": []}
 
     def command(self, package: str, directory: str, names: tuple[str, ...]) -> str:
         args = " ".join(f"--name {shlex.quote(n)}" for n in names)
@@ -62,11 +67,14 @@ class LanTls(SectionFact[str]):
             }
         )
 
-    def parse(self, sections: Sections) -> str:
+    def parse(self, sections: Sections) -> LanTlsState:
         state = sections.required("state")
         if not state.startswith(("ok", "new:", "renew:")):
             sections.unreadable("state", state)
-        return state
+        warnings = [
+            line.strip()[len("warn: ") :] for line in sections.lines("state") if line.strip().startswith("warn: ")
+        ]
+        return {"state": state, "warnings": warnings}
 
 
 class DigestState(TypedDict):
@@ -105,12 +113,18 @@ class Digest(SectionFact[DigestState]):
 
 # The nginx map that checks the key, written on the host from the service's env file: the key never leaves
 # the host and never appears on a command line (the shell reads it from the file into a variable).
+# The key goes into a regex (the scheme is case-blind), so every character but a letter or digit is escaped
+# for PCRE, and for nginx's quoted string: a key set by hand with | . * $ in it matches only itself.
+ESCAPE_KEY = r"""sed -e 's/\\/\\\\\\\\/g' -e 's/"/\\"/g' -e 's/[^A-Za-z0-9\\"]/\\&/g'"""
+
+
 def key_map_script(env_file: str) -> str:
     """Shell that prints the map file's content for the key in env_file (nothing when there is no key)."""
     env = shlex.quote(env_file)
     # vLLM's AuthenticationMiddleware: scheme "bearer" in any case, one space, the key (server_utils.py).
     return (
         f'k=$(sed -n "s/^VLLM_API_KEY=//p" {env} 2>/dev/null | head -n1); [ -n "$k" ] || exit 0; '
+        f'k=$(printf "%s" "$k" | {ESCAPE_KEY}); '
         'printf "# vllm-rig: made on the host from the API key; root only. Do not edit.\\n'
         "map \\$http_authorization \\$vllm_rig_key_ok {\\n    default 0;\\n"
         '    \\"~^(?i:bearer) %s\\$\\" 1;\\n}\\n" "$k"'

@@ -28,7 +28,7 @@ def default_site_off(path: str):
 @operation()
 def local_ca(package: str, directory: str, names: tuple[str, ...]):
     """The local CA and a server certificate naming the host, its addresses and `names` (host program lan_tls)."""
-    state = host.get_fact(LanTls, package=package, directory=directory, names=names)
+    state = host.get_fact(LanTls, package=package, directory=directory, names=names)["state"]
     if state.startswith("ok"):
         host.noop(state)
         return

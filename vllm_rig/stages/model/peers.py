@@ -7,7 +7,11 @@ does not hold the model fetches it from the source: its model_fetch.py asks the 
 answers "not yet" while the source's own download runs, and the follower waits up to model_peer_wait_s. The
 source serves only while some host fetches from it; a group where every host holds the model does nothing.
 
-The per-run token is made here, once per run on the control machine, and written to both sides (0600).
+The per-run token is made here, once per run on the control machine. The source's 0600 token file holds it;
+each follower's holds that follower's own token, derived from it (model_serve.follower_token), which the source
+refuses once that follower said it is done. The source's server stops by itself when every follower said so,
+or when none asked for PEER_IDLE_S, or at RuntimeMaxSec, and the run's last model operation stops it: a run
+that is interrupted leaves a server for minutes at most, not hours, and a token that nothing accepts.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from pyinfra.api.host import Host
 from vllm_rig import host_settings
 from vllm_rig.core import become
 from vllm_rig.core.secrets import Secret
+from vllm_rig.host.model_serve import follower_token
 from vllm_rig.paths import MODEL_PEER_TOKEN_FILE, MODEL_SERVE_UNIT, Layout
 from vllm_rig.settings import Settings
 from vllm_rig.stages.model.facts import ModelFetch
@@ -29,6 +34,7 @@ from vllm_rig.stages.model.operations import FetchSpec, ServeSpec, model_peering
 
 TOKEN_VARIABLE = "VLLM_RIG_PEER_TOKEN"  # what vllm_rig/host/model_serve.py and model_peer.py read
 SERVE_GRACE_S = 300  # the server outlives the longest download by this much at most (RuntimeMaxSec)
+PEER_IDLE_S = 120  # the server stops when no follower asked for this long (a follower polls every 2 s)
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,14 @@ _roles: dict[str, PeerRole] | None = None
 
 def run_token() -> str:
     return _TOKEN
+
+
+def token_for(role: PeerRole, name: str | None = None) -> str:
+    """What this host's token file holds: the run's token on a source (it derives each follower's), a
+    follower's own token on a follower (`name`: the host, the current one by default)."""
+    if role.serve_to:
+        return run_token()
+    return follower_token(run_token(), name or host.name)
 
 
 def peer_role() -> PeerRole | None:
@@ -123,7 +137,7 @@ def serve_peers(s: Settings, role: PeerRole, again: bool = False) -> None:
             name="Model peer token for this run (root only)",
             path=MODEL_PEER_TOKEN_FILE,
             variable=TOKEN_VARIABLE,
-            value=Secret(run_token()),
+            value=Secret(token_for(role)),
         )
     if role.serve_to:
         spec = ServeSpec(
@@ -134,6 +148,8 @@ def serve_peers(s: Settings, role: PeerRole, again: bool = False) -> None:
             port=s.model_peer_port,
             package=Layout.of(s).host_package,
             timeout_s=s.download_timeout_s + SERVE_GRACE_S,
+            followers=role.serve_to,
+            idle_exit_s=PEER_IDLE_S,
         )
         what = f"{s.model_repo}@{s.model_revision} to {', '.join(role.serve_to)}"
         model_served(name=f"Serve {what}" + (" (again after a reboot)" if again else ""), spec=spec, again=again)

@@ -119,10 +119,12 @@ class StoreSetting:
     location: str
     auth: Secret = field(default_factory=lambda: Secret(None))
     ca: str | None = None
+    key: str = "runtime-artifact.key"  # runtime_artifact_key: signs what is stored, verifies what is offered
 
     @classmethod
     def of(cls, s: Settings) -> StoreSetting:
-        return cls(s.runtime_artifact_store, Secret(s.runtime_artifact_store_auth), s.runtime_artifact_store_ca)
+        auth = Secret(s.runtime_artifact_store_auth)
+        return cls(s.runtime_artifact_store, auth, s.runtime_artifact_store_ca, s.runtime_artifact_key)
 
     def __str__(self) -> str:
         return self.location

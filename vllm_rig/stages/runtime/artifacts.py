@@ -6,7 +6,8 @@ Before the build: a host whose runtime is not built gets the fingerprint's artif
 <install_root>/cache/artifacts/ (manifest last); the build then installs it instead of compiling, or says in
 one line why not and compiles. After the build: an artifact the host packed (it compiled) goes into the
 store (archive first, manifest last: a manifest means a whole artifact), the host's copy is removed, and the
-store is pruned to runtime_artifacts_keep.
+store is pruned to runtime_artifacts_keep. The control machine signs each manifest it stores and offers a
+host only a manifest its key signed (artifact_signing.py): the store alone cannot vouch for an archive.
 
 One run, several hosts of one fingerprint and no artifact yet: pyinfra runs each operation on every host
 before the next, so the first of them in inventory order compiles while the others skip that build; its
@@ -17,6 +18,7 @@ plans hosts in parallel, so who compiles is decided when the first build operati
 
 from __future__ import annotations
 
+import json
 import shlex
 import tempfile
 from io import BytesIO
@@ -27,13 +29,27 @@ from pyinfra.api import FunctionCommand, operation
 
 from vllm_rig.core.become import sudo_args
 from vllm_rig.host import runtime_artifact
-from vllm_rig.stages.runtime.artifact_store import Store, StoreError, StoreSetting, open_store
+from vllm_rig.stages.runtime import artifact_signing
+from vllm_rig.stages.runtime.artifact_store import Store, StoreError, StoreSetting, local_dir, open_store
 from vllm_rig.stages.runtime.facts import BuildState
 
 # fingerprint -> the hosts of this run that plan to build it with no artifact stored; and, once the first
 # build operation runs, the one of them that compiles.
 _CANDIDATES: dict[str, set[str]] = {}
 _COMPILER: dict[str, str | None] = {}
+_SAID_UNVOUCHED: set[tuple[str, str]] = set()
+_SAID_PLAIN_HTTP: set[str] = set()
+
+
+def warn_plain_http(store: StoreSetting) -> None:
+    """An http:// store runs only with runtime_artifact_store_allow_http (settings.py refuses it otherwise);
+    every run that uses one says so, once."""
+    if store.location.startswith("http://") and store.location not in _SAID_PLAIN_HTTP:
+        _SAID_PLAIN_HTTP.add(store.location)
+        logger.warning(
+            f"runtime artifact store {store.location} is plain http:// (runtime_artifact_store_allow_http): "
+            "its password crosses the network in clear; the signature still guards what hosts install"
+        )
 
 
 def host_dir(cache: str) -> str:
@@ -51,7 +67,7 @@ def shares_a_compile(fingerprint: str, runtime: str, unit: str, use: bool, store
     if not use:
         return False
     found = host.get_fact(BuildState, runtime=runtime, unit=unit)
-    if found["complete"] or found["active"] or _has(open_store(store), fingerprint):
+    if found["complete"] or found["active"] or _has(store, open_store(store), fingerprint):
         return False
     _CANDIDATES.setdefault(fingerprint, set()).add(host.name)
     return True
@@ -76,12 +92,32 @@ def waits_for(fingerprint: str) -> str | None:
     return who if who and who != host.name else None
 
 
-def _has(store: Store, fingerprint: str) -> bool:
+def _has(setting: StoreSetting, store: Store, fingerprint: str) -> bool:
     try:
-        return store.manifest(fingerprint) is not None
+        return _vouched(setting, store, fingerprint) is not None
     except StoreError as err:
         logger.warning(f"[{host.name}] {err}; this host compiles")
         return False
+
+
+def _vouched(setting: StoreSetting, store: Store, fingerprint: str) -> bytes | None:
+    """The stored manifest, if this control machine's key signed it (artifact_signing.py); None when there is
+    none, or one that is not (said once per host and fingerprint: the host then compiles and its artifact,
+    signed, replaces the refused one). StoreError when the store cannot answer."""
+    data = store.manifest(fingerprint)
+    if data is None:
+        return None
+    try:
+        artifact_signing.verify(data, artifact_signing.load_key(local_dir(setting.key)))
+    except artifact_signing.UnvouchedError as err:
+        if (host.name, fingerprint) not in _SAID_UNVOUCHED:
+            _SAID_UNVOUCHED.add((host.name, fingerprint))
+            logger.warning(
+                f"[{host.name}] runtime artifact {fingerprint[:16]} in {store.describe()} not used: {err}; "
+                "this host compiles"
+            )
+        return None
+    return data
 
 
 @operation()
@@ -102,7 +138,7 @@ def artifact_offered(
         host.noop("no artifact needed" if use else "runtime artifacts are off or a rebuild is forced")
         return
     chosen = open_store(store)
-    if not _has(chosen, fingerprint):
+    if not _has(store, chosen, fingerprint):
         if compiled_by:
             logger.warning(
                 f"[{host.name}] {compiled_by} left no artifact of {fingerprint[:16]} (its build or upload failed): "
@@ -120,7 +156,8 @@ def _upload(state, host, store: StoreSetting, fingerprint: str, directory: str) 
     artifact is partial and compiles)."""
     chosen = open_store(store)
     try:
-        archive, manifest = chosen.archive(fingerprint), chosen.manifest(fingerprint)
+        manifest = _vouched(store, chosen, fingerprint)  # the bytes verified are the bytes the host gets
+        archive = chosen.archive(fingerprint) if manifest is not None else None
     except StoreError as err:
         logger.warning(f"[{host.name}] {err}; this host compiles")
         return True
@@ -153,13 +190,13 @@ def _store(state, host, store: StoreSetting, fingerprint: str, directory: str, k
         return True  # nothing packed: the runtime was already built, or came from an artifact
     # Packed means compiled: a stored artifact of this fingerprint, if any, was refused (corrupt, partial) or
     # not wanted (force_rebuild), so the fresh one replaces it rather than leaving every other host to compile.
-    _fetch_and_put(host, open_store(store), fingerprint, directory, keep)
+    _fetch_and_put(host, open_store(store), fingerprint, directory, keep, local_dir(store.key))
     host.run_shell_command(f"rm -f {shlex.quote(directory)}/{fingerprint}.*", **sudo)
     return True
 
 
-def _fetch_and_put(host, chosen: Store, fingerprint: str, directory: str, keep: int) -> None:
-    """Host -> control machine (a temporary directory) -> store; any failure is one warning."""
+def _fetch_and_put(host, chosen: Store, fingerprint: str, directory: str, keep: int, key: Path) -> None:
+    """Host -> control machine (a temporary directory) -> signed -> store; any failure is one warning."""
     sudo = sudo_args(host)
     names = (runtime_artifact.archive_name(fingerprint), runtime_artifact.manifest_name(fingerprint))
     with tempfile.TemporaryDirectory(prefix=".incoming-", dir=chosen.scratch()) as tmp:
@@ -169,12 +206,21 @@ def _fetch_and_put(host, chosen: Store, fingerprint: str, directory: str, keep: 
                 logger.warning(f"[{host.name}] could not fetch the runtime artifact's {name}; other hosts compile")
                 return
         try:
+            _sign(local[1], local[0].parent, key)
             chosen.put(fingerprint, *local)
             removed = chosen.prune(keep)
-        except StoreError as err:
+        except (StoreError, runtime_artifact.ArtifactError, artifact_signing.UnvouchedError) as err:
             logger.warning(f"[{host.name}] {err}; other hosts compile")
             return
     logger.info(f"[{host.name}] runtime artifact {fingerprint[:16]} stored in {chosen.describe()}")
     if removed:
         gone = ", ".join(f[:16] for f in removed)
         logger.info(f"[{host.name}] runtime artifacts removed (keeping {keep}): {gone}")
+
+
+def _sign(manifest_path: Path, directory: Path, key: Path) -> None:
+    """Check the fetched archive against the manifest the host packed, then sign that manifest in place."""
+    manifest = json.loads(manifest_path.read_text())
+    runtime_artifact.check_archive(directory, manifest)
+    signed = artifact_signing.sign(manifest, artifact_signing.load_key(key))
+    manifest_path.write_text(json.dumps(signed, indent=1, sort_keys=True) + "\n")

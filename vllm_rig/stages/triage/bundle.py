@@ -3,12 +3,17 @@ here (the settings with secrets redacted, the preflight verdict, the status view
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import shlex
+import tarfile
+from pathlib import Path
 from typing import Any
 
-from vllm_rig.paths import GPU_VERDICT, HF_TOKEN_FILE, LOG_DIR, Layout
-from vllm_rig.settings import SECRET_KEYS, Settings
+from vllm_rig.host import triage
+from vllm_rig.paths import GPU_VERDICT, HF_TOKEN_FILE, LOG_DIR, MODEL_PEER_TOKEN_FILE, Layout
+from vllm_rig.settings import SECRET_ENV_NAME, SECRET_KEYS, Settings
 from vllm_rig.stages.status.facts import MODEL_MARKER
 
 REDACTED = "<redacted>"
@@ -33,12 +38,48 @@ KERNEL_PATTERN = "nvidia|nvrm|xid|nouveau"
 
 
 def redacted_settings(s: Settings) -> dict[str, Any]:
-    """Every setting, with the secrets (SECRET_KEYS) replaced by <redacted> when set."""
+    """Every setting, with the secrets (SECRET_KEYS) replaced by <redacted> when set, and whatever has a
+    secret's shape anywhere else (a vllm_env value of a secret-looking name, --api-key's value, a URL's
+    user:password) redacted as the host redacts it."""
     data = s.model_dump(mode="json")
     for key in SECRET_KEYS:
         if data.get(key) is not None:
             data[key] = REDACTED
-    return data
+    data["vllm_env"] = {
+        name: REDACTED if SECRET_ENV_NAME.search(name) else value
+        for name, value in (data.get("vllm_env") or {}).items()
+    }
+    return json.loads(triage.redact(json.dumps(data), {})[0])
+
+
+def control_secrets(s: Settings) -> dict[str, str]:
+    """The secrets only the control machine holds (the store's password, the MOK password): never sent to the
+    host, so the bundle is redacted of them here, once fetched (they should not be in it: belt and braces)."""
+    values = {
+        "runtime_artifact_store_auth": s.runtime_artifact_store_auth,
+        "secure_boot_mok_password": s.secure_boot_mok_password,
+    }
+    return {v: k for k, v in values.items() if v and len(v) >= triage.MIN_SECRET}
+
+
+def redact_fetched(path: Path, secrets: dict[str, str]) -> int:
+    """Rewrite the fetched archive with `secrets` redacted in every member; how many values were found."""
+    if not secrets:
+        return 0
+    with tarfile.open(path) as tar:
+        members = [(m, tar.extractfile(m).read() if m.isfile() else b"") for m in tar.getmembers()]  # type: ignore[union-attr]
+    count = 0
+    tmp = path.with_name(path.name + ".tmp")
+    with tarfile.open(tmp, "w:gz") as out:
+        for info, data in members:
+            text, hits = triage.redact(data.decode(errors="replace"), secrets)
+            count += hits
+            clean = text.encode() if hits else data
+            info.size = len(clean)
+            out.addfile(info, io.BytesIO(clean))
+    tmp.chmod(0o600)
+    os.replace(tmp, path)
+    return count
 
 
 def host_parts(s: Settings) -> dict[str, dict[str, str]]:
@@ -87,8 +128,8 @@ def spec(s: Settings, out: str, top: str, given: dict[str, str]) -> dict[str, An
         "top": top,
         "parts": host_parts(s),
         "given": given,
-        "secret_files": [Layout.of(s).env_file, HF_TOKEN_FILE],
-        "secrets": [v for v in (s.hf_token, s.secure_boot_mok_password, s.runtime_artifact_store_auth) if v],
+        "secret_files": [Layout.of(s).env_file, HF_TOKEN_FILE, MODEL_PEER_TOKEN_FILE],
+        "secrets": [s.hf_token] if s.hf_token else [],  # the host has it anyway; control-side ones stay here
     }
 
 

@@ -5,8 +5,11 @@
 The preflight verdict and the status view are read as their own tasks read them; the host writes the archive
 (vllm_rig/host/triage.py, sent on stdin in the host package: nothing installed first) with the GPU verdict,
 versions, the rendered unit, the journal of the service and of the build, and the kernel's NVIDIA lines.
-Secrets never leave the host: the settings go in with SECRET_KEYS redacted, and every value of the API key's
-and the HF token's files is replaced by <redacted:NAME> in every part before the archive is written."""
+Secrets never leave the host: the settings go in with SECRET_KEYS redacted, and every value of the API key's,
+the HF token's and the model peer token's files, and whatever has a secret's shape (NAME=value for names ending
+in _KEY/_TOKEN/_SECRET/_PASSWORD, --api-key's value, a URL's user:password@) is replaced by <redacted:NAME> in
+every part before the archive is written. The control machine's own secrets (the store's password, the MOK
+password) are not sent to the host: the fetched archive is redacted of them here."""
 
 from __future__ import annotations
 
@@ -14,9 +17,9 @@ import json
 import time
 from pathlib import Path
 
-from pyinfra import host
+from pyinfra import host, logger
 from pyinfra.api import StringCommand, deploy, operation
-from pyinfra.operations import files
+from pyinfra.operations import files, python
 
 from vllm_rig.core.host_package import run_from_stdin, stdin_text
 from vllm_rig.core.secrets import SecretStdin
@@ -48,4 +51,14 @@ def triage(s: Settings) -> None:
     given = bundle.given_parts(s, preflight.render_json(host.name, preflight_checks(s)), read_status(s))
     write_bundle(name=f"Triage bundle {top}.tar.gz on the host", spec=bundle.spec(s, remote, top, given))
     RESULTS.mkdir(exist_ok=True)
-    files.get(name="Triage bundle to triage/", src=remote, dest=str(RESULTS / f"{top}.tar.gz"))
+    local = RESULTS / f"{top}.tar.gz"
+    files.get(name="Triage bundle to triage/", src=remote, dest=str(local))
+    secrets = bundle.control_secrets(s)
+    if secrets:  # never sent to the host: redacted here, should the host have written one anyway
+        python.call(name="Triage bundle redacted of the control machine's secrets", function=_redact, path=local, s=s)
+
+
+def _redact(path: Path, s: Settings) -> None:
+    found = bundle.redact_fetched(path, bundle.control_secrets(s))
+    if found:
+        logger.warning(f"[{host.name}] triage: {found} control-side secret values found in the bundle, redacted")
