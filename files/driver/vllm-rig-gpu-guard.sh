@@ -33,6 +33,9 @@ while :; do
         # The open modules log why they refuse a card whose BAR1 cannot map its memory.
         bar1=$(journalctl -b --no-pager -o cat 2>/dev/null | grep -m1 'kbusIsStaticBar1Supported')
         [ -n "$bar1" ] && die "$seen of $GPU_COUNT GPUs visible: the open module refused a card ($bar1); set nvidia_driver_flavor=proprietary or enable Resizable BAR in the firmware"
+        # The driver's own lines for a card it lost or could not bring up (vllm_rig/host/nvrm.py GUARD_PATTERN).
+        gone=$(journalctl -k --no-pager -o cat 2>/dev/null | grep -E 'NVRM: Xid |has fallen off the bus|NVRM: fallen off the bus|RmInitAdapter failed|probe routine failed' | tail -n 2 | tr '\n' ' ')
+        [ -n "$gone" ] && die "$seen of $GPU_COUNT GPUs visible; the kernel says: ${gone% }; power the box off (a cold boot), reseat the cards and their power cables"
         die "$seen of $GPU_COUNT GPUs visible after ${WAIT_S}s (nvidia-smi: ${detail:-no output}); check cards, power cables and 'dmesg | grep -i nvidia'"
     fi
     sleep 2

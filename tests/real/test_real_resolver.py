@@ -25,7 +25,8 @@ pytestmark = pytest.mark.skipif(
 
 
 def _settings(profile: str | None, release: str) -> Settings:
-    return load_settings({**profile_data(profile), "flashinfer_version": release})
+    """Each profile's settings on the fork kind (the upstream kind's set: test_real_upstream_resolver.py)."""
+    return load_settings({**profile_data(profile), "runtime_kind": "fork", "flashinfer_version": release})
 
 
 @pytest.fixture(scope="module")

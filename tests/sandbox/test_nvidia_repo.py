@@ -759,3 +759,28 @@ def test_install_upgrade_purge_in_debian12(repo: Path, tmp_path: Path, rig: obje
     assert report["mismatch"] == "18\n"
     assert report["after_reboot"] == f"{NEW}\n{NEW}\n"
     assert report["leftover_packages"] == ""
+
+
+def test_the_gpu_wait_names_a_desktop_on_the_stand_in(machine: Machine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A graphics process (type G) shows in plain nvidia-smi's table and in memory.used, never in
+    --query-compute-apps (as on a real driver: nvitop-152's table, the query's compute-only list); the GPU
+    wait names it from the table."""
+    from vllm_rig.host import gpu_wait, nvidia_smi
+
+    xorg = {"gpu": 1, "pid": 1248, "name": "/usr/lib/xorg/Xorg", "used_mib": 28, "type": "G"}
+    worker = {
+        "gpu": 0,
+        "pid": 4242,
+        "name": "/opt/venv/bin/python3 -m some.very.long.module.name.worker",
+        "used_mib": 900,
+    }
+    machine.knobs(compute_apps=[xorg, worker])
+    apps = machine.smi("--query-compute-apps=gpu_bus_id,pid,process_name,used_memory", "--format=csv,noheader,nounits")
+    assert [a.pid for a in nvidia_smi.parse_compute_apps(apps.stdout.splitlines())] == [4242]
+    table = nvidia_smi.parse_process_table(machine.smi().stdout.splitlines())
+    assert [(p.gpu, p.pid, p.kind, p.used_mib) for p in table] == [(0, 4242, "C", 900), (1, 1248, "G", 28)]
+    assert table[0].name.startswith("...") and len(table[0].name) == 35
+    monkeypatch.setattr(gpu_wait, "_smi", lambda *args: machine.smi(*args).stdout.splitlines())
+    held = gpu_wait.busy([0, 1], 1024)
+    assert held[1] == "GPU 1 (00000000:02:00.0) is held by pid 1248 /usr/lib/xorg/Xorg (graphics, 28 MiB)"
+    assert held[0].startswith("GPU 0 (00000000:01:00.0) is held by pid 4242 /opt/venv/bin/python3")

@@ -143,3 +143,25 @@ def test_cuda_sources_leave_out_the_keyrings_own_file() -> None:
         "/etc/apt/sources.list.d/cuda.list:deb https://repo.example/compute/cuda/repos/ubuntu2404/x86_64/ /",
     ]
     assert [s["file"] for s in facts.parse_cuda_sources(lines)] == ["/etc/apt/sources.list.d/cuda.list"]
+
+
+def test_lspci_apostrophes_are_text_not_quoting() -> None:
+    """Real lspci 3.9.0 output (fixtures/tool_outputs/pciutils-3.9): names carry apostrophes inside lspci's
+    quotes, and its usage text (as 2>&1 would bring it) outside them; neither stops the host."""
+    real = H200.parent / "pciutils-3.9"
+    named = (real / "lspci_D_mm.out").read_text().splitlines()
+    assert "SB300 AC'97 Audio Controller" in named[0]
+    assert facts.parse_lspci(named)["devices"] == []  # names, not the numeric classes the deploy asks for
+    numeric = (real / "lspci_D_mm_n.out").read_text().splitlines()
+    usage = (real / "lspci_bad_option.out").read_text().splitlines()
+    assert any("ID's" in line for line in usage)
+    want = [{"slot": "0000:06:00.0", "class": "0300", "device_id": "1e07"}]
+    assert facts.parse_lspci(numeric)["devices"] == want
+    assert facts.parse_lspci([*usage, *numeric, "rc=1"])["devices"] == want
+    # lspci's escaping (print_shell_escaped): a backslash before '"' and '\' inside a quoted field.
+    assert facts._lspci_fields('0000:06:00.0 "0300" "a \\"b\\" c\'s" -ra1') == [
+        "0000:06:00.0",
+        "0300",
+        'a "b" c\'s',
+        "-ra1",
+    ]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_rig.known import fork_interface
+from vllm_rig.known import fork_interface, server_interface
 
 REAL_SOURCES = Path(__file__).resolve().parents[3] / "shared" / "real-sources"
 
@@ -20,8 +20,13 @@ def test_flag_list_is_the_real_parsers_dump() -> None:
 
 def test_flag_list_has_what_the_header_counts() -> None:
     # The header: 336 option strings + the -O alias = 337 lines; the count guards against a truncated copy.
-    assert len(fork_interface.flags()) == 337
-    assert {"--tensor-parallel-size", "--no-async-scheduling", "-tp", "--reasoning-config"} <= fork_interface.flags()
+    assert len(server_interface.FORK.flags()) == 337
+    assert {
+        "--tensor-parallel-size",
+        "--no-async-scheduling",
+        "-tp",
+        "--reasoning-config",
+    } <= server_interface.FORK.flags()
 
 
 def test_reasoning_keys_are_the_real_config_tables() -> None:
@@ -42,7 +47,7 @@ def test_reasoning_keys_are_the_real_config_tables() -> None:
     ],
 )
 def test_unknown_flags(names: list[str], unknown: list[str]) -> None:
-    assert fork_interface.unknown_flags(names) == unknown
+    assert server_interface.FORK.unknown_flags(names) == unknown
 
 
 def test_every_python_the_settings_allow_is_one_the_fork_supports() -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from tests.unit.groupdata import profile_data
 from vllm_rig.stages.preflight import checks as preflight
+from vllm_rig.stages.preflight import facts
 from vllm_rig.stages.preflight.facts import HostState
 from vllm_rig.stages.preflight.gpu_facts import NvidiaGpus, NvidiaTopology
 from vllm_rig.validation import load_settings
@@ -22,6 +23,11 @@ OUTPUTS = Path(__file__).parent / "fixtures" / "tool_outputs"
 def _real(name: str) -> list[str]:
     """A real output (tests/unit/fixtures/tool_outputs/<box>/<name>.out; the box's README says whence)."""
     return (OUTPUTS / f"{name}.out").read_text().splitlines()
+
+
+def _real_err(name: str) -> list[str]:
+    """Its stderr (the .err file beside it): what `2>&1` in the fact's command hands the parser."""
+    return (OUTPUTS / f"{name}.err").read_text().splitlines()
 
 
 def _topology(topo_m: list[str], p2p: list[str], nvlink: list[str], topo_rc: int = 0) -> dict[str, Any]:
@@ -450,3 +456,43 @@ def test_not_available_cells_never_crash_a_gpu_line() -> None:
         "fail",
         "memory not reported by nvidia-smi ([N/A])",
     )
+
+
+@pytest.mark.parametrize(
+    ("name", "flavor", "status"),
+    [
+        ("h200/proc_driver_nvidia_version", "proprietary", "fail"),  # the open module, settings pin proprietary
+        ("h200/proc_driver_nvidia_version", "open", "ok"),
+        ("truenas-580/proc_driver_nvidia_version", "proprietary", "ok"),
+        ("truenas-580/proc_driver_nvidia_version", "open", "fail"),
+    ],
+)
+def test_the_loaded_flavour_is_compared_with_the_setting(name: str, flavor: str, status: str) -> None:
+    """Real /proc/driver/nvidia/version lines (an H200's open module, a TrueNAS box's proprietary one) against
+    nvidia_driver_flavor: the other flavour's module fails preflight with both ways out."""
+    state = HostState().process(["@@kernel", "6.8.0-1-generic", "@@driver_loaded", *_real(name)])
+    host = _host(driver_loaded=state["driver_loaded"], driver_flavour=state["driver_flavour"])
+    [check] = preflight.check_driver_flavour(host, load_settings({**profile_data(), "nvidia_driver_flavor": flavor}))
+    assert check.status == status
+    if status == "fail":
+        assert f"settings pin nvidia_driver_flavor={flavor}" in check.detail
+        assert f"set nvidia_driver_flavor={state['driver_flavour']}" in check.way_out
+    assert check in preflight.verdict(
+        host, None, None, load_settings({**profile_data(), "nvidia_driver_flavor": flavor})
+    )
+
+
+def test_no_loaded_module_has_no_flavour_line() -> None:
+    assert preflight.check_driver_flavour(_host(), SETTINGS) == []
+
+
+def test_secure_boot_that_nothing_reports_is_a_warning_with_a_way_out() -> None:
+    """The H200 box's real `mokutil --sb-state` (not installed: h200/mokutil_sb.err) and an EFI variable the
+    fact's command could not read ("novar"): unknown is not "off"."""
+    state = facts.secure_boot_state(_real_err("h200/mokutil_sb"), ["novar"])
+    assert state == {"secure_boot": None, "secure_boot_source": None}
+    checks = {c.name: c for c in preflight.verdict(_host(**state), None, None, SETTINGS)}
+    check = checks["secure boot"]
+    assert check.status == "warn" and check.detail.startswith("not reported")
+    assert "apt-get install mokutil" in check.way_out
+    assert not preflight.has_failures([check])

@@ -3,8 +3,10 @@
 
     python3 vllm-rig-host.pyz gpu_wait --devices 0,1 --max-used-mib 1024 --timeout 120 [--interval 2]
 
-Free means no compute process on the card (`nvidia-smi --query-compute-apps`: a desktop session or a
-leftover worker is the classic cause) and memory.used at most --max-used-mib. A restart onto cards whose
+Free means no process on the card, compute or graphics, and memory.used at most --max-used-mib. Compute
+processes come from `nvidia-smi --query-compute-apps` (bus id, memory); graphics ones (an Xorg or a desktop
+shell: type G in plain nvidia-smi's process table; the query has no graphics twin) from that table, by the
+GPU's nvidia-smi index. A leftover worker or a desktop session is the classic cause. A restart onto cards whose
 memory is still being released comes up with a smaller KV cache, silently; so the start waits. After
 --timeout it fails with one line naming the card and what holds it; systemd's Restart= tries again later.
 --devices are the indexes CUDA_VISIBLE_DEVICES names, read as nvidia-smi's (bus order). CUDA's own order is
@@ -31,6 +33,11 @@ def _smi(*args: str) -> list[str]:
     return run.stdout.splitlines()
 
 
+def _named(pid: int, name: str, kind: str, used_mib: int | None) -> str:
+    """'pid 1248 /usr/lib/xorg/Xorg (graphics, 28 MiB)': the name as nvidia-smi printed it."""
+    return f"pid {pid} {name} ({kind}" + (f", {used_mib} MiB)" if used_mib is not None else ")")
+
+
 def busy(devices: list[int] | None, max_used: int) -> list[str]:
     """What holds each chosen GPU, one phrase per card; [] when all are free."""
     query = nvidia_smi.parse_query_gpu(
@@ -42,16 +49,21 @@ def busy(devices: list[int] | None, max_used: int) -> list[str]:
     apps = nvidia_smi.parse_compute_apps(
         _smi("--query-compute-apps=gpu_bus_id,pid,process_name,used_memory", "--format=csv,noheader,nounits")
     )
+    table = nvidia_smi.parse_process_table(_smi())
     chosen = [g for g in gpus if devices is None or g.index in devices]
     missing = sorted(set(devices or []) - {g.index for g in gpus})
     held = [f"GPU {i} is not there (nvidia-smi lists {len(gpus)})" for i in missing]
     for gpu in chosen:
         on_card = [a for a in apps if a.bus_id.lower() == (gpu.bus_id or "").lower()]
-        if on_card:
-            names = ", ".join(
-                f"pid {a.pid} {a.name}" + (f" ({a.used_mib} MiB)" if a.used_mib is not None else "") for a in on_card
-            )
-            held.append(f"GPU {gpu.index} ({gpu.bus_id}) is held by {names}")
+        names = [_named(a.pid, a.name, "compute", a.used_mib) for a in on_card]
+        compute_pids = {a.pid for a in on_card}
+        names += [
+            _named(p.pid, p.name, "graphics", p.used_mib)
+            for p in table
+            if p.gpu == gpu.index and p.graphics and p.pid not in compute_pids
+        ]
+        if names:
+            held.append(f"GPU {gpu.index} ({gpu.bus_id}) is held by {', '.join(names)}")
         elif (gpu.memory_used_mib or 0) > max_used:
             used = gpu.memory_used_mib
             held.append(f"GPU {gpu.index} ({gpu.bus_id}) has {used} MiB in use (at most {max_used} allowed)")

@@ -213,6 +213,44 @@ def parse_compute_apps(lines: list[str]) -> tuple[ComputeApp, ...]:
     return tuple(apps)
 
 
+# ---- the process table of plain `nvidia-smi` -------------------------------------------------------------
+@dataclass(frozen=True)
+class TableProcess:
+    """One row of plain `nvidia-smi`'s "Processes:" table: the GPU's nvidia-smi index, the PID, its type
+    (G graphics, C compute, C+G both: `--query-compute-apps` lists only C and C+G, and has no graphics twin),
+    the name as printed (long ones cut to "..." and their end), and its memory (None where N/A)."""
+
+    gpu: int
+    pid: int
+    kind: str
+    name: str
+    used_mib: int | None
+
+    @property
+    def graphics(self) -> bool:
+        return "G" in self.kind
+
+
+# "|    0   N/A  N/A     10734      C   ...-x86_64-Release/abcdefgh/foo_bar         160MiB |" (GI and CI
+# columns since 450; older drivers print "|    0      1136      G   /usr/lib/xorg/Xorg    56MiB |").
+PROCESS_ROW = re.compile(r"^\|\s+(\d+)\s+(?:\S+\s+\S+\s+)?(\d+)\s+(C\+G|G|C|M\+C|M)\s+(.+?)\s+(\d+)?(?:MiB|N/A)\s*\|$")
+
+
+def parse_process_table(lines: list[str]) -> tuple[TableProcess, ...]:
+    """The rows after "| Processes:"; () for "No running processes found" or no table."""
+    rows, inside = [], False
+    for line in lines:
+        line = ANSI.sub("", line).rstrip()
+        if line.startswith("| Processes:"):
+            inside = True
+            continue
+        match = PROCESS_ROW.match(line) if inside else None
+        if match:
+            gpu, pid, kind, name, used = match.groups()
+            rows.append(TableProcess(int(gpu), int(pid), kind, name, int(used) if used else None))
+    return tuple(rows)
+
+
 # ---- topo -m and topo -p2p X -------------------------------------------------------------------------
 GPU_NAME = re.compile(r"^GPU\d+$")
 

@@ -59,13 +59,15 @@ class DriverState(SectionFact[Driver]):
 
 
 # Kernel lines that say why nvidia.ko did not load or did not bring the GPUs up: module signature checks
-# (kernel/module/signing.c), modprobe's EKEYREJECTED, the open modules' static BAR1 check.
+# (kernel/module/signing.c), modprobe's EKEYREJECTED, the open modules' static BAR1 check, and the driver's
+# own lines without an Xid (host/nvrm.py: RmInitAdapter failed, fallen off the bus, the probe failed).
 # Anchored at the message's start (journalctl -o cat), so that sudo's own log line of this very command,
 # which carries the pattern, never matches.
 REFUSAL_PATTERN = (
     "^(Loading of .* is rejected|[a-z_-]+: ERROR: could not insert .*: Key was rejected by service|"
     "Failed to insert module .*: Key was rejected by service|[a-z_]+: module verification failed|"
-    "NVRM: kbusIsStaticBar1Supported|NVRM: GPU .*RmInitAdapter failed)"
+    "NVRM: kbusIsStaticBar1Supported|NVRM: (GPU .*: )?RmInitAdapter failed|NVRM: GPU .*has fallen off the bus|"
+    "NVRM: The NVIDIA GPU [0-9A-Fa-f:.]+$|NVRM: fallen off the bus|NVRM: The NVIDIA probe routine failed)"
 )
 
 
@@ -90,7 +92,7 @@ class ModuleFailure(SectionFact[ModuleDiagnosis]):
             "dkms": f"dkms status -m nvidia -v {v} 2>&1 | head -n 3",
             "makelog": f'l=/var/lib/dkms/nvidia/{v}/build/make.log; [ -f "$l" ] && echo "$l" && tail -n 3 "$l"',
             "journal": (
-                f"journalctl -b --no-pager -o cat 2>/dev/null | grep -E {shlex.quote(REFUSAL_PATTERN)} | tail -n 3"
+                f"journalctl -b --no-pager -o cat 2>/dev/null | grep -E {shlex.quote(REFUSAL_PATTERN)} | tail -n 6"
             ),
         }
         return section_command(parts)

@@ -21,6 +21,7 @@ from pyinfra.connectors.local import LocalConnector
 
 from vllm_rig.core.checks import fail_host
 from vllm_rig.core.facts import BootId, FileText
+from vllm_rig.host import nvrm
 from vllm_rig.paths import STATE_DIR
 from vllm_rig.stages.driver.facts import Driver, DriverState, ModuleFailure
 
@@ -48,11 +49,17 @@ def module_failure_reason(diag: dict, version: str) -> str:
                 "(the preflight's secure boot line gives the steps), or disable Secure Boot"
             )
     for line in diag.get("journal", []):
-        if "kbusIsStaticBar1Supported" in line or "RmInitAdapter failed" in line:
+        if "kbusIsStaticBar1Supported" in line:
             return (
                 f"the open module refused the GPUs ({line}): set nvidia_driver_flavor=proprietary, or enable "
                 "Resizable BAR / Above 4G decoding in the firmware"
             )
+    said = nvrm.describe("\n".join(diag.get("journal", [])))
+    if said:  # the driver loaded but a GPU did not come up: hardware, power or firmware, not the packages
+        return (
+            f"the driver could not bring the GPUs up ({said}): power the box off (a cold boot, not a reboot), "
+            "reseat the cards and their power cables, then run the deploy again"
+        )
     if not diag.get("module_file"):
         log = diag.get("make_log") or []
         if log:

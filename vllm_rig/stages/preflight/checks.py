@@ -62,6 +62,7 @@ def verdict(
         check_nouveau(host),
         check_headers(host),
         check_existing_driver(host, gpus, s),
+        *check_driver_flavour(host, s),
         check_dpkg_lock(host),
         *check_cuda_sources(host),
     ]
@@ -153,7 +154,13 @@ def check_secure_boot(host: Host, s: Settings) -> Check:
     """Under Secure Boot the DKMS module loads only when the key dkms signs with is enrolled."""
     state, source = host["secure_boot"], host.get("secure_boot_source")
     if state is None:
-        return ok("secure boot", "not reported (no mokutil and no readable SecureBoot EFI variable)")
+        # Unknown is not off: under Secure Boot an unenrolled DKMS module would not load after the reboot.
+        return warn(
+            "secure boot",
+            "not reported (no mokutil and no readable SecureBoot EFI variable)",
+            "install mokutil (sudo apt-get install mokutil) and run preflight again, or check the firmware "
+            "setup: with Secure Boot on, the DKMS-built module loads only once its key is enrolled",
+        )
     if state is False:
         return ok("secure boot", f"disabled ({source})" if source else "disabled")
     if s.nvidia_keep_archive_driver and archive_modules(host.get("packages") or {}):
@@ -286,6 +293,25 @@ def check_existing_driver(host: Host, gpus: GpusResult | None, s: Settings) -> C
         f"{found} is installed, settings ask for {s.nvidia_driver_version}{loaded}",
         f"keep it: set nvidia_driver_version={found}; or replace it: set nvidia_driver_replace_existing=true",
     )
+
+
+def check_driver_flavour(host: Host, s: Settings) -> list[Check]:
+    """The loaded module's flavour against nvidia_driver_flavor. The driver stage installs the pinned flavour's
+    packages and reboots for a version change only, so the other flavour's module would stay loaded."""
+    loaded = host.get("driver_flavour")
+    if not loaded or not host.get("driver_loaded"):
+        return []
+    if loaded == s.nvidia_driver_flavor:
+        return [ok("driver flavour", f"the {loaded} module is loaded, as nvidia_driver_flavor asks")]
+    return [
+        fail(
+            "driver flavour",
+            f"the {loaded} module {host['driver_loaded']} is loaded, "
+            f"settings pin nvidia_driver_flavor={s.nvidia_driver_flavor}",
+            f"keep what runs: set nvidia_driver_flavor={loaded}; or remove the {loaded} driver packages and reboot "
+            "before deploying",
+        )
+    ]
 
 
 def check_dpkg_lock(host: Host) -> Check:

@@ -204,13 +204,24 @@ def parse_df_free_gb(lines: list[str]) -> float:
     return round(int(rows[-1][3]) / 1e9, 1) if rows else 0.0
 
 
+# One field of `lspci -mm`: pciutils' lspci.c print_shell_escaped puts a field in double quotes and puts a
+# backslash before '"' and '\\' only. An apostrophe is text, in a name or in a warning lspci or pcilib
+# writes to stderr (2>&1), not shell quoting (shlex stopped the host on one outside quotes).
+LSPCI_MM_FIELD = re.compile(r'"((?:[^"\\]|\\.)*)"|(\S+)')
+
+
+def _lspci_fields(line: str) -> list[str]:
+    """The fields of one line: a bare word as it is, a quoted one without its quotes and escapes."""
+    return [bare or re.sub(r"\\(.)", r"\1", quoted) for quoted, bare in LSPCI_MM_FIELD.findall(line)]
+
+
 def parse_lspci(lines: list[str]) -> PciGpus:
     """`lspci -D -mm -n -d 10de:`: NVIDIA display controllers (audio/USB functions skipped)."""
     if any("not found" in line for line in lines):
         return {"available": False, "devices": []}
     devices = []
     for line in lines:
-        fields = shlex.split(line) if line.strip() and not line.startswith("rc=") else []
+        fields = _lspci_fields(line) if not line.startswith("rc=") else []
         if len(fields) >= 4 and fields[2] == NVIDIA_PCI_VENDOR and fields[1] in VGA_OR_3D:
             devices.append({"slot": fields[0], "class": fields[1], "device_id": fields[3]})
     return {"available": True, "devices": devices}
