@@ -39,8 +39,13 @@ cuda_version = "12.9"  # CUDA toolkit major.minor, pinned (cuda-toolkit-12-9)
 
 # ---- runtime: venv, the fork, FlashInfer, FlashQLA
 install_root = "/opt/vllm-rig"  # venvs, sources and runtimes live under here
+runtime_kind = "upstream"  # upstream: vLLM's release + its first owner's SM75 patch; fork: weicj's fork
+upstream_build = "wheel"  # upstream: wheel = the release's compiled kernels, patched Python (minutes)
+vllm_version = "0.26.0"  # upstream: the vLLM release (vllm_rig/known/upstream_releases.py)
+vllm_wheel_sha256 = None  # upstream: sha256 of the release's wheel; None: PyPI's, as the table records it
+sm75_patch_files = None  # upstream: the SM75 patches' URLs and sha256; None: zyYuc's at aa935db (raw content)
 python_version = "3.12"  # Python of the venv (Ubuntu 24.04's python3)
-torch_version = "2.11.0"  # torch from the torch index's CUDA lane (the fork's validated 2.11.0+cu128)
+torch_version = "2.11.0"  # torch: upstream = the release's pin (PyPI, CUDA 13.0); fork = the torch index's 2.11.0+cu128
 torchvision_version = "0.26.0"  # torchvision from the torch index's lane (Qwen3.x processors need it)
 torchaudio_version = "2.11.0"  # torchaudio from the torch index's lane
 triton_version = "3.6.0"  # triton, pinned to the seed's
@@ -49,7 +54,8 @@ numpy_version = "2.3.5"  # numpy, pinned to the seed's
 flashinfer_version = "0.6.14"  # flashinfer-python; 0.6.14 takes PR 3621, 0.6.8.post1 is the fork's own pin
 flashinfer_requirement_overrides = {  # per FlashInfer release: fork requirements replaced for pip (others refused)
     "0.6.8.post1": {},  # the fork's own pin: its requirements as they are
-    # 0.6.14 and 0.6.15 require nvidia-cutlass-dsl>=4.5.0, the fork pins ==4.4.2 (used by FA4's CuTe-DSL kernels)
+    # 0.6.14 and 0.6.15 require nvidia-cutlass-dsl>=4.5.0, the fork pins ==4.4.2 (FA4's CuTe-DSL kernels); pip
+    # moves quack-kernels 0.4.1 -> 0.5.0 with it; import flashinfer imports cutlass (the build's check imports it)
     "0.6.14": {"nvidia-cutlass-dsl": "==4.5.2"},
     "0.6.15": {"nvidia-cutlass-dsl": "==4.5.2"},
     # 0.6.16 also requires nvidia-cudnn-frontend>=1.25.0, the fork caps it <1.19.0
@@ -77,13 +83,13 @@ fetchcontent_sources = {  # what the fork's CMake fetches in the compile: fetche
         "env": "QUTLASS_SRC_DIR",
         "min_arch": None,
     },
-    "vllm-flash-attn": {  # the fork's vllm_flash_attn.cmake returns before fetching on an SM75-only build
+    "vllm-flash-attn": {  # upstream's vllm_flash_attn.cmake fetches it on SM75 too; missing: unknown target _vllm_fa2_C
         "repo": "https://github.com/vllm-project/flash-attention.git",
         "ref": "f5bc33cfc02c744d24a2e9d50e6db656de40611c",
         "env": "VLLM_FLASH_ATTN_SRC_DIR",
-        "min_arch": "8.0",
+        "min_arch": None,
     },
-    "deepgemm": {  # the fork's deepgemm.cmake returns before fetching without SM90a/SM100
+    "deepgemm": {  # fetched below SM90 only by upstream's deepgemm.cmake, and missing it only warns
         "repo": "https://github.com/deepseek-ai/DeepGEMM.git",
         "ref": "891d57b4db1071624b5c8fa0d1e51cb317fa709f",
         "env": "DEEPGEMM_SRC_DIR",
@@ -136,6 +142,8 @@ runtime_artifacts = True  # keep each compiled runtime by fingerprint; same-fing
 runtime_artifact_store = "runtime-artifacts"  # control-machine directory (relative to the repo) or http(s) WebDAV URL
 runtime_artifact_store_auth = None  # user:password for the http(s) store; kept secret, None: ~/.netrc or none
 runtime_artifact_store_ca = None  # PEM CA bundle for an https store's certificate; None: the system's CAs
+runtime_artifact_store_allow_http = False  # accept an http:// store (password in clear, artifacts changeable); warns
+runtime_artifact_key = "runtime-artifact.key"  # control-machine ed25519 key signing stored artifacts; made on first use
 runtime_artifacts_keep = 3  # how many runtime artifacts the store keeps (the newest)
 
 # ---- model: the FP8 checkpoint through the HF endpoint
@@ -180,7 +188,7 @@ start_check_attempts = 3  # starts in a row whose known-answer check may fail be
 start_check_needle_words = 6000  # words of the needle check's long prompt (~8K tokens)
 start_check_kv_shrink_share = 0.2  # a KV cache this share below the recorded one restarts the start once, then warns
 gpu_wait_timeout_s = 120  # how long a start waits for free GPUs before it fails naming what holds them
-gpu_wait_max_used_mib = 1024  # memory a GPU may have in use and still count as free (no compute process allowed)
+gpu_wait_max_used_mib = 1024  # memory a GPU may have in use and still count as free (no process of any kind allowed)
 watchdog_enabled = True  # a timer asks the server a known-answer question every watchdog_interval_s; false: off
 watchdog_interval_s = 300  # seconds between watchdog rounds
 watchdog_failures = 3  # failed rounds in a row before the watchdog restarts the service
@@ -191,7 +199,7 @@ vllm_host = None  # bind address; None: 127.0.0.1 behind the proxy, 0.0.0.0 with
 vllm_port = 8000  # API port
 vllm_api_key = "auto"  # auto: a key made once on the host; none: serve without a key
 tensor_parallel_size = 2  # GPUs one model spans (TP2 over the NVLink pair)
-device_ids = [0, 1]  # GPUs the server uses, as CUDA_VISIBLE_DEVICES (the fork's line has no --device-ids); None: all
+device_ids = [0, 1]  # GPUs the server uses: --device-ids (upstream), CUDA_VISIBLE_DEVICES (fork); None: all
 dtype = "half"  # compute dtype; SM75 has no BF16 tensor cores
 quantization = "fp8"  # weight quantization (FP8 through Marlin on SM75)
 kv_cache_dtype = "fp8_e4m3"  # KV cache dtype; auto = FP16 (INT8 is refused)
@@ -204,11 +212,11 @@ enable_chunked_prefill = True  # chunked prefill (long contexts OOM without it)
 async_scheduling = False  # False renders --no-async-scheduling; None leaves the server default
 skip_mm_profiling = True  # skip multimodal memory profiling
 reasoning_parser = "qwen3"  # reasoning parser for <think> blocks
-reasoning_config = {  # --reasoning-config: the think-tag markers (the fork's line takes no budget key)
+reasoning_config = {  # --reasoning-config: the think-tag markers (the budget is default_thinking_token_budget)
     "reasoning_start_str": "<think>",
     "reasoning_end_str": "</think>",
 }
-default_thinking_token_budget = None  # the seed's 4000 has no server-side form on the fork's line: send it per request
+default_thinking_token_budget = 4000  # server-side thinking budget: in --reasoning-config (upstream), an env var (fork)
 default_chat_template_kwargs = {"enable_thinking": True}  # --default-chat-template-kwargs
 enable_auto_tool_choice = True  # let the model call tools on its own
 tool_call_parser = "qwen3_xml"  # tool-call parser; the fork launcher's qwen3_xml (qwen3_coder drops streamed calls)
@@ -259,6 +267,11 @@ verify_min_allreduce_gbps = 30.0  # least all-reduce bus GB/s (2 ranks: ceiling 
 bench_sizes = "20000:3:256,60000:2:128"  # the seed's runs: TOKENS:RUNS:MAX_TOKENS
 bench_label = "run"  # label stored with bench results (e.g. FP8-KV, FP16-KV for an A/B)
 
-# ---- operating: the status view and the triage bundle (on demand, tasks/status.py and tasks/triage.py)
+# ---- operating: status, triage, logs and remove (on demand: tasks/status.py, triage.py, logs.py, remove.py)
 status_format = "table"  # how the status is printed: table, or json (one line per host on stdout)
 triage_journal_lines = 400  # journal lines of the service and the build in a triage bundle
+logs_source = "service"  # whose log tasks/logs.py shows (bin/rig logs SOURCE)
+logs_lines = 100  # lines of the log tasks/logs.py shows first (bin/rig logs -n)
+logs_follow = False  # tasks/logs.py keeps printing new lines until Ctrl-C (bin/rig logs -f)
+remove_model = False  # tasks/remove.py also deletes the model directories (bin/rig remove --with-model)
+remove_driver = False  # tasks/remove.py also removes the NVIDIA driver and CUDA (bin/rig remove --with-driver)

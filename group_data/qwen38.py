@@ -2,6 +2,7 @@
 # get these on top of group_data/all.py: Qwen3.8-27B-FP8, FP16 KV cache, 128K context, qwen3_xml tools,
 # 2048-token chunks, temperature 0.1, 175 W power limit.
 
+runtime_kind = "fork"  # the second setup ran weicj's fork (its own engine)
 model_repo = "Qwen/Qwen3.8-27B-FP8"  # the official FP8 checkpoint
 model_dir = "/opt/vllm-rig/models/Qwen3.8-27B-FP8"  # where the checkpoint lives
 served_model_name = "qwen38-27b"  # model name clients ask for
@@ -15,6 +16,7 @@ max_num_batched_tokens = 2048  # chunk size the seed recommends with MTP3
 async_scheduling = None  # not set in the seed's command
 skip_mm_profiling = False  # not set in the seed's command
 reasoning_config = None  # not set in the seed's command
+default_thinking_token_budget = None  # the seed sets no thinking budget
 default_chat_template_kwargs = None  # not set in the seed's command
 tool_call_parser = "qwen3_xml"  # the seed's tool-call parser
 chat_template_content_format = None  # not set in the seed's command

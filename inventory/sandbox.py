@@ -3,6 +3,8 @@
     pyinfra -y inventory/sandbox.py deploy.py
 
 Lists the machines that are running (rig1 if none is); VLLM_RIG_SANDBOX_MACHINES=N lists rig1..rigN.
+VLLM_RIG_SANDBOX_HOST_DATA='{"rig1": {...}}' gives a machine host data of its own (a scenario with two runtime
+kinds in one run).
 Settings come from group_data like for any box; the only ones set here are where the sandbox's
 stand-ins live (apt repo, git remotes, package indexes, HF mirror) and what a Debian 12 container is
 (Python 3.11, a small disk). The deploy code never knows it is in a sandbox.
@@ -12,6 +14,7 @@ packages are bookworm's, so it keeps Python 3.11 too (noble's is 3.12; tests/san
 else differs).
 """
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -25,11 +28,13 @@ from tests.sandbox import paths as _paths  # noqa: E402
 from tests.sandbox.fixtures import forge as _forge  # noqa: E402
 from tests.sandbox.fixtures import nvidia_repo as _nvidia_repo  # noqa: E402
 from tests.sandbox.fixtures import pkg_index as _pkg_index  # noqa: E402
+from vllm_rig.core import cli_limit as _cli_limit  # noqa: E402
 from vllm_rig.core import op_order as _op_order  # noqa: E402
 from vllm_rig.core import ssh_nodelay as _ssh_nodelay  # noqa: E402
 
 _ssh_nodelay.install()
 _op_order.install()
+_cli_limit.install()
 
 _VLLM_PORT_BASE = _paths.VLLM_PORT_BASE
 
@@ -52,6 +57,7 @@ def _host(m: _machine.Machine) -> tuple[str, dict]:
             "lan_port": _paths.LAN_PORT_BASE + m.index,  # every machine shares the host's addresses
             "model_peer_port": _paths.MODEL_PEER_PORT_BASE + m.index,
             **_os_settings(m),
+            **_host_data(m.name),
         },
     )
 
@@ -89,6 +95,29 @@ def _flashinfer_patches() -> dict:
     }
 
 
+def _upstream() -> dict:
+    """The upstream kind's stand-ins: the index's vLLM wheel (its sha256: the stand-in's, not PyPI's) and the
+    stand-in SM75 and FlashQLA patches on the file server (raw-content layout), from the index's manifest."""
+    try:
+        built = _pkg_index.manifest()["upstream"]
+    except (OSError, ValueError, KeyError):
+        return {}  # not built yet: the runtime stage then names the wheel's or the patch's sha256
+    return {
+        "vllm_wheel_sha256": built["vllm_wheel"]["sha256"],
+        "sm75_patch_files": {
+            name: {"url": _pkg_index.upstream_url(patch["path"]), "sha256": patch["sha256"]}
+            for name, patch in built["sm75_patches"].items()
+        },
+    }
+
+
+def _host_data(name: str) -> dict:
+    """VLLM_RIG_SANDBOX_HOST_DATA='{"rig1": {"runtime_kind": "upstream"}}': host data for one machine (what a
+    real inventory gives one host), for scenarios that run two kinds in one run."""
+    text = os.environ.get("VLLM_RIG_SANDBOX_HOST_DATA")
+    return dict(json.loads(text).get(name, {})) if text else {}
+
+
 def _fetchcontent_sources(refs: dict) -> dict:
     """What the stand-in fork's CMake-like build fetches for SM75, from the sandbox's git remotes."""
     pending = "0" * 40  # not built yet: the checkout then fails, naming the source
@@ -102,6 +131,7 @@ def _fetchcontent_sources(refs: dict) -> dict:
         for name, repo, env in (
             ("flashmla", _forge.FLASHMLA, "FLASH_MLA_SRC_DIR"),
             ("qutlass", _forge.QUTLASS, "QUTLASS_SRC_DIR"),
+            ("vllm-flash-attn", _forge.FLASH_ATTN, "VLLM_FLASH_ATTN_SRC_DIR"),
         )
     }
 
@@ -124,6 +154,7 @@ def _settings() -> dict:
         "triton_src_repo": _forge.remote_url(_forge.TRITON),
         "fetchcontent_sources": _fetchcontent_sources(refs),
         "flashinfer_sm75_patches": _flashinfer_patches(),
+        **_upstream(),
         "pip_index_url": _pkg_index.index_url(),
         "torch_index_url": _pkg_index.torch_index_url(),
         "hf_endpoint": f"http://127.0.0.1:{_paths.HF_MIRROR_PORT}",
@@ -135,7 +166,17 @@ def _settings() -> dict:
         # benchmarks/artifacts.py turn it on. The store is this checkout's (slot's) own.
         "runtime_artifacts": False,
         "runtime_artifact_store": str(_paths.STATE / "runtime-artifacts"),
+        "runtime_artifact_key": str(_paths.STATE / "runtime-artifact.key"),
+        **_runtime_kind(),
     }
+
+
+def _runtime_kind() -> dict:
+    """VLLM_RIG_SANDBOX_RUNTIME_KIND=fork: every machine on that kind (the test suite sets it: its scenarios
+    were written for the fork's compile path; tests/e2e/test_upstream_kind.py gives rig1 the default kind by
+    host data). Unset (bin/deploy's simulated rig): the default of group_data/all.py, like a real box."""
+    kind = os.environ.get("VLLM_RIG_SANDBOX_RUNTIME_KIND")
+    return {"runtime_kind": kind} if kind else {}
 
 
 _hosts = {m.name: _host(m) for m in _selected()}

@@ -21,6 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -32,7 +33,8 @@ from tests.sandbox.fixtures import forge
 
 # The users' commands (seeds 000 and 002), flag for flag; host, port and model path are swapped per test.
 # Seed 000 without the two things the real v0.1.x server refuses (see test_standin_parser.py): --device-ids
-# (GPUs come from CUDA_VISIBLE_DEVICES) and default_thinking_token_budget inside --reasoning-config.
+# (GPUs come from CUDA_VISIBLE_DEVICES) and default_thinking_token_budget inside --reasoning-config (the
+# budget is VLLM_DEFAULT_THINKING_TOKEN_BUDGET in the environment: test_the_servers_budget_applies_only_...).
 SEED_000 = [
     "--host",
     "0.0.0.0",
@@ -526,11 +528,12 @@ def stop(server: Server) -> int:
     return server.proc.wait(timeout=10)
 
 
-@pytest.fixture(scope="module")
-def seed000(runtime: Runtime) -> Iterator[Server]:
+@contextmanager
+def _seed_000_server(runtime: Runtime, log_name: str, env: dict[str, str]) -> Iterator[Server]:
+    """Seed 000's command line served until the block ends (stopped unless it already exited)."""
     port = free_port()
-    log = runtime.root / "seed000.log"
-    proc = launch(runtime, seed_argv(SEED_000, port, runtime.model), {**runtime.env, "VLLM_API_KEY": API_KEY}, log)
+    log = runtime.root / log_name
+    proc = launch(runtime, seed_argv(SEED_000, port, runtime.model), env, log)
     server = Server(proc, port, log)
     try:
         wait_ready(proc, log)
@@ -538,6 +541,12 @@ def seed000(runtime: Runtime) -> Iterator[Server]:
     finally:
         if proc.poll() is None:
             stop(server)
+
+
+@pytest.fixture(scope="module")
+def seed000(runtime: Runtime) -> Iterator[Server]:
+    with _seed_000_server(runtime, "seed000.log", {**runtime.env, "VLLM_API_KEY": API_KEY}) as server:
+        yield server
 
 
 def test_seed_000_starts_with_the_real_log_lines(seed000: Server, runtime: Runtime) -> None:
@@ -755,7 +764,12 @@ def test_seed_002_serves_without_a_key_and_stops_on_sigterm(runtime: Runtime) ->
         chat = {"model": "qwen38-27b", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
         status, body = server.json("POST", "/v1/chat/completions", chat)
         assert status == 200 and body["usage"]["completion_tokens"] == 8
-        assert '"POST /v1/chat/completions HTTP/1.1" 200 OK' in server.output()  # access log is on in seed 002
+        # The access log is on in seed 002; uvicorn writes its line just after the response is sent.
+        line = '"POST /v1/chat/completions HTTP/1.1" 200 OK'
+        deadline = time.monotonic() + 5
+        while line not in server.output() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert line in server.output()
     finally:
         assert stop(server) == 0
     assert "Application shutdown complete." in server.output()
@@ -874,3 +888,41 @@ def test_tensor_parallel_2_needs_two_gpus(runtime: Runtime, tmp_path: Path) -> N
     env = {**runtime.env, "PATH": f"{tmp_path / 'bin'}:{runtime.env['PATH']}"}
     rc, out = run_to_exit(runtime, seed_argv(SEED_002, free_port(), runtime.model), env)
     assert rc == 1 and "Tensor parallel size (2) cannot be larger than the number of available GPUs (1)" in out
+
+
+@pytest.fixture(scope="module")
+def budget_server(runtime: Runtime) -> Iterator[Server]:
+    """Seed 000 as the unit renders it: the budget comes from the environment (the fork's serving.py)."""
+    env = {**runtime.env, "VLLM_API_KEY": API_KEY, "VLLM_DEFAULT_THINKING_TOKEN_BUDGET": " 5 "}
+    with _seed_000_server(runtime, "budget.log", env) as server:
+        yield server
+
+
+def _reasoning_tokens(server: Server, extra: dict) -> int:
+    chat = {"model": "qwen-local", "messages": [{"role": "user", "content": "Explain NVLink briefly."}], **extra}
+    status, body = server.json("POST", "/v1/chat/completions", chat, key=API_KEY)
+    assert status == 200, body
+    return count_tokens(body["choices"][0]["message"]["reasoning_content"] or "")
+
+
+def test_the_servers_budget_applies_only_to_a_request_without_its_own(budget_server: Server, seed000: Server) -> None:
+    """The fork's serving.py: the stripped variable, int(); a request's thinking_token_budget is never replaced."""
+    unbounded = _reasoning_tokens(seed000, {})
+    assert unbounded > 12  # without a budget the stand-in thinks for natural_tokens / 3
+    assert _reasoning_tokens(budget_server, {}) == 5
+    assert _reasoning_tokens(budget_server, {"thinking_token_budget": 12}) == 12
+    assert _reasoning_tokens(seed000, {"thinking_token_budget": 12}) == 12
+
+
+def test_a_budget_the_fork_cannot_read_is_ignored_with_its_warning(runtime: Runtime) -> None:
+    port = free_port()
+    log = runtime.root / "budget-bad.log"
+    env = {**runtime.env, "VLLM_API_KEY": API_KEY, "VLLM_DEFAULT_THINKING_TOKEN_BUDGET": "4k"}
+    server = Server(launch(runtime, seed_argv(SEED_000, port, runtime.model), env, log), port, log)
+    try:
+        wait_ready(server.proc, log)
+        assert "Ignoring invalid VLLM_DEFAULT_THINKING_TOKEN_BUDGET='4k'" in server.output()
+        assert _reasoning_tokens(server, {}) > 12
+    finally:
+        if server.proc.poll() is None:
+            stop(server)

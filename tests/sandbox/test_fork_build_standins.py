@@ -87,8 +87,11 @@ def test_disconnected_without_a_local_source_refuses_like_cmake(
     without_mla = {k: v for k, v in sources.items() if k != "FLASH_MLA_SRC_DIR"}
     proc = _build(fork, {**toolchain, **without_mla, "CMAKE_ARGS": DISCONNECTED})
     assert proc.returncode != 0
-    assert "FETCHCONTENT_FULLY_DISCONNECTED is set to true, which requires the source\n" in proc.stderr
-    assert "directory for dependency flashmla to already be populated" in proc.stderr
+    assert "dependency flashmla to already be populated" in proc.stderr  # CMP0170 OLD: a warning first
+    assert (
+        "CMake Error at cmake/external_projects/flashmla.cmake (file):\n  file failed to open for reading"
+        in proc.stderr
+    )
     assert not list((fork / "vllm").glob("_C*.so"))
     # -DFLASH_MLA_SRC_DIR= in CMAKE_ARGS counts as a local source too (flashmla.cmake reads the variable)
     args = f"{DISCONNECTED} -DFLASH_MLA_SRC_DIR={sources['FLASH_MLA_SRC_DIR']}"
@@ -123,7 +126,30 @@ def test_an_sm90_build_also_needs_flash_attention_and_deepgemm(
 ) -> None:
     fork = _copy(forge.FORK_TREE, tmp_path / "fork")
     proc = _build(fork, {**toolchain, **sources, "CMAKE_ARGS": DISCONNECTED, "TORCH_CUDA_ARCH_LIST": "7.5;9.0"})
-    assert proc.returncode != 0 and "directory for dependency vllm-flash-attn to already" in proc.stderr
+    assert proc.returncode != 0 and "ninja: error: unknown target '_vllm_fa2_C'" in proc.stderr
+
+
+def _knobs(toolchain: dict[str, str], **knobs: object) -> dict[str, str]:
+    path = Path(toolchain["VLLM_STANDIN_KNOBS"])
+    path.write_text(json.dumps({**json.loads(path.read_text()), **knobs}))
+    return toolchain
+
+
+def test_with_upstreams_cmake_a_withheld_flash_attention_ends_on_the_real_target_error(
+    tmp_path: Path, toolchain: dict[str, str], sources: dict[str, str]
+) -> None:
+    """Upstream 0.21.0's vllm_flash_attn.cmake fetches on SM75 too; disconnected without its source the
+    build stops where the real one did (ninja's unknown target); qutlass and DeepGEMM missing only warn."""
+    fork = _copy(forge.FORK_TREE, tmp_path / "fork")
+    env = {**_knobs(toolchain, upstream_cmake=True), **sources, "CMAKE_ARGS": DISCONNECTED}
+    proc = _build(fork, env)
+    assert proc.returncode != 0 and "ninja: error: unknown target '_vllm_fa2_C'" in proc.stderr
+    assert not list((fork / "vllm").glob("_C*.so"))
+    flash_attn = _files(tmp_path / "fa", {"vllm_flash_attn/__init__.py": ""})
+    without_qutlass = {k: v for k, v in env.items() if k != "QUTLASS_SRC_DIR"}
+    proc = _build(fork, {**without_qutlass, "VLLM_FLASH_ATTN_SRC_DIR": str(flash_attn)})  # what the deploy supplies
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "dependency qutlass to already be populated" in proc.stderr and "deepgemm" in proc.stderr  # warnings
 
 
 # ---- the post-build check -------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """group_data/all.py is the one home of every default, and profiles only set known settings.
 
-Its headings, order and comments against the schema, and the README's table: test_settings_doc.py."""
+Its headings, order and comments against the schema, and the settings table (docs/settings.md): test_settings_doc.py."""
 
 from __future__ import annotations
 

@@ -458,3 +458,94 @@ def test_a_venv_whose_pip_was_cut_short_is_made_again(tmp_path: Path) -> None:
     assert subprocess.run([str(build.python), "-c", "import pip"], check=False).returncode == 0
     build.step_venv()
     assert subprocess.run([str(build.python), "-m", "pip", "--version"], check=False).returncode == 0
+
+
+# ---- the torch step -------------------------------------------------------------------------------------
+
+
+def _torch_build(tmp_path: Path, installed: dict[str, str]) -> tuple[rb.Build, list]:
+    from tests.unit.groupdata import profile_data
+    from vllm_rig.stages.runtime.plan import TORCH_LANE_PACKAGES, runtime_pins, torch_exact_versions
+    from vllm_rig.validation import load_settings
+
+    s = load_settings(profile_data())
+    spec = {"runtime": str(tmp_path / "rt"), "cache": str(tmp_path / "cache"), "fingerprint": "f" * 64}
+    spec |= {
+        "pins": runtime_pins(s),
+        "torch_packages": list(TORCH_LANE_PACKAGES),
+        "torch_exact": torch_exact_versions(s),
+    }
+    spec |= {"pip_index_url": None, "torch_index_url": s.torch_index_url}
+    build = rb.Build(spec)
+    calls: list = []
+    build.pip = lambda args, env, what: calls.append((args, env))  # type: ignore[method-assign]
+    build.installed = installed.get  # type: ignore[method-assign]
+    return build, calls
+
+
+def test_the_torch_step_asks_for_the_lanes_exact_builds_from_the_main_index_plus_the_torch_index(tmp_path) -> None:
+    """The fork's build.sh: `pip install torch==2.11.0+cu128 ... --extra-index-url <torch index>`."""
+    good = {"torch": "2.11.0+cu128", "torchvision": "0.26.0+cu128", "torchaudio": "2.11.0+cu128", "triton": "3.6.0"}
+    build, calls = _torch_build(tmp_path, good)
+    build.step_torch()
+    [(args, env)] = calls
+    assert args == [
+        "install",
+        "torch==2.11.0+cu128",
+        "torchvision==0.26.0+cu128",
+        "torchaudio==2.11.0+cu128",
+        "triton==3.6.0",
+    ]
+    assert "PIP_INDEX_URL" not in env  # pip's default index (or pip_index_url when set)
+    assert env["PIP_EXTRA_INDEX_URL"] == "https://download.pytorch.org/whl/cu128"
+
+
+@pytest.mark.parametrize("torch", ["2.11.0", "2.11.0+cu130", None])
+def test_a_torch_of_another_local_version_fails_the_check_in_one_line(tmp_path, torch) -> None:
+    """PyPI's torch 2.11.0 is the CUDA 13 build (no local version): the public part alone no longer passes."""
+    installed = {"torchvision": "0.26.0+cu128", "torchaudio": "2.11.0+cu128", "triton": "3.6.0"}
+    build, _ = _torch_build(tmp_path, {**installed, **({"torch": torch} if torch else {})})
+    with pytest.raises(rb.BuildError) as err:
+        build.step_torch()
+    assert str(err.value) == f"torch is {torch or 'not installed'} in the venv, the torch lane's is 2.11.0+cu128"
+
+
+# ---- import flashinfer with the overridden packages -----------------------------------------------------
+
+
+def _venv_with(tmp_path: Path, cutlass_init: str | None) -> rb.Build:
+    """A real venv holding a flashinfer that imports cutlass as the real one does (the sandbox stand-in's
+    __init__.py), and an nvidia-cutlass-dsl 4.5.2 whose `cutlass` runs `cutlass_init` (None: not there)."""
+    spec = {"runtime": str(tmp_path / "rt"), "cache": str(tmp_path / "c"), "fingerprint": "f" * 64}
+    build = rb.Build({**spec, "cuda_home": str(tmp_path / "cuda"), "overrides": {"nvidia-cutlass-dsl": "==4.5.2"}})
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(build.venv)], check=True)
+    site = next(build.venv.glob("lib/python*/site-packages"))
+    standin = REPO / "tests/sandbox/fixtures/pkg_index/src/flashinfer/flashinfer"
+    shutil.copytree(standin, site / "flashinfer")
+    (site / "flashinfer" / "version.py").write_text('__version__ = "0.6.14"\n')  # standins.py writes it per wheel
+    info = site / "nvidia_cutlass_dsl-4.5.2.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: nvidia-cutlass-dsl\nVersion: 4.5.2\n")
+    if cutlass_init is not None:
+        (site / "cutlass").mkdir()
+        (site / "cutlass" / "__init__.py").write_text(cutlass_init)
+    return build
+
+
+def test_flashinfer_imports_cutlass_beside_the_override(tmp_path: Path, capsys) -> None:
+    _venv_with(tmp_path, "").check_flashinfer_import()
+    out = capsys.readouterr().out
+    assert "imports (imported cutlass) beside nvidia-cutlass-dsl 4.5.2" in out
+
+
+def test_a_cutlass_that_breaks_flashinfers_import_fails_the_check_in_one_line(tmp_path: Path) -> None:
+    """Only an ImportError is passed over by flashinfer; a cutlass-dsl that raises otherwise (a release
+    that does not fit this torch, say) stops `import flashinfer`, and so the build."""
+    build = _venv_with(tmp_path, "raise RuntimeError('CUDA driver API not found')")
+    with pytest.raises(rb.BuildError) as err:
+        build.check_flashinfer_import()
+    assert str(err.value) == (
+        "import flashinfer failed beside nvidia-cutlass-dsl 4.5.2: RuntimeError: CUDA driver API not found"
+    )
+    build2 = _venv_with(tmp_path / "b", None)
+    build2.check_flashinfer_import()  # no cutlass at all: imports, as the real one does

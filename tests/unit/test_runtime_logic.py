@@ -27,7 +27,8 @@ FP = "ab" * 32
 
 
 def _settings(**changes: Any) -> Settings:
-    return load_settings({**profile_data(), **changes})
+    """The fork kind's plan (the upstream kind's: tests/unit/test_upstream_unit.py)."""
+    return load_settings({**profile_data(), "runtime_kind": "fork", **changes})
 
 
 def _fp(**changes: Any) -> str:
@@ -324,3 +325,14 @@ def test_build_unit_outlives_ssh_and_has_its_own_timeout() -> None:
     assert "--property=RuntimeMaxSec=900" in command and "StandardOutput=append:/l/x.log" in command
     assert "systemctl reset-failed vllm-rig-build-x.service" in command  # a failed unit of that name is cleared
     assert re.search(r"/usr/bin/python3 /opt/b.pyz runtime_build /opt/r/x/spec.json$", command)
+
+
+def test_an_sm75_compile_gets_flash_attention_whatever_the_pinned_cmake_does() -> None:
+    """Upstream 0.21.0's vllm_flash_attn.cmake fetches vllm-flash-attn on SM75 too, and a missing source
+    ends the build on ninja's "unknown target '_vllm_fa2_C'": the deploy supplies it (DeepGEMM, whose absence
+    only warns, stays SM90+). The FetchContent variables reach the compile as the build spec's environment."""
+    s = _settings()
+    needed = runtime.fetchcontent_deps(s)
+    assert sorted(needed) == ["flashmla", "qutlass", "vllm-flash-attn"]
+    spec = runtime.fetchcontent_spec(s, runtime.RuntimeDirs("/r", "x"))
+    assert spec["vllm-flash-attn"]["env"] == "VLLM_FLASH_ATTN_SRC_DIR"

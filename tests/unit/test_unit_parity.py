@@ -3,11 +3,11 @@
 Allowed differences: paths (model, venv, FlashQLA, CUDA toolkit, working directory, check script, log),
 the user, and cache/secret plumbing the seed did by hand (HOME, TORCH_EXTENSIONS_DIR, EnvironmentFile).
 Where the fork's v0.1.x line spells the seed's intent differently (the first seed's box ran upstream vLLM
-0.24 plus its owner's patch, not the fork: the README's "The runtime against the real sources"), the seed is
+0.24 plus its owner's patch, not the fork: docs/runtime.md's "The fork kind against the real sources"), the seed is
 translated first and the intent compared: `--device-ids 0,1` is CUDA_VISIBLE_DEVICES=0,1; the
-`default_thinking_token_budget` key has no server-side form on the fork's line (the setting of that name
-must stay null). Everything else (every flag, value, environment variable, restart and timeout setting) must
-match.
+`default_thinking_token_budget` key of `--reasoning-config` is, on the fork's line, the environment variable
+its chat server reads (VLLM_DEFAULT_THINKING_TOKEN_BUDGET, the setting of that name). Everything else
+(every flag, value, environment variable, restart and timeout setting) must match.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pytest
 from tests.unit import seed_units
 from tests.unit.groupdata import profile_data
 from vllm_rig.core.systemd_quote import quote_word, unquote_words
-from vllm_rig.known import fork_interface
+from vllm_rig.known import fork_interface, server_interface
 from vllm_rig.paths import Layout
 from vllm_rig.settings import Settings
 from vllm_rig.stages.service.unit import render_unit
@@ -35,7 +35,7 @@ def _fork_spelling(
     seed_args: list[tuple[str, str | None]], seed_env: dict[str, str]
 ) -> tuple[list[tuple[str, str | None]], dict[str, str], int | None]:
     """The seed's flags and environment as the fork's line says the same thing, and the thinking budget the
-    seed asked for (which that line cannot honour server-side)."""
+    seed asked for (which that line reads from its environment, after the seed's own variables)."""
     args, env, budget = [], dict(seed_env), None
     for flag, value in seed_args:
         if flag == "--device-ids":
@@ -47,12 +47,15 @@ def _fork_spelling(
             config = json.loads(value)
             budget = config.pop("default_thinking_token_budget", None)
             value = json.dumps(config, separators=(",", ":"))
+            if budget is not None:
+                env[fork_interface.THINKING_BUDGET_ENV] = str(budget)
         args.append((flag, value))
     return args, env, budget
 
 
 def _settings(profile: str | None, **changes: object) -> Settings:
-    return load_settings({**profile_data(profile), **changes})
+    """Both seeds on the fork kind (the first seed on its own, upstream, kind: tests/unit/test_upstream_unit.py)."""
+    return load_settings({**profile_data(profile), "runtime_kind": "fork", **changes})
 
 
 def _unit(s: Settings) -> str:
@@ -102,8 +105,8 @@ def test_flags_match_the_seed(profile: str | None, seed_args: list[tuple[str, st
     # streamed tool calls with reasoning on (README "Judgment calls", the start check's tool_call check).
     assert expected["--tool-call-parser"] in ("qwen3_coder", "qwen3_xml")
     expected["--tool-call-parser"] = "qwen3_xml"
-    assert s.default_thinking_token_budget is None  # the seed's budget (if any) is documented, not rendered
-    assert budget in (None, 4000)
+    assert s.default_thinking_token_budget == budget  # seed 1's 4000, seed 2's none
+    assert _env(_unit(s)).get(fork_interface.THINKING_BUDGET_ENV) == (None if budget is None else str(budget))
     assert set(rendered) == set(expected)
     for flag, value in expected.items():
         if flag in PATH_FLAGS:
@@ -125,14 +128,14 @@ def test_behind_the_proxy_the_server_binds_loopback_only() -> None:
 @pytest.mark.parametrize("profile", [None, "qwen38"])
 def test_every_rendered_flag_is_one_the_fork_accepts(profile: str | None) -> None:
     flags = [word for word in _argv(_unit(_settings(profile))) if word.startswith("--")]
-    assert flags and fork_interface.unknown_flags(flags) == []
+    assert flags and server_interface.FORK.unknown_flags(flags) == []
 
 
 def test_the_seeds_own_spellings_are_refused_by_the_fork() -> None:
     """The two things the real fork rejects at argument parsing (exit 2) are what the translation removes."""
-    assert fork_interface.unknown_flags(["--device-ids"]) == ["--device-ids"]
+    assert server_interface.FORK.unknown_flags(["--device-ids"]) == ["--device-ids"]
     seed_config = json.loads(dict(seed_units.SEED1_ARGS)["--reasoning-config"] or "{}")
-    assert fork_interface.unknown_reasoning_keys(seed_config) == ["default_thinking_token_budget"]
+    assert server_interface.FORK.unknown_reasoning_keys(seed_config) == ["default_thinking_token_budget"]
 
 
 def test_gpu_selection_is_cuda_visible_devices() -> None:
@@ -194,3 +197,13 @@ def test_json_values_survive_systemd_quoting(value: str) -> None:
 @pytest.mark.parametrize("word", ["plain", "100%", "$VAR", "${VAR}", 'a "b" c', "back\\slash", "", "'single'"])
 def test_quote_round_trip(word: str) -> None:
     assert unquote_words(quote_word(word)) == [word]
+
+
+def test_the_first_seeds_budget_is_what_the_fork_reads() -> None:
+    """The default profile's unit carries the first seed's 4000 as the variable the fork's serving.py reads
+    (fork_interface.THINKING_BUDGET_ENV); null renders none, so the server gives no default."""
+    assert _env(_unit(_settings(None)))["VLLM_DEFAULT_THINKING_TOKEN_BUDGET"] == "4000"
+    assert "VLLM_DEFAULT_THINKING_TOKEN_BUDGET" not in _unit(_settings(None, default_thinking_token_budget=None))
+    assert _env(_unit(_settings(None, default_thinking_token_budget=1024)))[fork_interface.THINKING_BUDGET_ENV] == (
+        "1024"
+    )

@@ -5,8 +5,9 @@ The deploy runs it as a transient systemd unit, so a dropped SSH session does no
 
     systemd-run --unit vllm-rig-build-<name> python3 vllm-rig-runtime-build.py <runtime>/build-spec.json
 
-Steps: the venv (the distribution's python<X.Y>); torch, torchvision, torchaudio and triton from the
-torch index (as the fork's build.sh does); the fork's requirements with ours on top (our exact pins beside
+Steps: the venv (the distribution's python<X.Y>); torch, torchvision, torchaudio and triton at the torch
+lane's exact versions (2.11.0+cu128), from the main index with the torch index as extra (as the fork's
+build.sh does); the fork's requirements with ours on top (our exact pins beside
 the fork's bounds, FlashInfer and the per-release overrides replacing the fork's lines; flashinfer-jit-cache
 and flashinfer-cubin left out); FlashInfer's SM75 fix, each fixed header downloaded whole (raw content at a
 commit) and verified by sha256: the installed one must be the known base, the download the known result;
@@ -444,9 +445,12 @@ class Build:
             raise BuildError(f"the venv runs Python {got}, python_version is {self.spec['python_version']}")
 
     def step_torch(self) -> None:
-        pins = self.spec["pins"]
-        wanted = [f"{name}=={pins[name]}" for name in self.spec["torch_packages"]]
-        self.pip(["install", *wanted], self.pip_env(self.spec["torch_index_url"]), "pip install from the torch index")
+        # As the fork's build.sh: the main index with the torch index as extra (a torch index alone lacks
+        # some of torch's dependencies), and the lane's exact local version, so PyPI's build cannot win.
+        pins, exact = self.spec["pins"], self.spec.get("torch_exact", {})
+        wanted = [f"{name}=={exact.get(name, pins[name])}" for name in self.spec["torch_packages"]]
+        env = self.pip_env(self.spec["pip_index_url"], self.spec["torch_index_url"])
+        self.pip(["install", *wanted], env, "pip install of the torch lane (main index + torch index)")
         self.require_pins(self.spec["torch_packages"])
 
     def step_requirements(self) -> None:
@@ -469,9 +473,17 @@ class Build:
         self.require_pins(list(self.spec["pins"]))
 
     def require_pins(self, names: list[str]) -> None:
+        """Each pin installed: the exact version (local part too) where the torch lane gives one."""
+        exact = self.spec.get("torch_exact", {})
         for name in names:
-            want = self.spec["pins"][name]
             got = self.installed(name)
+            if name in exact:
+                if got != exact[name]:
+                    raise BuildError(
+                        f"{name} is {got or 'not installed'} in the venv, the torch lane's is {exact[name]}"
+                    )
+                continue
+            want = self.spec["pins"][name]
             if got is None or got.split("+", 1)[0] != want:
                 raise BuildError(f"{name} is {got or 'not installed'} in the venv, the pin is {want}")
 
@@ -490,7 +502,7 @@ class Build:
         state = classify(header_hashes(data, files), files)
         if state == "other":
             say(f"FlashInfer {version}'s headers are neither the known base nor the result; reinstalling the wheel")
-            env = self.pip_env(self.spec["pip_index_url"], self.spec["torch_index_url"])
+            env = self.pip_env(self.spec["pip_index_url"], self.spec.get("torch_index_url"))
             self.pip(
                 ["install", "--force-reinstall", "--no-deps", f"flashinfer-python=={version}"],
                 env,
@@ -611,7 +623,24 @@ class Build:
         finally:
             shutil.rmtree(neutral, ignore_errors=True)
         run(["bash", self.spec["check_script"], str(self.python)], "the FlashInfer SM75 check")
+        self.check_flashinfer_import()
         self.check_flashqla()
+
+    def check_flashinfer_import(self) -> None:
+        """`import flashinfer` with the packages flashinfer_requirement_overrides moved in place: it imports
+        `cutlass` (nvidia-cutlass-dsl) at import time, and only an ImportError there is passed over."""
+        moved = ", ".join(f"{n} {self.installed(n) or 'not installed'}" for n in self.spec.get("overrides", {}))
+        code = "import sys, flashinfer; print(flashinfer.__version__, 'cutlass' in sys.modules)"
+        neutral = tempfile.mkdtemp(prefix="vllm-rig-check-")
+        try:
+            version, cutlass = output([str(self.python), "-c", code], env=self.cuda_env(), cwd=neutral).split()[-2:]
+        except BuildError as err:
+            last = str(err).strip().splitlines()[-1]  # the exception line of the traceback
+            raise BuildError(f"import flashinfer failed beside {moved or self.PINS_NAME}: {last}") from None
+        finally:
+            shutil.rmtree(neutral, ignore_errors=True)
+        said = "imported cutlass" if cutlass == "True" else "found no cutlass to import"
+        say(f"FlashInfer {version} imports ({said}) beside {moved or self.PINS_NAME}")
 
     def check_flashqla(self) -> None:
         """FlashQLA's extension compiles with this torch and toolkit (into a scratch directory: the service's
@@ -646,10 +675,12 @@ class Build:
 
     # -- driver
 
-    STEPS = ("venv", "torch", "requirements", "flashinfer", "flashqla", "compile", "validate", "check")
+    PINS_NAME = "the fork pins"  # what the FlashInfer import check names beside its packages
+
+    STEPS: tuple[str, ...] = ("venv", "torch", "requirements", "flashinfer", "flashqla", "compile", "validate", "check")
 
     # Steps an installed artifact replaces; validate and check run after it as after a compile.
-    ARTIFACT_REPLACES = ("venv", "torch", "requirements", "flashinfer", "flashqla", "compile")
+    ARTIFACT_REPLACES: tuple[str, ...] = ("venv", "torch", "requirements", "flashinfer", "flashqla", "compile")
 
     def artifact_store(self) -> Path | None:
         artifact = self.spec.get("artifact") or {}
@@ -717,7 +748,9 @@ def main(argv: list[str]) -> int:
         print(f"usage: {Path(argv[0]).name} <runtime>/build-spec.json", file=sys.stderr)
         return 2
     spec = json.loads(Path(argv[1]).read_text())
-    build = Build(spec)
+    from .upstream_build import build_for  # it builds on this module's Build
+
+    build = build_for(spec)
     invocation = os.environ.get("INVOCATION_ID")
     say(f"BUILD START {spec['name']} (fingerprint {spec['fingerprint'][:16]}, invocation {invocation})")
     try:
@@ -736,4 +769,8 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    # Run as a program this file is `__main__`, a second copy of the module: upstream_build's classes raise the
+    # package module's BuildError, which this copy's `except BuildError` would not catch. Run the package's.
+    from . import runtime_build
+
+    sys.exit(runtime_build.main(sys.argv))

@@ -43,7 +43,7 @@ from vllm_rig.stages.runtime.operations import (
     directories,
     switch_runtime,
 )
-from vllm_rig.stages.service.unit import environment
+from vllm_rig.stages.service.unit import environment, working_directory
 
 # What the fork's build and FlashQLA's extension need from the distribution (Python.h, a C/C++
 # compiler, git for the sources, ccache so a re-run recompiles only what changed).
@@ -70,7 +70,7 @@ def flashqla_warm_command(s: Settings, layout: Layout) -> str:
     """Load FlashQLA's extension exactly as the service will: its user, its environment, through `current`."""
     env = " ".join(shlex.quote(f"{name}={value}") for name, value in environment(s, layout))
     return (
-        f"cd {shlex.quote(layout.fork_src)} && runuser -u {shlex.quote(s.service_user)} -- "
+        f"cd {shlex.quote(working_directory(s, layout))} && runuser -u {shlex.quote(s.service_user)} -- "
         f"env -i {env} {shlex.quote(layout.python)} -c {shlex.quote(FLASHQLA_LOAD)}"
     )
 
@@ -130,7 +130,7 @@ def install_runtime(s: Settings, retry_rolled_back: bool = False) -> None:
     )
     config_files(name=f"Runtime {choice.name}", files=(text(dirs.fingerprint_file, fp + "\n"),))
     git_checkouts(
-        name="Fork, FlashQLA, CUTLASS, Triton and the FetchContent sources at their pins",
+        name=_sources_label(s),
         sources=tuple(
             GitSource(label, url, ref, dest, f"{dirs.cache}/git/{runtime.cache_name(url)}.git")
             for label, url, ref, dest in runtime.git_sources(s, dirs)
@@ -141,6 +141,8 @@ def install_runtime(s: Settings, retry_rolled_back: bool = False) -> None:
     spec["artifact"] = artifacts.build_part(dirs.cache, use=use_artifact, pack=s.runtime_artifacts)
     adir = artifacts.host_dir(dirs.cache)
     artifact_store = StoreSetting.of(s)
+    if s.runtime_artifacts:
+        artifacts.warn_plain_http(artifact_store)
     spec_text = json.dumps(spec, indent=1, sort_keys=True) + "\n"
 
     def offer(name: str, use: bool, after_peer: bool = False) -> None:
@@ -180,10 +182,7 @@ def install_runtime(s: Settings, retry_rolled_back: bool = False) -> None:
 
     shared = artifacts.shares_a_compile(fp, dirs.dir, dirs.unit, use_artifact, artifact_store)
     offer("Runtime artifact of this fingerprint from the store, when it has one", use_artifact)
-    build(
-        f"Build runtime {choice.name} (MAX_JOBS={jobs}, TORCH_CUDA_ARCH_LIST={s.gpu_compute_capability})",
-        shared=fp if shared else None,
-    )
+    build(_build_label(s, choice.name, jobs), shared=fp if shared else None)
     store("Runtime artifact of a compiled runtime kept in the store")
     if shared:  # fresh hosts of one fingerprint in this run: one compiles, the others install its artifact
         offer(f"Runtime artifact {choice.name} another host of this run compiled", True, after_peer=True)
@@ -206,6 +205,18 @@ def install_runtime(s: Settings, retry_rolled_back: bool = False) -> None:
         stamp=paths.FLASHQLA_STAMP,
         key=dirs.dir,  # what `current` points at once switched; clearing the caches drops the stamp
     )
+
+
+def _sources_label(s: Settings) -> str:
+    if s.runtime_kind == "upstream":
+        return "SM75 patch set and FlashQLA at their pins"
+    return "Fork, FlashQLA, CUTLASS, Triton and the FetchContent sources at their pins"
+
+
+def _build_label(s: Settings, name: str, jobs: int) -> str:
+    if s.runtime_kind == "upstream":
+        return f"Runtime {name}: vLLM {s.vllm_version}'s release wheel with the SM75 patch (no compile)"
+    return f"Build runtime {name} (MAX_JOBS={jobs}, TORCH_CUDA_ARCH_LIST={s.gpu_compute_capability})"
 
 
 def _rolled_back(s: Settings, inputs: dict, choice: runtime.Choice) -> str | None:

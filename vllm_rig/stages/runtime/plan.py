@@ -20,6 +20,7 @@ from packaging.version import Version
 
 from vllm_rig.paths import Layout, RuntimeDirs
 from vllm_rig.settings import Settings
+from vllm_rig.stages.runtime import upstream
 from vllm_rig.stages.runtime.facts import Runtimes
 
 # Bump when the build script changes what a runtime contains, so every host builds anew.
@@ -46,9 +47,27 @@ def torch_lane(index_url: str) -> str:
     return match.group(1) if match else index_url
 
 
+# The torch index builds carry the lane as their local version (2.11.0+cu128); PyPI's torch 2.11.0 is another
+# build (CUDA 13). triton has no local version on either.
+LOCAL_VERSION_PACKAGES = ("torch", "torchvision", "torchaudio")
+
+
+def torch_exact_versions(s: Settings) -> dict[str, str]:
+    """The exact versions the torch step installs and checks ("torch" -> "2.11.0+cu128"), as the fork's
+    build.sh pins them; {} for an index URL that names no lane (then only the public version is known)."""
+    lane = torch_lane(s.torch_index_url)
+    if lane == s.torch_index_url:
+        return {}
+    pins = runtime_pins(s)
+    return {name: f"{pins[name]}+{lane}" for name in LOCAL_VERSION_PACKAGES}
+
+
 def build_inputs(s: Settings) -> dict[str, Any]:
     """Everything that changes what gets built. Its hash names the runtime."""
     patch = s.flashinfer_patch_data()
+    fix = None if patch is None else {"patch": patch["patch"], "files": _fix_hashes(patch)}
+    if s.runtime_kind == "upstream":
+        return {"format": BUILD_FORMAT, **upstream.build_inputs(s, fix)}
     return {
         "format": BUILD_FORMAT,
         "cuda": s.cuda_version,
@@ -67,7 +86,7 @@ def build_inputs(s: Settings) -> dict[str, Any]:
         "triton_src": s.triton_src_ref,
         "flashinfer": s.flashinfer_version,
         "requirement_overrides": s.requirement_overrides(),
-        "flashinfer_fix": None if patch is None else {"patch": patch["patch"], "files": _fix_hashes(patch)},
+        "flashinfer_fix": fix,
         "fetchcontent": fetchcontent_inputs(s),
     }
 
@@ -175,6 +194,8 @@ def rolled_back_problem(name: str, root: str, differences: list[str]) -> str:
 
 def git_sources(s: Settings, dirs: RuntimeDirs) -> list[tuple[str, str, str, str]]:
     """(label, url, ref, checkout dir) of each source the build needs, mirror prefix applied."""
+    if s.runtime_kind == "upstream":
+        return upstream.git_sources(s, dirs)
     prefix = s.git_mirror_prefix
     return [
         ("vLLM fork", prefix + s.fork_repo, s.fork_ref, dirs.fork),
@@ -231,7 +252,24 @@ def build_spec(s: Settings, dirs: RuntimeDirs, fp: str, inputs: dict[str, Any], 
     Written 0600: index URLs may carry credentials."""
     layout = Layout.of(s)
     patch = s.flashinfer_patch_data()
+    common = {
+        "name": dirs.name,
+        "fingerprint": fp,
+        "inputs": inputs,
+        "runtime": dirs.dir,
+        "python": f"python{s.python_version}",
+        "python_version": s.python_version,
+        "max_jobs": jobs,
+        "pip_index_url": s.pip_index_url,
+        "flashinfer_fix": None if patch is None else fix_download(s, patch),
+        "cache": dirs.cache,
+        "check_script": layout.flashinfer_check,
+        "drop": list(DROPPED_PACKAGES),
+    }
+    if s.runtime_kind == "upstream":
+        return {**common, **upstream.spec_part(s, dirs)}
     return {
+        "kind": "fork",
         "name": dirs.name,
         "fingerprint": fp,
         "inputs": inputs,
@@ -245,6 +283,7 @@ def build_spec(s: Settings, dirs: RuntimeDirs, fp: str, inputs: dict[str, Any], 
         "overrides": s.requirement_overrides(),
         "replace": [FLASHINFER, *s.requirement_overrides()],
         "torch_packages": list(TORCH_LANE_PACKAGES),
+        "torch_exact": torch_exact_versions(s),
         "drop": list(DROPPED_PACKAGES),
         "pip_index_url": s.pip_index_url,
         "torch_index_url": s.torch_index_url,

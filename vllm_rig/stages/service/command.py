@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from vllm_rig.known import server_interface
+
 if TYPE_CHECKING:
     from vllm_rig.settings import Settings
 
@@ -29,6 +31,8 @@ def settings_args(s: Settings, model_path: str) -> list[str]:
     args: list[str] = ["--host", s.server_host, "--port", str(s.vllm_port), "--model", model_path]
     args += ["--served-model-name", s.served_model_name, "--dtype", s.dtype]
     args += ["--tensor-parallel-size", str(s.tensor_parallel_size)]
+    if s.device_ids is not None and _server(s).has_device_ids:
+        args += ["--device-ids", ",".join(str(i) for i in s.device_ids)]
     if s.generation_config is not None:
         args += ["--generation-config", s.generation_config]
     if s.quantization is not None:
@@ -49,8 +53,9 @@ def settings_args(s: Settings, model_path: str) -> list[str]:
         args.append("--skip-mm-profiling")
     if s.reasoning_parser is not None:
         args += ["--reasoning-parser", s.reasoning_parser]
-    if s.reasoning_config is not None:
-        args += ["--reasoning-config", _json(s.reasoning_config)]
+    reasoning = reasoning_config(s)
+    if reasoning is not None:
+        args += ["--reasoning-config", _json(reasoning)]
     if s.default_chat_template_kwargs is not None:
         args += ["--default-chat-template-kwargs", _json(s.default_chat_template_kwargs)]
     if s.enable_auto_tool_choice:
@@ -73,9 +78,31 @@ def settings_args(s: Settings, model_path: str) -> list[str]:
     return args
 
 
+def _server(s: Settings) -> server_interface.ServerInterface:
+    return server_interface.for_kind(s.runtime_kind, s.vllm_version)
+
+
+def reasoning_config(s: Settings) -> dict[str, Any] | None:
+    """--reasoning-config's value: the markers, and the thinking budget where the server reads it there (the
+    patched release; the first seed writes it last)."""
+    budget = s.default_thinking_token_budget
+    if budget is None or not _server(s).budget_in_reasoning_config:
+        return s.reasoning_config
+    return {**(s.reasoning_config or {}), server_interface.BUDGET_KEY: budget}
+
+
+def thinking_budget_env(s: Settings) -> str | None:
+    """The fork's VLLM_DEFAULT_THINKING_TOKEN_BUDGET value, where the server reads the budget from there."""
+    budget = s.default_thinking_token_budget
+    return None if budget is None or _server(s).budget_in_reasoning_config else str(budget)
+
+
 def visible_devices(s: Settings) -> str | None:
-    """CUDA_VISIBLE_DEVICES for device_ids: how the fork's line picks GPUs (it has no --device-ids flag)."""
-    return None if s.device_ids is None else ",".join(str(i) for i in s.device_ids)
+    """CUDA_VISIBLE_DEVICES for device_ids, on the fork's line only: it has no --device-ids flag (the patched
+    release takes the seed's --device-ids and sets no CUDA_VISIBLE_DEVICES, as the seed does)."""
+    if s.device_ids is None or _server(s).has_device_ids:
+        return None
+    return ",".join(str(i) for i in s.device_ids)
 
 
 def compilation_config(s: Settings) -> dict[str, Any]:

@@ -24,9 +24,11 @@ from typing import Any
 from vllm_rig import paths
 from vllm_rig.core.files import render_template
 from vllm_rig.core.systemd_quote import quote_word
+from vllm_rig.known import fork_interface
 from vllm_rig.paths import GUARD_UNIT, Layout
 from vllm_rig.settings import Settings
-from vllm_rig.stages.service.command import server_args, visible_devices
+from vllm_rig.stages.runtime import upstream
+from vllm_rig.stages.service.command import server_args, thinking_budget_env, visible_devices
 
 TEMPLATE = "service/vllm.service.j2"  # templates/service/
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
@@ -51,12 +53,25 @@ HARDENING = (
 )
 
 
+def toolkit_home(s: Settings, layout: Layout) -> str:
+    """The CUDA toolkit the server's JIT compiles with: the card's (fork: built against it), or the CUDA 13.0
+    toolkit in the runtime's venv (upstream: the one PyPI's torch is built with)."""
+    return upstream.service_cuda_home(s, layout) if s.runtime_kind == "upstream" else s.cuda_home
+
+
+def working_directory(s: Settings, layout: Layout) -> str:
+    """The fork's source tree (its editable install), or the runtime itself: no vllm/ there to shadow the
+    installed package."""
+    return layout.current if s.runtime_kind == "upstream" else layout.fork_src
+
+
 def environment(s: Settings, layout: Layout) -> list[tuple[str, str]]:
     """Environment= lines in the seed's order: toolchain, FlashQLA, HF endpoint, GPUs, SM75 switches."""
+    cuda = toolkit_home(s, layout)
     env = [
-        ("CUDA_HOME", s.cuda_home),
-        ("PATH", f"{s.cuda_home}/bin:{layout.venv_bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
-        ("LD_LIBRARY_PATH", f"{s.cuda_home}/lib64:{s.cuda_home}/lib64/stubs"),
+        ("CUDA_HOME", cuda),
+        ("PATH", f"{cuda}/bin:{layout.venv_bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
+        ("LD_LIBRARY_PATH", f"{cuda}/lib64:{cuda}/lib64/stubs"),
         ("PYTHONPATH", layout.flashqla_src),
         ("HF_ENDPOINT", s.hf_endpoint),
     ]
@@ -70,6 +85,10 @@ def environment(s: Settings, layout: Layout) -> list[tuple[str, str]]:
         items.insert(min(1, len(items)), ("OMP_NUM_THREADS", str(s.omp_num_threads)))
         extra = dict(items)
     env += list(extra.items())
+    budget = thinking_budget_env(s)
+    if budget is not None:
+        # The fork's chat server gives this budget to every request that sends none of its own.
+        env.append((fork_interface.THINKING_BUDGET_ENV, budget))
     # Stable, writable cache homes so JIT work survives restarts (FlashQLA, FlashInfer, Triton).
     env += [("HOME", layout.service_home), ("TORCH_EXTENSIONS_DIR", layout.torch_extensions_dir)]
     return env
@@ -160,7 +179,7 @@ def unit_context(s: Settings, layout: Layout) -> dict[str, Any]:
         "tensor_parallel_size": s.tensor_parallel_size,
         "guard_unit": GUARD_UNIT,
         "user": s.service_user,
-        "working_directory": layout.fork_src,
+        "working_directory": working_directory(s, layout),
         "environment": [(name, quote_word(value)) for name, value in environment(s, layout)],
         "env_file": layout.env_file,
         "exec_start_pre": layout.flashinfer_check,

@@ -1,0 +1,147 @@
+"""The upstream runtime kind on the sandbox (issue 27): vLLM's release wheel with the SM75 patch on rig1, the
+weicj fork on rig2 (the qwen38 profile), both from a fresh box to a proven service in one pyinfra run.
+
+rig1 gets `runtime_kind: upstream` as host data (inventory/sandbox.py reads VLLM_RIG_SANDBOX_HOST_DATA), as a
+real inventory would give one host its own kind. The stand-ins are tests/sandbox/fixtures/pkg_index/upstream.py's
+(tests/STANDIN_SOURCES.md, "upstream kind"). Brings rig2 up beside rig1 and takes it down at the end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import Rig
+from tests.e2e import service
+from tests.e2e.deploys import deploy, fresh, unit_span
+from tests.sandbox import machine
+from tests.sandbox.__main__ import up
+from tests.sandbox.fixtures import pkg_index
+from tests.sandbox.fixtures.pkg_index import simple, upstream, wheelfile
+from vllm_rig.paths import LOG_DIR
+
+pytestmark = pytest.mark.sandbox
+UPSTREAM = {"rig1": {"runtime_kind": "upstream"}}
+BUILD_UNIT = "vllm-rig-build-*"
+
+
+@pytest.fixture(scope="module")
+def two_kinds(rig: Rig) -> Iterator[Rig]:
+    up(2)
+    both = Rig(machine.machines(2), rig.inventory, rig.key, rig.fileserver, rig.started)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("VLLM_RIG_SANDBOX_HOST_DATA", json.dumps(UPSTREAM))
+        try:
+            yield both
+        finally:
+            machine.down(machine.Machine("rig2"))
+
+
+@pytest.fixture(scope="module")
+def deployed(two_kinds: Rig) -> dict[str, float]:
+    """Both hosts fresh, one run of the whole deploy; the runtime stage's wall time of each (its build unit's
+    span, as the host's journal has it)."""
+    fresh(two_kinds, "rig1")
+    fresh(two_kinds, "rig2")
+    since = time.time()
+    run = deploy(two_kinds, "deploy.py")
+    assert run.ok, run.log[-6000:]
+    walls = {}
+    for name in ("rig1", "rig2"):
+        start, end = unit_span(two_kinds, BUILD_UNIT, since, name)
+        walls[name] = end - start
+    print(
+        f"\nruntime stage, same run: upstream wheel (rig1) {walls['rig1']:.1f}s, "
+        f"fork compile (rig2, stand-in compile) {walls['rig2']:.1f}s"
+    )
+    return walls
+
+
+def _show(rig: Rig, name: str, prop: str) -> str:
+    return rig.ssh(name, f"systemctl show vllm -p {prop}")
+
+
+def test_fresh_boxes_of_both_kinds_serve_after_one_run(two_kinds: Rig, deployed: dict[str, float]) -> None:
+    assert deployed["rig1"] > 0 and deployed["rig2"] > 0
+    assert service.models(service.api_key(two_kinds, "rig1"), "rig1") == ["qwen-local"]
+    assert service.models(service.api_key(two_kinds, "rig2"), "rig2") == ["qwen38-27b"]
+    record = json.loads(two_kinds.ssh("rig1", "cat /opt/vllm-rig/current/runtime.json"))
+    assert record["inputs"]["kind"] == "upstream-wheel" and record["versions"]["vllm"] == upstream.VERSION
+    assert "release 13.0" in (record["nvcc"] or "")
+    # The build's own log: the wheel and both patches checked and applied, nothing compiled.
+    name = two_kinds.ssh("rig1", "readlink /opt/vllm-rig/current").strip().rsplit("/", 1)[-1]
+    log = two_kinds.ssh("rig1", f"sudo cat {LOG_DIR}/build-{name}.log")
+    for said in (
+        f"vllm-{upstream.VERSION}-py3-none-any.whl matches the known sha256",
+        "CUDA toolkit 13.0.2 in the venv",
+        "SM75 patch applied (sha256 verified)",
+        "FlashQLA patch applied (sha256 verified)",
+        "the SM75 patch is in place in the installed vLLM",
+    ):
+        assert said in log, said
+    assert "compiling the fork" not in log
+    assert "upstream" not in json.dumps(json.loads(two_kinds.ssh("rig2", "cat /opt/vllm-rig/current/runtime.json")))
+
+
+def test_the_upstream_unit_is_the_first_setups_own(two_kinds: Rig, deployed: dict[str, float]) -> None:
+    start, env = _show(two_kinds, "rig1", "ExecStart"), _show(two_kinds, "rig1", "Environment")
+    assert "--tensor-parallel-size 2 --device-ids 0,1" in start
+    assert '"default_thinking_token_budget":4000' in start.replace(" ", "")
+    assert "CUDA_VISIBLE_DEVICES" not in env and "VLLM_DEFAULT_THINKING_TOKEN_BUDGET" not in env
+    assert "CUDA_HOME=/opt/vllm-rig/current/venv/lib/python3.11/site-packages/nvidia/cu13" in env
+    assert "WorkingDirectory=/opt/vllm-rig/current" in _show(two_kinds, "rig1", "WorkingDirectory")
+    # What the patched release made of that line at start, by the service's own journal.
+    journal = two_kinds.ssh("rig1", "sudo journalctl -b -u vllm.service -o cat")
+    assert "Using FLASHINFER attention backend" in journal
+    assert "Using FlashQLA legacy SM70/SM75 GDN prefill kernel" in journal
+    assert "Unknown vLLM environment variable detected" not in journal
+    # The fork's unit on rig2 keeps the fork's way of choosing GPUs (the qwen38 profile sets no budget).
+    assert "--device-ids" not in _show(two_kinds, "rig2", "ExecStart")
+
+
+def test_a_second_run_changes_nothing_on_the_upstream_host(two_kinds: Rig, deployed: dict[str, float]) -> None:
+    again = deploy(two_kinds, "deploy.py", limit="rig1")
+    assert again.ok and again.changed == [], again.changed
+
+
+@pytest.fixture
+def hostile_wheel() -> Iterator[str]:
+    """The main index also serves a vllm 0.26.0 wheel with a build tag (pip prefers it) whose bytes differ from
+    the one the settings' sha256 names: an index that serves something else under the release's version."""
+    page = pkg_index.SIMPLE / "vllm" / "index.html"
+    before = page.read_text()
+    original = pkg_index.manifest()["upstream"]["vllm_wheel"]
+    dist = upstream.vllm_dist()
+    dist = dataclasses.replace(dist, files={**dist.files, "vllm/_hostile.py": b"print('not the release')\n"})
+    data = wheelfile.build(dist)
+    name = f"vllm-{upstream.VERSION}-1-py3-none-any.whl"
+    hostile = pkg_index.SIMPLE / "vllm" / name
+    hostile.write_bytes(data)
+    entries = [
+        simple.Entry(original["filename"], original["sha256"], dist.requires_python, b""),
+        simple.Entry(name, upstream.sha256(data), dist.requires_python, b""),
+    ]
+    page.write_text(simple.project_page("vllm", entries))
+    try:
+        yield upstream.sha256(data)
+    finally:
+        page.write_text(before)
+        hostile.unlink()
+
+
+def test_a_hostile_wheel_is_refused_and_the_last_runtime_serves(
+    two_kinds: Rig, deployed: dict[str, float], hostile_wheel: str
+) -> None:
+    current = two_kinds.ssh("rig1", "readlink /opt/vllm-rig/current").strip()
+    pid = _show(two_kinds, "rig1", "MainPID")
+    run = deploy(two_kinds, "deploy.py", limit="rig1", data={"force_rebuild": True})
+    assert not run.ok
+    line = run.error_line()
+    assert hostile_wheel in line and "not the known" in line, line
+    assert two_kinds.ssh("rig1", "readlink /opt/vllm-rig/current").strip() == current
+    assert _show(two_kinds, "rig1", "MainPID") == pid  # the service was not even restarted
+    assert service.models(service.api_key(two_kinds, "rig1"), "rig1") == ["qwen-local"]
