@@ -28,6 +28,7 @@ from tests.conftest import Rig  # noqa: E402
 from tests.e2e.deploys import sandbox_rig  # noqa: E402
 from tests.sandbox import paths  # noqa: E402
 from vllm_rig.core.host_package import zip_bytes  # noqa: E402
+from vllm_rig.host.model_serve import follower_token  # noqa: E402
 
 TOP = "/var/tmp/vllm-rig-peer-bench"
 ZIP = f"{TOP}/vllm-rig-host.pyz"
@@ -60,6 +61,7 @@ def prepare(rig: Rig, mb: int, token: str, port: int) -> str:
     marker = {"format": 1, "repo": "bench/one", "revision": "main", "commit": "b" * 40, "files": files}
     sh(rig, "rig1", f"echo {shlex.quote(json.dumps(marker))} > {model}/.vllm-rig-complete.json && chmod -R a+rX {TOP}")
     serve = f"python3 {ZIP} model_serve --dest {model} --repo bench/one --revision main --bind 127.0.0.1 --port {port}"
+    serve += " --followers rig2"
     sh(
         rig,
         "rig1",
@@ -74,7 +76,7 @@ def rig_to_rig(rig: Rig, mb: int, token: str, port: int) -> float:
     script = (
         f"import sys, time; sys.path.insert(0, {ZIP!r}); from pathlib import Path; "
         "from vllm_rig.host.model_peer import Peer, Want; "
-        f"p = Peer('rig1', 'http://127.0.0.1:{port}', {token!r}, 60); t = time.monotonic(); "
+        f"p = Peer('rig1', 'http://127.0.0.1:{port}', {follower_token(token, 'rig2')!r}, 60); t = time.monotonic(); "
         f"p.download(Path({TOP!r}) / 'http', [Want({FILE!r}, {mb * 1_000_000})], lambda: None); "
         "print(time.monotonic() - t)"
     )

@@ -19,3 +19,4 @@ local.include("tasks/model_start.py")  # the new model downloads beside the old 
 local.include("tasks/model_finish.py")  # wait for it, every file verified by sha256
 local.include("tasks/service.py")  # the unit for the new model, restart, a real completion
 local.include("tasks/models_keep.py")  # record it; remove what is beyond models_keep
+local.include("tasks/summary.py")  # what changed, and the next step with the new model name

@@ -8,9 +8,10 @@ import sys
 from collections.abc import Callable
 
 from pyinfra import host, logger, state
+from pyinfra.context import ctx_state
 
 from vllm_rig import host_settings
-from vllm_rig.core import become
+from vllm_rig.core import become, heartbeat, run_summary
 from vllm_rig.core.facts import FactUnreadable
 from vllm_rig.settings import Settings
 from vllm_rig.validation import SettingsError, load_settings
@@ -37,6 +38,10 @@ def stop_on_bad_settings() -> None:
             logger.error(line)
         sys.exit(1)
     host_settings.record(_validated)
+    # The run's own bookkeeping, before any operation runs: a line while a long one is quiet, and each
+    # stage's time and changes for the summary (tasks/summary.py).
+    heartbeat.install(ctx_state.get())
+    run_summary.install(ctx_state.get())
 
 
 def settings() -> Settings:

@@ -12,6 +12,8 @@ from typing import Any
 
 import yaml
 
+from vllm_rig.settings import Settings
+
 # Connection keys a host entry may carry (pyinfra's SSH connector names them so).
 SSH_KEYS = frozenset(
     {
@@ -29,6 +31,9 @@ SSH_KEYS = frozenset(
 )
 HOST_KEYS = SSH_KEYS | {"profile", "settings"}
 DEFAULT_PROFILE = "default"
+# Settings that are names, not numbers: YAML reads `python_version: 3.10` as the float 3.1.
+TEXT_VERSION_KEYS = frozenset(k for k in Settings.model_fields if k.endswith("_version")) | {"gpu_compute_capability"}
+YAML_NUMBER_TAGS = ("tag:yaml.org,2002:float", "tag:yaml.org,2002:int")
 
 Group = tuple[list[tuple[str, dict[str, Any]]], dict[str, Any]]
 
@@ -63,10 +68,92 @@ def _read_hosts(path: Path) -> dict[str, Any]:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         raise InventoryError(f"{path} is not valid YAML{where}: {getattr(err, 'problem', err)}") from None
+    problem = _node_problem(path, yaml.compose(path.read_text(), Loader=yaml.SafeLoader))
+    if problem:
+        raise InventoryError(problem)
+    if isinstance(doc, dict):
+        _check_top_level(path, doc)
     hosts = doc.get("hosts") if isinstance(doc, dict) else None
     if not isinstance(hosts, dict) or not hosts:
         raise InventoryError(f"{path} must have a 'hosts:' mapping with at least one host (see hosts.example.yml)")
     return hosts
+
+
+def _check_top_level(path: Path, doc: dict[Any, Any]) -> None:
+    """The file has one key, hosts: anything else at the top would be read by nobody, silently."""
+    for key in doc:
+        if key == "hosts":
+            continue
+        if key == "all":
+            raise InventoryError(
+                f"{path}: 'all:' is Ansible's layout, which this file does not read: list each box under 'hosts:' "
+                "(see inventory/hosts.example.yml); a setting for every box goes in group_data/all.py"
+            )
+        if key in Settings.model_fields:
+            raise InventoryError(
+                f"{path}: {key} at the top level is not read: put it under hosts: <host>: settings: "
+                "(or in group_data/all.py for every box)"
+            )
+        raise InventoryError(
+            f"{path}: top-level key {key} is not read; the file has one key, 'hosts:' (see inventory/hosts.example.yml)"
+        )
+
+
+def _node_problem(path: Path, root: yaml.Node | None) -> str | None:
+    """What the parsed data can no longer show: a key given twice (YAML keeps the last and drops the first
+    silently) and a version written as a number (3.10 becomes 3.1). Checked on the YAML nodes, which keep
+    the text as written and its line."""
+    if not isinstance(root, yaml.MappingNode):
+        return None
+    problem = _duplicate(path, root, "")
+    hosts = _value(root, "hosts")
+    if problem or not isinstance(hosts, yaml.MappingNode):
+        return problem
+    problem = _duplicate(path, hosts, "hosts")
+    for name_node, entry in hosts.value:
+        if problem or not isinstance(entry, yaml.MappingNode):
+            break
+        problem = _duplicate(path, entry, f"host {name_node.value}")
+        settings = _value(entry, "settings")
+        if not problem and isinstance(settings, yaml.MappingNode):
+            problem = _duplicate(path, settings, f"host {name_node.value}: settings") or _number_version(
+                path, name_node.value, settings
+            )
+    return problem
+
+
+def _duplicate(path: Path, mapping: yaml.MappingNode, where: str) -> str | None:
+    seen: dict[str, int] = {}
+    for key_node, _ in mapping.value:
+        if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        line = key_node.start_mark.line + 1
+        first = seen.setdefault(key_node.value, line)
+        if first == line:
+            continue
+        if where == "hosts":
+            return (
+                f"{path}: host {key_node.value} is listed twice (lines {first} and {line}); YAML would keep only "
+                "the second and drop the first box silently: give each box its own name"
+            )
+        prefix = f"{where}: " if where else ""
+        return f"{path}: {prefix}{key_node.value} is given twice (lines {first} and {line}); keep one"
+    return None
+
+
+def _number_version(path: Path, host: str, settings: yaml.MappingNode) -> str | None:
+    for key_node, value_node in settings.value:
+        if key_node.value in TEXT_VERSION_KEYS and value_node.tag in YAML_NUMBER_TAGS:
+            key, text = key_node.value, value_node.value
+            return (
+                f"{path}: host {host}: {key}: {text} is read by YAML as the number {yaml.safe_load(text)}; "
+                f'quote it: {key}: "{text}"'
+            )
+    return None
+
+
+def _value(mapping: yaml.MappingNode, key: str) -> yaml.Node | None:
+    return next((v for k, v in mapping.value if isinstance(k, yaml.ScalarNode) and k.value == key), None)
 
 
 def _host_data(path: Path, name: str, entry: Any, profiles: set[str]) -> dict[str, Any]:
@@ -84,12 +171,29 @@ def _host_data(path: Path, name: str, entry: Any, profiles: set[str]) -> dict[st
     settings = entry.get("settings") or {}
     if not isinstance(settings, dict):
         raise InventoryError(f"{path}: host {name}: 'settings' must be a mapping of setting: value")
+    misplaced = sorted(HOST_KEYS & set(settings))
+    if misplaced:
+        raise InventoryError(
+            f"{path}: host {name}: {misplaced[0]} is under 'settings:', where it is not read; "
+            "move it up one level, beside ssh_hostname"
+        )
     data = {key: entry[key] for key in SSH_KEYS if key in entry}
     if "ssh_key" in data:
-        data["ssh_key"] = str(Path(data["ssh_key"]).expanduser())
+        data["ssh_key"] = _ssh_key(path, name, data["ssh_key"])
     # group_data/all.py runs everything through sudo; a root login needs none (and may have no sudo).
     become = {"_sudo": False} if entry.get("ssh_user") == "root" else {}
     return {**data, **become, **settings, "profile": profile}
+
+
+def _ssh_key(path: Path, name: str, value: Any) -> str:
+    """The key file must exist here, on the control machine: else paramiko's error surfaces as a traceback."""
+    key = Path(str(value)).expanduser()
+    if not key.is_file():
+        raise InventoryError(
+            f"{path}: host {name}: ssh_key {value} is no file on this machine; point ssh_key at your private key "
+            f"or make one: ssh-keygen -t ed25519 -f {value}"
+        )
+    return str(key)
 
 
 def _known_profiles(group_data_dir: Path) -> set[str]:

@@ -17,9 +17,16 @@ from typing import Annotated, Any, Literal
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from vllm_rig.known import flashinfer_fix, fork_interface
+from vllm_rig.known import (
+    cuda_toolkit,
+    flashinfer_fix,
+    fork_interface,
+    server_interface,
+    sm75_patch,
+    upstream_releases,
+)
 
 SHA40 = re.compile(r"^[0-9a-f]{40}$")
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -33,6 +40,7 @@ FLAG = re.compile(r"^--[a-z0-9][a-z0-9-]*(=.*)?$")
 RELEASE_TAG = re.compile(r"^v?\d+(\.\d+)+([.-]?[A-Za-z0-9]+)*$")
 RELEASE_LINE = re.compile(r"^v?\d+(\.\d+)*$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
+SM75_PATCH_NAMES = ("flashqla", "vllm")
 FLASHINFER_PATCHES = ("pr3621", "pr3526")
 DNS_NAME = re.compile(
     r"^(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
@@ -40,6 +48,8 @@ DNS_NAME = re.compile(
 
 # Settings that hold secrets: their values never appear in an error line or in output.
 SECRET_KEYS = frozenset({"hf_token", "secure_boot_mok_password", "runtime_artifact_store_auth"})
+# Environment names that hold secrets by convention (vllm_env refuses them; triage redacts their values).
+SECRET_ENV_NAME = re.compile(r"(_KEY|_TOKEN|_SECRET|_PASSWORD)$", re.I)
 
 # The model's max_position_embeddings (config.json of the Qwen3.6/3.8 27B family).
 MODEL_CONTEXT_LIMIT = 262144
@@ -95,14 +105,14 @@ MODEL_FLAG_KEYS = (
 
 def _setting(description: str, allowed: str) -> Any:
     """Field metadata, the one place a setting is described: `description` is the line that says what it
-    is (group_data/all.py's comment on its default, the README table's "what it is"), `allowed` the
-    sentence that says what it accepts (error lines, the README's "allowed")."""
+    is (group_data/all.py's comment on its default, the settings table's "what it is" (docs/settings.md)), `allowed` the
+    sentence that says what it accepts (error lines, the table's "allowed")."""
     return Field(description=description, json_schema_extra={"allowed": allowed})
 
 
 class Settings(BaseModel):
     """Every setting of the rig. Field order follows the deploy's stages; each `# ---- <stage>` comment
-    below names the stage of the fields under it (group_data/all.py's headings and the README table
+    below names the stage of the fields under it (group_data/all.py's headings and the settings table
     follow it: vllm_rig/settings_doc.py)."""
 
     # strict: "on", "yes" or "8000" (a string) are typos here, not values; pyinfra's --data and YAML
@@ -177,11 +187,34 @@ class Settings(BaseModel):
 
     # ---- runtime
     install_root: str = _setting("venvs, sources and runtimes live under here", "an absolute path")
+    runtime_kind: Literal["upstream", "fork"] = _setting(
+        "upstream: vLLM's release + its first owner's SM75 patch; fork: weicj's fork",
+        '"upstream" (vLLM\'s release with zyYuc\'s SM75 patch) or "fork" (weicj/vLLM-2080Ti-Definitive, compiled)',
+    )
+    upstream_build: Literal["wheel"] = _setting(
+        "upstream: wheel = the release's compiled kernels, patched Python (minutes)",
+        '"wheel" (the release\'s own kernels, no compile)',
+    )
+    vllm_version: str = _setting(
+        "upstream: the vLLM release (vllm_rig/known/upstream_releases.py)",
+        "a supported release in vllm_rig/known/upstream_releases.py: "
+        + ", ".join(upstream_releases.supported_versions()),
+    )
+    vllm_wheel_sha256: str | None = _setting(
+        "upstream: sha256 of the release's wheel; None: PyPI's, as the table records it",
+        "null (PyPI's file, from vllm_rig/known/upstream_releases.py) or a 64-hex-digit sha256",
+    )
+    sm75_patch_files: dict[str, dict[str, str]] | None = _setting(
+        "upstream: the SM75 patches' URLs and sha256; None: zyYuc's at aa935db (raw content)",
+        'null (zyYuc/qwen3-8-27b-dual-2080ti-vllm@aa935db, git_mirror_prefix in front) or {"vllm": {"url": an '
+        'http(s) URL, "sha256": 64 hex digits}, "flashqla": {...}}',
+    )
     python_version: Literal["3.10", "3.11", "3.12", "3.13"] = _setting(
         "Python of the venv (Ubuntu 24.04's python3)", 'one of "3.10" to "3.13"'
     )
     torch_version: str = _setting(
-        "torch from the torch index's CUDA lane (the fork's validated 2.11.0+cu128)", "a PEP 440 version such as 2.11.0"
+        "torch: upstream = the release's pin (PyPI, CUDA 13.0); fork = the torch index's 2.11.0+cu128",
+        "a PEP 440 version such as 2.11.0",
     )
     torchvision_version: str = _setting(
         "torchvision from the torch index's lane (Qwen3.x processors need it)",
@@ -271,6 +304,14 @@ class Settings(BaseModel):
         "PEM CA bundle for an https store's certificate; None: the system's CAs",
         "null or the path, on the control machine, of a PEM CA bundle",
     )
+    runtime_artifact_store_allow_http: bool = _setting(
+        "accept an http:// store (password in clear, artifacts changeable); warns",
+        "true or false (false: an http:// runtime_artifact_store is refused; use https://)",
+    )
+    runtime_artifact_key: str = _setting(
+        "control-machine ed25519 key signing stored artifacts; made on first use",
+        "a path on the control machine (relative to the repo), of a PEM private key or where one is made",
+    )
     runtime_artifacts_keep: Annotated[int, Field(ge=1, le=100)] = _setting(
         "how many runtime artifacts the store keeps (the newest)", "an integer from 1 to 100"
     )
@@ -350,7 +391,7 @@ class Settings(BaseModel):
         "how long a start waits for free GPUs before it fails naming what holds them", "seconds from 0 to 3600"
     )
     gpu_wait_max_used_mib: Annotated[int, Field(ge=0, le=65536)] = _setting(
-        "memory a GPU may have in use and still count as free (no compute process allowed)",
+        "memory a GPU may have in use and still count as free (no process of any kind allowed)",
         "MiB from 0 to 65536",
     )
     watchdog_enabled: bool = _setting(
@@ -381,8 +422,8 @@ class Settings(BaseModel):
         "GPUs one model spans (TP2 over the NVLink pair)", "1, 2, 4 or 8"
     )
     device_ids: list[Annotated[int, Field(ge=0)]] | None = _setting(
-        "GPUs the server uses, as CUDA_VISIBLE_DEVICES (the fork's line has no --device-ids); None: all",
-        "null (every GPU) or a list of GPU indexes, set as CUDA_VISIBLE_DEVICES",
+        "GPUs the server uses: --device-ids (upstream), CUDA_VISIBLE_DEVICES (fork); None: all",
+        "null (every GPU) or a list of GPU indexes (--device-ids upstream, CUDA_VISIBLE_DEVICES on the fork)",
     )
     dtype: Literal["half", "float16", "bfloat16", "auto"] = _setting(
         "compute dtype; SM75 has no BF16 tensor cores", '"half", "float16", "bfloat16" or "auto"'
@@ -412,12 +453,12 @@ class Settings(BaseModel):
         "reasoning parser for <think> blocks", "null or a parser name such as qwen3"
     )
     reasoning_config: dict[str, Any] | None = _setting(
-        "--reasoning-config: the think-tag markers (the fork's line takes no budget key)",
+        "--reasoning-config: the think-tag markers (the budget is default_thinking_token_budget)",
         "null or a JSON object with the keys " + ", ".join(fork_interface.REASONING_CONFIG_KEYS),
     )
-    default_thinking_token_budget: None = _setting(
-        "the seed's 4000 has no server-side form on the fork's line: send it per request",
-        "null: the fork's v0.1.x line has no server-side default; clients send thinking_token_budget per request",
+    default_thinking_token_budget: int | None = _setting(
+        "server-side thinking budget: in --reasoning-config (upstream), an env var (fork)",
+        "null (no server-side default) or a positive integer such as 4000 (the first seed's)",
     )
     default_chat_template_kwargs: dict[str, Any] | None = _setting(
         "--default-chat-template-kwargs", "null or a JSON object"
@@ -541,6 +582,21 @@ class Settings(BaseModel):
     triage_journal_lines: Annotated[int, Field(ge=10, le=100000)] = _setting(
         "journal lines of the service and the build in a triage bundle", "10 to 100000 lines"
     )
+    logs_source: Literal["service", "build", "download", "watchdog"] = _setting(
+        "whose log tasks/logs.py shows (bin/rig logs SOURCE)", '"service", "build", "download" or "watchdog"'
+    )
+    logs_lines: Annotated[int, Field(ge=1, le=100000)] = _setting(
+        "lines of the log tasks/logs.py shows first (bin/rig logs -n)", "1 to 100000 lines"
+    )
+    logs_follow: bool = _setting(
+        "tasks/logs.py keeps printing new lines until Ctrl-C (bin/rig logs -f)", "true or false"
+    )
+    remove_model: bool = _setting(
+        "tasks/remove.py also deletes the model directories (bin/rig remove --with-model)", "true or false"
+    )
+    remove_driver: bool = _setting(
+        "tasks/remove.py also removes the NVIDIA driver and CUDA (bin/rig remove --with-driver)", "true or false"
+    )
 
     # The model catalogue: the chosen entry becomes the model and server settings.
 
@@ -603,6 +659,38 @@ class Settings(BaseModel):
     def _pinned_commit(cls, value: str) -> str:
         if not SHA40.match(value):
             raise ValueError("must be a full 40-character lower-case commit SHA (a branch or tag can move)")
+        return value
+
+    @field_validator("vllm_version")
+    @classmethod
+    def _vllm_version(cls, value: str) -> str:
+        release = upstream_releases.release(value)  # ValueError: not in the table, with the supported ones
+        if not release.supported:
+            raise ValueError(f"vLLM {value} is not supported: {release.reason}")
+        return value
+
+    @field_validator("vllm_wheel_sha256")
+    @classmethod
+    def _wheel_sha256(cls, value: str | None) -> str | None:
+        if value is not None and not SHA256.match(value):
+            raise ValueError("must be null or a 64-hex-digit lower-case sha256")
+        return value
+
+    @field_validator("sm75_patch_files")
+    @classmethod
+    def _patch_files(cls, value: dict[str, dict[str, str]] | None) -> dict[str, dict[str, str]] | None:
+        if value is None:
+            return value
+        if set(value) != set(SM75_PATCH_NAMES):
+            raise ValueError(
+                f"must name exactly {', '.join(SM75_PATCH_NAMES)}, got {', '.join(sorted(value)) or 'none'}"
+            )
+        for name, entry in value.items():
+            if not isinstance(entry, dict) or set(entry) != {"url", "sha256"}:
+                raise ValueError(f'{name}: must be {{"url": ..., "sha256": ...}}')
+            _check_url(entry["url"], f"sm75_patch_files.{name}.url")
+            if not SHA256.match(entry["sha256"]):
+                raise ValueError(f"{name}: sha256 must be 64 lower-case hex digits")
         return value
 
     @field_validator("cutlass_ref", "triton_src_ref")
@@ -674,20 +762,20 @@ class Settings(BaseModel):
         "nvidia_repo_url",
     )
     @classmethod
-    def _url(cls, value: str) -> str:
-        return _check_url(value)
+    def _url(cls, value: str, info: ValidationInfo) -> str:
+        return _check_url(value, info.field_name)
 
     @field_validator("pip_index_url")
     @classmethod
-    def _optional_url(cls, value: str | None) -> str | None:
-        return None if value is None else _check_url(value)
+    def _optional_url(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return None if value is None else _check_url(value, info.field_name)
 
     @field_validator("git_mirror_prefix")
     @classmethod
     def _mirror_prefix(cls, value: str) -> str:
         if value and (not value.endswith("/") or not value.startswith(("http://", "https://"))):
             raise ValueError('must be "" or an http(s) URL ending in "/"')
-        return value
+        return _check_url(value, "git_mirror_prefix") if value else value
 
     @field_validator("install_root", "model_dir")
     @classmethod
@@ -763,7 +851,7 @@ class Settings(BaseModel):
             raise ValueError("must be null or user:password on one line")
         return value
 
-    @field_validator("lan_tls_cert_file", "lan_tls_key_file", "runtime_artifact_store_ca")
+    @field_validator("lan_tls_cert_file", "lan_tls_key_file", "runtime_artifact_store_ca", "runtime_artifact_key")
     @classmethod
     def _control_path(cls, value: str | None) -> str | None:
         if value is not None and (not value.strip() or "\n" in value):
@@ -823,6 +911,13 @@ class Settings(BaseModel):
                 raise ValueError(f"{name!r} is not an environment variable name")
             if name in ("VLLM_API_KEY", "HF_TOKEN"):
                 raise ValueError(f"{name} is a secret: use vllm_api_key / hf_token, which keep it off the unit")
+            if name == fork_interface.THINKING_BUDGET_ENV:
+                raise ValueError(f"{name} is the setting default_thinking_token_budget: set it there")
+            if SECRET_ENV_NAME.search(name):
+                raise ValueError(
+                    f"{name} looks like a secret, and vllm_env is written into the service unit, which every user "
+                    "of the box can read: give it to the server in a root-only EnvironmentFile= drop-in of your own"
+                )
         return value
 
     @field_validator("bench_sizes")
@@ -841,38 +936,50 @@ class Settings(BaseModel):
 
     @field_validator("vllm_extra_args")
     @classmethod
-    def _extra_args(cls, value: list[str]) -> list[str]:
+    def _extra_args(cls, value: list[str], info: ValidationInfo) -> list[str]:
         for arg in value:
+            if arg.split("=", 1)[0] == "--api-key":
+                raise ValueError(
+                    "--api-key would put the key on the server's command line (ps) and in its unit: "
+                    'use vllm_api_key: "auto" (a key made on the host, kept in a root-only env file)'
+                )
             if not FLAG.match(arg):
                 raise ValueError(f'{arg!r} is not a flag: write each as "--name" or "--name=value"')
-        unknown = fork_interface.unknown_flags([arg.split("=", 1)[0] for arg in value])
-        if unknown:
+        server = _server_interface(info)
+        unknown = server.unknown_flags([arg.split("=", 1)[0] for arg in value]) if server else []
+        if server and unknown:
             raise ValueError(
-                f"{', '.join(unknown)}: not a flag of the pinned fork line ({fork_interface.FORK_LINE}); "
-                "its server would exit with code 2 at argument parsing"
+                f"{', '.join(unknown)}: not a flag of {server.line}; its server would exit with code 2 at "
+                "argument parsing"
             )
         return value
 
     @field_validator("reasoning_config")
     @classmethod
-    def _reasoning_keys(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        unknown = fork_interface.unknown_reasoning_keys(value or {})
-        if unknown:
+    def _reasoning_keys(cls, value: dict[str, Any] | None, info: ValidationInfo) -> dict[str, Any] | None:
+        if value and server_interface.BUDGET_KEY in value:
             raise ValueError(
-                f"key {', '.join(unknown)} is not accepted by the pinned fork line ({fork_interface.FORK_LINE}): "
-                f"its ReasoningConfig takes only {', '.join(fork_interface.REASONING_CONFIG_KEYS)} and its server "
-                "would exit with code 2; a thinking budget is a per-request field (thinking_token_budget)"
+                f"{server_interface.BUDGET_KEY} is the setting default_thinking_token_budget: set it there "
+                "(it is rendered the way the runtime kind's server reads it)"
+            )
+        server = _server_interface(info)
+        unknown = server.unknown_reasoning_keys(value or {}) if server else []
+        if server and unknown:
+            raise ValueError(
+                f"key {', '.join(unknown)} is not accepted by {server.line}: its ReasoningConfig takes only "
+                f"{', '.join(server.reasoning_keys)} and its server would exit with code 2"
             )
         return value
 
     @field_validator("default_thinking_token_budget", mode="before")
     @classmethod
-    def _no_server_budget(cls, value: Any) -> Any:
-        if value is not None:
+    def _thinking_budget(cls, value: Any) -> Any:
+        # bool is an int to Python; 0 or less would end every answer's thinking before it starts.
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ValueError(
-                f"the pinned fork line ({fork_interface.FORK_LINE}) has no server-side default "
-                "thinking budget (no flag, no config key, no environment variable it reads); leave it null and "
-                "have clients send thinking_token_budget in each request"
+                f"must be null or a positive integer (thinking tokens), got {value!r}; the fork reads it "
+                f"as {fork_interface.THINKING_BUDGET_ENV} (ignoring anything int() refuses), the patched release "
+                "in --reasoning-config"
             )
         return value
 
@@ -901,6 +1008,17 @@ class Settings(BaseModel):
     @property
     def cuda_home(self) -> str:
         return f"/usr/local/cuda-{self.cuda_version}"
+
+    def vllm_wheel(self) -> upstream_releases.Release:
+        return upstream_releases.release(self.vllm_version)
+
+    def sm75_patches(self) -> dict[str, dict[str, str]]:
+        """{"vllm": {"url", "sha256"}, "flashqla": ...}: the setting, else the known files at their commit
+        through git_mirror_prefix."""
+        if self.sm75_patch_files is not None:
+            return {name: dict(entry) for name, entry in self.sm75_patch_files.items()}
+        known = {"vllm": sm75_patch.VLLM_PATCH, "flashqla": sm75_patch.FLASHQLA_PATCH}
+        return {name: {"url": f.url(self.git_mirror_prefix), "sha256": f.sha256} for name, f in known.items()}
 
     def flashinfer_patch(self) -> str | None:
         """The FlashInfer SM75 patch this configuration applies ("pr3621", "pr3526" or None)."""
@@ -996,9 +1114,16 @@ def artifact_store_problem(value: str) -> str | None:
     return None
 
 
-def _check_url(value: str) -> str:
+# Where a URL setting's credentials belong instead: a URL is on command lines (ps), in units and in logs.
+URL_SECRET_HINT = {"hf_endpoint": "put the token in hf_token (kept in a root-only file on the host)"}
+
+
+def _check_url(value: str, key: str | None = None) -> str:
     if not re.match(r"^https?://[^\s/]+(/\S*)?$", value):
         raise ValueError("must be an http:// or https:// URL")
+    if "@" in urllib.parse.urlsplit(value).netloc:
+        hint = URL_SECRET_HINT.get(key or "", "use a mirror the hosts reach without credentials")
+        raise ValueError(f"must not hold credentials (user:password@ ends up in ps, units and logs): {hint}")
     return value
 
 
@@ -1083,6 +1208,44 @@ def _check_absolute(value: str) -> str:
     return value
 
 
+def _server_interface(info: ValidationInfo) -> server_interface.ServerInterface | None:
+    """The interface of the server the settings' runtime kind installs; None when the kind or the release
+    is itself invalid (that setting's own line says why)."""
+    kind, version = info.data.get("runtime_kind"), info.data.get("vllm_version")
+    if kind is None or (kind == "upstream" and version is None):
+        return None
+    try:
+        return server_interface.for_kind(kind, version or "")
+    except ValueError:
+        return None
+
+
+def _upstream_problems(s: Settings):
+    """The upstream kind installs the release's own pins: the torch and FlashInfer settings must be them."""
+    if s.runtime_kind != "upstream":
+        return
+    try:
+        server_interface.upstream(s.vllm_version)
+    except ValueError as err:
+        yield "vllm_version", str(err)
+    r = upstream_releases.release(s.vllm_version)
+    if r.torch not in cuda_toolkit.FOR_TORCH:
+        yield "vllm_version", f"vLLM {r.version} pins torch {r.torch}, whose CUDA toolkit the rig does not know"
+    pins = {
+        "torch_version": r.torch,
+        "torchvision_version": r.torchvision,
+        "torchaudio_version": r.torchaudio,
+        "flashinfer_version": r.flashinfer,
+    }
+    for key, pin in pins.items():
+        if getattr(s, key) != pin:
+            yield (
+                key,
+                f"must be {pin} with runtime_kind upstream: vLLM {r.version}'s wheel pins it (its METADATA), "
+                f"got {getattr(s, key)}",
+            )
+
+
 def _cross_rule_problems(s: Settings):
     """Yield (key, message) for each cross-field rule the settings break."""
     if s.model != DEFAULT_MODEL and s.model not in s.models:
@@ -1118,6 +1281,14 @@ def _cross_rule_problems(s: Settings):
             "gpu_wait_timeout_s",
             f"must leave a minute of service_start_timeout_s ({s.service_start_timeout_s} s) for the start itself",
         )
+    plain_http = s.runtime_artifact_store.startswith("http://")
+    if s.runtime_artifacts and plain_http and not s.runtime_artifact_store_allow_http:
+        yield (
+            "runtime_artifact_store",
+            "is http://: its password would cross the network in clear and anyone on the way could change what the "
+            "hosts install; use https:// (runtime_artifact_store_ca for your own CA), or set "
+            "runtime_artifact_store_allow_http: true",
+        )
     if s.gpu_power_limit_min_w > s.gpu_power_limit_max_w:
         yield "gpu_power_limit_min_w", "must not exceed gpu_power_limit_max_w"
     limit = s.gpu_power_limit_w
@@ -1126,9 +1297,12 @@ def _cross_rule_problems(s: Settings):
             "gpu_power_limit_w",
             f"must be null or from {s.gpu_power_limit_min_w} to {s.gpu_power_limit_max_w} W (the card's range)",
         )
-    fix_problem = False
+    upstream_lines = list(_upstream_problems(s))
+    yield from upstream_lines
+    fix_problem = any(key == "flashinfer_version" for key, _ in upstream_lines)  # one line: the pin it must be
     try:
-        flashinfer_fix.resolve(s.flashinfer_version, s.flashinfer_sm75_fix)
+        if not fix_problem:
+            flashinfer_fix.resolve(s.flashinfer_version, s.flashinfer_sm75_fix)
     except ValueError as err:
         fix_problem = True
         # Blame the version when no fix exists for it at all, else the choice of fix.
@@ -1138,7 +1312,8 @@ def _cross_rule_problems(s: Settings):
         yield ("flashinfer_version" if unfixable else "flashinfer_sm75_fix"), str(err)
     yield from _patch_data_problems(s)
     known = s.flashinfer_requirement_overrides
-    if not fix_problem and not any(Version(key) == Version(s.flashinfer_version) for key in known):
+    listed = any(Version(key) == Version(s.flashinfer_version) for key in known)
+    if s.runtime_kind == "fork" and not fix_problem and not listed:
         yield (
             "flashinfer_version",
             f"has no entry in flashinfer_requirement_overrides (releases whose requirement set pip resolves beside "

@@ -1,4 +1,4 @@
-"""The README's settings table, made from the one place each part of a setting lives, and the check
+"""The settings table (docs/settings.md), made from the one place each part of a setting lives, and the check
 that group_data/all.py agrees with that place.
 
 - vllm_rig/settings.py: each field's description, its allowed sentence, and its stage (the
@@ -7,8 +7,8 @@ that group_data/all.py agrees with that place.
   the field's description word for word.
 
     python -m vllm_rig.settings_doc           print the table
-    python -m vllm_rig.settings_doc --write   rewrite it in README.md, between its marker comments
-    python -m vllm_rig.settings_doc --check   exit 1 with one line per difference (README or all.py)
+    python -m vllm_rig.settings_doc --write   rewrite it in docs/settings.md, between its marker comments
+    python -m vllm_rig.settings_doc --check   exit 1 with one line per difference (docs/settings.md or all.py)
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from vllm_rig import settings as settings_module
 from vllm_rig.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
+README = ROOT / "docs" / "settings.md"  # where the table lives (the README points to it)
 ALL_PY = ROOT / "group_data" / "all.py"
 SETTINGS_PY = Path(settings_module.__file__)
 
@@ -130,7 +130,7 @@ def table() -> str:
 def readme_with_table(text: str) -> str:
     """The README text with the generated table between its two marker lines."""
     if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
-        raise ValueError(f"README.md must hold the marker lines {BEGIN!r} and then {END!r} once each")
+        raise ValueError(f"docs/settings.md must hold the marker lines {BEGIN!r} and then {END!r} once each")
     head, rest = text.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
     return f"{head}{BEGIN}\n\n{table()}\n{END}{tail}"
@@ -146,7 +146,7 @@ def readme_problems(text: str | None = None) -> list[str]:
         return []
     pairs = zip(text.splitlines(), made.splitlines(), strict=False)
     first = next((f"{old!r} should read {new!r}" for old, new in pairs if old != new), "rows missing or extra")
-    return [f"README.md: the settings table differs from the schema ({first}); run {COMMAND}"]
+    return [f"docs/settings.md: the settings table differs from the schema ({first}); run {COMMAND}"]
 
 
 def all_py_problems(text: str | None = None) -> list[str]:
@@ -201,8 +201,8 @@ def all_py_problems(text: str | None = None) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m vllm_rig.settings_doc", description=__doc__.split("\n\n")[0])
     action = parser.add_mutually_exclusive_group()
-    action.add_argument("--write", action="store_true", help="rewrite the table in README.md")
-    action.add_argument("--check", action="store_true", help="exit 1 when README.md or group_data/all.py differ")
+    action.add_argument("--write", action="store_true", help="rewrite the table in docs/settings.md")
+    action.add_argument("--check", action="store_true", help="exit 1 when docs/settings.md or group_data/all.py differ")
     args = parser.parse_args(argv)
     if args.write:
         README.write_text(readme_with_table(README.read_text()))

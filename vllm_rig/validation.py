@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from vllm_rig.settings import SECRET_KEYS, CrossRuleErrors, Settings, catalogue_values
+from vllm_rig.settings import SECRET_ENV_NAME, SECRET_KEYS, CrossRuleErrors, Settings, catalogue_values
 from vllm_rig.stages.lan.certificate import own_certificate_problem
 from vllm_rig.stages.service.command import settings_args
 
@@ -110,7 +110,14 @@ def _error_lines(err: ValidationError, data: Mapping[str, Any]) -> Iterable[str]
         several = sum(1 for e in err.errors() if e["loc"][:1] == error["loc"][:1]) > 1
         custom = isinstance(cause, ValueError) and not several
         message = str(cause) if custom else f"must be {_allowed(key)}"
-        yield _line(key, data.get(key), message) + origin.get(key, "")
+        yield _line(key, data.get(key), message) + origin.get(key, "") + _number_hint(key, data.get(key))
+
+
+def _number_hint(key: str, value: Any) -> str:
+    """A version that arrived as a number lost its text (`--data python_version=3.10` is the float 3.1)."""
+    if not isinstance(value, float) or not (key.endswith("_version") or key == "gpu_compute_capability"):
+        return ""
+    return f"; it arrived as the number {value} (3.10 reads as 3.1): quote it, --data '{key}=\"X.Y\"'"
 
 
 def _line(key: str, value: Any, message: str) -> str:
@@ -119,9 +126,12 @@ def _line(key: str, value: Any, message: str) -> str:
 
 
 def _show(value: Any) -> str:
+    if isinstance(value, dict):  # a secret-looking environment name's value (vllm_env) never reaches the line
+        value = {k: "<hidden>" if isinstance(k, str) and SECRET_ENV_NAME.search(k) else v for k, v in value.items()}
     if isinstance(value, str):  # a URL's user:password never reaches the line
         value = re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@", r"\1<hidden>@", value)
     text = repr(value) if isinstance(value, str) else str(value)
+    text = re.sub(r"(--api-key[= ])[^'\",\]\s]+", r"\1<hidden>", text)  # a key in vllm_extra_args
     return text if len(text) <= 80 else text[:77] + "..."
 
 

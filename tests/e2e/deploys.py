@@ -18,6 +18,7 @@ from tests.sandbox.fixtures import nvidia_repo
 _SAYS_FAILED = re.compile(r"fail|error|not allowed", re.IGNORECASE)
 _PYINFRA_ERROR = re.compile(r"\[[^\]]+\] Error: ")  # pyinfra's line under the operation that failed a host
 _PYINFRA = re.compile(r"\] (Connected|Ready: |Success|No changes|Skipped|Error: )")  # pyinfra's own host lines
+_HEARTBEAT = re.compile(r": still running, \S+ so far$")  # vllm_rig/core/heartbeat.py: says nothing of why
 _RUN_ENDED = re.compile(r"Deactivated successfully|Failed with result|^Stopped ")  # systemd's lines
 HOST_STAGE = ("tasks/preflight.py", "tasks/driver.py", "tasks/cuda.py")  # what the runtime build needs first
 
@@ -39,7 +40,11 @@ class DeployRun:
         lines = [line.strip() for line in self.log.splitlines() if line.strip()]
         marker = next((i for i, line in enumerate(lines) if _PYINFRA_ERROR.match(line)), len(lines))
         op_start = max((i for i, line in enumerate(lines[:marker]) if line.startswith("--> ")), default=-1)
-        ours = [line for line in lines[op_start + 1 : marker] if line.startswith("[") and not _PYINFRA.search(line)]
+        ours = [
+            line
+            for line in lines[op_start + 1 : marker]
+            if line.startswith("[") and not _PYINFRA.search(line) and not _HEARTBEAT.search(line)
+        ]
         said = [line for line in ours if _SAYS_FAILED.search(line)]
         anywhere = [line for line in lines if _SAYS_FAILED.search(line)]
         return (said or ours[-1:] or anywhere or lines[-1:] or [f"pyinfra exited {self.rc}"])[0]

@@ -56,7 +56,9 @@ def _proven_after(rig: Rig, since: float, timeout: float = 120) -> dict:
     def proven() -> dict | None:
         result = _json(rig, CHECK)
         stamp = result.get("time")
-        fresh_enough = stamp and datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() >= since - 1
+        # The stamp is whole seconds (start_check.py): one at or after `since` was written after it. A second of
+        # slack let the previous test's proof, written just before, pass for this one's (seen in a full run).
+        fresh_enough = stamp and datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() >= since
         return result if fresh_enough and result.get("ok") else None
 
     return _wait("a proven start", proven, timeout)  # type: ignore[return-value]
@@ -165,7 +167,7 @@ def test_a_foreign_process_on_a_gpu_delays_then_fails_the_start_until_freed(rig:
         nvidia_repo.set_knobs(m.dir, compute_apps=[])
     assert "waiting for free GPUs: GPU 1 (00000000:02:00.0) is held by pid 4242" in journal
     failed = next(line for line in journal.splitlines() if "not starting" in line)
-    assert "pid 4242 /usr/bin/python3 leftover_worker.py (20480 MiB)" in failed and "GPU 1" in failed
+    assert "pid 4242 /usr/bin/python3 leftover_worker.py (compute, 20480 MiB)" in failed and "GPU 1" in failed
     assert "GPU KV cache size" not in journal  # the server never started on the held card
     _proven_after(rig, since, timeout=90)  # freed: systemd's next start goes on
     assert "GPUs free" in _journal(rig, since) or "vllm-rig-gpu-wait" in _journal(rig, since)

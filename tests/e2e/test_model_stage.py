@@ -213,7 +213,13 @@ def test_download_overlaps_the_build(rig: Rig) -> None:
         f"{o.together:.1f}s, deploy wall {o.wall:.1f}s; wall / (download + build) = {o.ratio:.2f}"
     )
     progress = [line for line in o.run.log.splitlines() if "model: downloading" in line]
-    assert progress and " of 48.9 MiB (" in progress[0] and "files" in progress[0]
+    # Model finish prints its progress only while it waits: on a loaded machine the build can outlast the 80 s
+    # download (a CI run's did), and then there is nothing to wait for. Past the build's end by more than the
+    # few operations between it and model finish, the wait must have shown progress.
+    if o.download_at[1] > o.build_at[1] + 15:
+        assert progress and " of 48.9 MiB (" in progress[0] and "files" in progress[0]
+    else:
+        print(f"the download ended {o.build_at[1] - o.download_at[1]:.1f}s before the build: no wait to show")
     assert "build: ==> step 6/8: compile" in o.run.log  # a real build ran, not a resumed or kept runtime
     assert o.together >= 0.5 * min(o.download, o.build)  # by the host's clock, not the control side's
     assert o.ratio < 0.75

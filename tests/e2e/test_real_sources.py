@@ -79,6 +79,7 @@ def test_defaults_serve_and_render_only_what_the_fork_accepts(serving: Rig) -> N
     env, argv = _server_command(serving)
     assert "--device-ids" not in argv and env["CUDA_VISIBLE_DEVICES"] == "0,1"
     assert "default_thinking_token_budget" not in " ".join(argv)
+    assert env["VLLM_DEFAULT_THINKING_TOKEN_BUDGET"] == "4000"  # the seed's budget, as the fork's serving.py reads it
     assert serving.ssh("rig1", "systemctl is-active vllm").strip() == "active"
 
 

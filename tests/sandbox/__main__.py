@@ -123,7 +123,11 @@ def main(argv: list[str]) -> int:
         if need:
             print(f"sandbox: {need}", file=sys.stderr)
             return 1
-        up(args.machines, fresh=args.fresh)
+        try:
+            up(args.machines, fresh=args.fresh)
+        except services.PortTaken as err:
+            print(f"sandbox: {err}", file=sys.stderr)
+            return 1
     elif args.cmd == "down":
         down(wipe=args.wipe)
     elif args.cmd == "status":

@@ -99,10 +99,17 @@ def build(mod: ModuleType) -> None:
         fn()
 
 
+class PortTaken(RuntimeError):
+    """A fixture's port answers, but not from our fixture: the message is one line with the fix."""
+
+
 def start(name: str, port: int, timeout: float = 90) -> None:
     """Run the fixture's server detached (new session, re-parented away from us) and wait for its port."""
     if port_answers(port):
-        raise RuntimeError(f"{name}: port {port} is taken by something that is not our fixture")
+        raise PortTaken(
+            f"{name}: port {port} is taken by something that is not our fixture: stop it, or move the simulated "
+            "rig's ports with VLLM_RIG_SANDBOX_SLOT=1 (2, 3, ...)"
+        )
     paths.STATE.mkdir(parents=True, exist_ok=True)
     pid_file(name).unlink(missing_ok=True)
     module = f"{PACKAGE}.{name}"

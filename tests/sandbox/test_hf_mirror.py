@@ -383,8 +383,8 @@ def test_serve_command_runs_in_the_foreground(tmp_path: Path) -> None:
             assert json.loads(response.read())["id"] == REPO
         assert (root / "www" / "hf" / REPO / "main" / BIG_SHARD).is_file()
         log = root / "state" / "hf_mirror.log"
-        deadline = time.monotonic() + 5  # the server logs just after it answers
-        while not log.exists() and time.monotonic() < deadline:
+        deadline = time.monotonic() + 5  # the server logs just after it answers: the file may exist, still empty
+        while not (log.exists() and log.read_text().strip()) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert json.loads(log.read_text().splitlines()[-1])["status"] == 200
     finally:

@@ -54,7 +54,14 @@ def server(knob_file: Path) -> Iterator[str]:
             log_stats=False,
         )
         state = types.SimpleNamespace(
-            args=args, engine=engine, max_model_len=100000, served_names=["m"], api_keys=["k"], created=0
+            args=args,
+            engine=engine,
+            max_model_len=100000,
+            served_names=["m"],
+            api_keys=["k"],
+            created=0,
+            # read once at start, as the stand-in's api_server does (the fork's serving.py)
+            default_thinking_token_budget=protocol.default_thinking_token_budget(),
         )
         httpd = ThreadingHTTPServer(("127.0.0.1", 0), protocol.make_handler(state))
         httpd.daemon_threads = True

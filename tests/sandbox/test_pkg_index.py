@@ -237,7 +237,8 @@ def test_pip_installs_the_pins_from_the_index_alone(venv: Path) -> None:
     code = "import torch, triton, numpy, flashinfer, huggingface_hub as h; "
     code += "print(torch.__version__, torch.version.cuda, triton.__version__, numpy.__version__, "
     code += "flashinfer.__version__, h.__version__)"
-    assert _ok([py, "-c", code]).split() == ["2.11.0", "12.8", "3.6.0", "2.3.5", "0.6.14", "2.4.0"]
+    # The main index's torch is PyPI's 2.11.0: a CUDA 13.0 build (the torch lane's +cu128 is 12.8).
+    assert _ok([py, "-c", code]).split() == ["2.11.0", "13.0", "3.6.0", "2.3.5", "0.6.14", "2.4.0"]
     assert "download" in _ok([venv / "bin" / "hf", "--help"])
 
 
@@ -281,6 +282,21 @@ def test_torch_lane_alone_installs_cu128_builds(server: str, tmp_path: Path) -> 
     code += "torchaudio.__version__)"
     out = _ok([venv / "bin" / "python", "-c", code]).split()
     assert out == ["2.11.0+cu128", "0.26.0+cu128", "2.11.0+cu128"]
+
+
+def test_the_torch_step_as_build_sh_installs_the_lanes_builds_with_the_main_index_first(
+    server: str, tmp_path: Path
+) -> None:
+    """The build's torch step (runtime_build.step_torch): the main index (PyPI's stand-in, whose torch 2.11.0
+    has no local version) with the lane as extra index, and the lane's exact versions asked for."""
+    venv = _new_venv(tmp_path / "venv")
+    py = venv / "bin" / "python"
+    reqs = ["torch==2.11.0+cu128", "torchvision==0.26.0+cu128", "torchaudio==2.11.0+cu128", "triton==3.6.0"]
+    cmd = [py, "-m", "pip", "install", "--index-url", server + "simple/", "--extra-index-url", server + "whl/cu128/"]
+    _ok([*cmd, "--no-cache-dir", *reqs])
+    code = "import torch, torchvision, torchaudio; print(torch.__version__, torchvision.__version__, "
+    code += "torchaudio.__version__)"
+    assert _ok([py, "-c", code]).split() == ["2.11.0+cu128", "0.26.0+cu128", "2.11.0+cu128"]
 
 
 def test_jit_cache_installs_and_uninstalls(venv: Path, server: str) -> None:
@@ -462,7 +478,7 @@ def _runtime_set(**overrides: object) -> list[str]:
     from tests.unit.groupdata import profile_data
     from vllm_rig.validation import load_settings
 
-    return real_pip.runtime_requirements(load_settings({**profile_data(None), **overrides}))
+    return real_pip.runtime_requirements(load_settings({**profile_data(None), "runtime_kind": "fork", **overrides}))
 
 
 def _resolve_from_index(server: str, requirements: list[str], tmp_path: Path) -> tuple[int, dict[str, str], str]:

@@ -22,13 +22,18 @@ from vllm_rig.validation import load_settings
 GPUS = "0, 00000000:01:00.0, 1\n1, 00000000:02:00.0, {used}\n"
 
 
-def fake_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gpus: str, apps: str) -> None:
+OUTPUTS = Path(__file__).parent / "fixtures" / "tool_outputs"
+NO_PROCESSES = (OUTPUTS / "h200" / "nvidia-smi_plain.out").read_text()  # a real "No running processes found"
+
+
+def fake_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gpus: str, apps: str, plain: str = NO_PROCESSES) -> None:
     (tmp_path / "gpus.txt").write_text(gpus)
     (tmp_path / "apps.txt").write_text(apps)
+    (tmp_path / "plain.txt").write_text(plain)
     exe = tmp_path / "nvidia-smi"
     exe.write_text(
         f'#!/bin/sh\ncase "$1" in --query-gpu=*) cat {tmp_path}/gpus.txt;; '
-        f"--query-compute-apps=*) cat {tmp_path}/apps.txt;; *) exit 2;; esac\n"
+        f"--query-compute-apps=*) cat {tmp_path}/apps.txt;; '') cat {tmp_path}/plain.txt;; *) exit 2;; esac\n"
     )
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
@@ -43,12 +48,32 @@ def test_a_compute_process_is_named_with_its_card(tmp_path, monkeypatch, capsys)
     fake_smi(tmp_path, monkeypatch, GPUS.format(used=20483), "00000000:02:00.0, 4242, python3 worker.py, 20480\n")
     assert gpu_wait.main(["--devices", "0,1", "--timeout", "0"]) == 1
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 1 and "GPU 1 (00000000:02:00.0) is held by pid 4242 python3 worker.py (20480 MiB)" in lines[0]
+    assert (
+        len(lines) == 1
+        and "GPU 1 (00000000:02:00.0) is held by pid 4242 python3 worker.py (compute, 20480 MiB)" in lines[0]
+    )
 
 
 def test_a_process_on_a_card_the_server_does_not_use_is_not_waited_for(tmp_path, monkeypatch) -> None:
     fake_smi(tmp_path, monkeypatch, GPUS.format(used=20483), "00000000:02:00.0, 4242, python3, 20480\n")
     assert gpu_wait.main(["--devices", "0", "--timeout", "0"]) == 0
+
+
+def test_graphics_processes_are_named_from_the_real_process_table(tmp_path, monkeypatch, capsys) -> None:
+    """nvitop-152's real table (plain nvidia-smi): GPU 2 holds only graphics processes (an X server and
+    gnome-shell), which --query-compute-apps never lists; GPU 0 a compute and a graphics one."""
+    table = (OUTPUTS / "nvitop-152" / "nvidia-smi_processes.out").read_text()
+    gpus = "0, 00000000:01:00.0, 170\n1, 00000000:02:00.0, 170\n2, 00000000:03:00.0, 98\n"
+    compute = "00000000:01:00.0, 10734, ...-x86_64-Release/abcdefgh/foo_bar, 160\n"
+    fake_smi(tmp_path, monkeypatch, gpus, compute, table)
+    assert gpu_wait.main(["--devices", "2", "--timeout", "0"]) == 1
+    out = capsys.readouterr().out
+    assert "GPU 2 (00000000:03:00.0) is held by pid 18243 /usr/bin/X (graphics, 64 MiB), " in out
+    assert "pid 22720 /usr/bin/gnome-shell (graphics, 34 MiB)" in out
+    assert gpu_wait.main(["--devices", "0", "--timeout", "0"]) == 1
+    out = capsys.readouterr().out
+    assert "is held by pid 10734 ...-x86_64-Release/abcdefgh/foo_bar (compute, 160 MiB), " in out
+    assert "pid 58661 .../abcdefgh/123456/bin/abcde/bazbaz (graphics, 3 MiB)" in out
 
 
 def test_memory_in_use_without_a_process_is_named(tmp_path, monkeypatch, capsys) -> None:
@@ -177,3 +202,40 @@ def test_the_watchdog_restarts_after_n_failures_then_gives_up_once(tmp_path, mon
     monkeypatch.setattr(watchdog.service_probe, "check_arithmetic", lambda *a, **k: right)
     watchdog.main(args)
     assert json.loads((tmp_path / "w.json").read_text())["failures_in_row"] == 0
+
+
+H200_CUDA = OUTPUTS / "h200-cuda"
+
+
+def test_real_cuda_processes_on_a_real_h200_are_named_as_nvidia_smi_printed_them(tmp_path, monkeypatch, capsys) -> None:
+    """A real H200 while three real torch processes held GPU 0 (fixtures/tool_outputs/h200-cuda/README.md):
+    each is named with its memory, compute, never graphics; the comma nvidia-smi's CSV turned into '?' stays
+    as printed; once they exited (the real empty output) the card is free."""
+    read = lambda name: (H200_CUDA / f"{name}.out").read_text()  # noqa: E731
+    fake_smi(
+        tmp_path,
+        monkeypatch,
+        read("nvidia-smi_query_wait_cuda_process"),
+        read("nvidia-smi_compute_apps_cuda_process"),
+        read("nvidia-smi_plain_cuda_process"),
+    )
+    assert gpu_wait.main(["--devices", "0", "--timeout", "0"]) == 1
+    out = capsys.readouterr().out
+    assert "GPU 0 (00000000:00:06.0) is held by " in out
+    for named in (
+        "pid 1114 python3 (compute, 1030 MiB)",
+        "pid 1109 python3 (compute, 2566 MiB)",
+        "pid 1113 /opt/torch/.venv/bin/vllm?worker (compute, 1542 MiB)",
+    ):
+        assert named in out
+    assert "graphics" not in out
+    table = nvidia_smi.parse_process_table(read("nvidia-smi_plain_cuda_process").splitlines())
+    assert {(p.pid, p.graphics) for p in table} == {(1109, False), (1113, False), (1114, False)}
+    fake_smi(
+        tmp_path,
+        monkeypatch,
+        "0, 00000000:00:06.0, 9\n",
+        read("nvidia-smi_compute_apps_after_exit"),
+        (OUTPUTS / "h200" / "nvidia-smi_plain.out").read_text(),
+    )
+    assert gpu_wait.main(["--devices", "0", "--timeout", "0"]) == 0

@@ -58,6 +58,13 @@ SETTINGS = (
         (BUILD, "[rig1] runtime build failed: step compile: compiling the fork failed (exit code 1)"),
         (SETTINGS, "[rig1] settings: max_model_len='abc' is not allowed: must be an integer from 1024 to 262144"),
         ("", "pyinfra exited 1"),
+        # A heartbeat after the host's own line says nothing of why (vllm_rig/core/heartbeat.py).
+        (
+            MODEL.replace(
+                "20.0 MiB free\n", "20.0 MiB free\n    [rig1] Model (finish) | x: still running, 30s so far\n"
+            ),
+            "[rig1] model: repo@main not complete: needs 304.9 MiB more in /opt/vllm-rig/models, 20.0 MiB free",
+        ),
     ],
 )
 def test_the_line_that_says_why(log: str, line: str) -> None:

@@ -37,7 +37,9 @@ def _stub_bin(tmp_path: Path, installed: str = "") -> Path:
     """A PATH with bash and coreutils only, a dpkg-query that knows `installed`, an apt-get that records."""
     stub = tmp_path / "bin"
     stub.mkdir()
-    for tool in ("bash", "cat", "grep", "sed", "sha256sum", "cut", "basename", "dirname", "id", "python3", "env"):
+    tools = ("bash", "cat", "grep", "sed", "sha256sum", "cut", "basename", "dirname", "readlink", "id", "python3")
+    tools += ("env",)
+    for tool in tools:
         found = shutil.which(tool)
         if found:
             (stub / tool).symlink_to(found)

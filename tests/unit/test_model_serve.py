@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 
 from tests import host_scripts
+from vllm_rig.host import model_serve
 
-TOKEN = "t" * 32
+RUN_TOKEN = "t" * 32  # the run's, in the server's environment
+TOKEN = model_serve.follower_token(RUN_TOKEN, "rig2")  # the follower's, what it sends
 REPO = "acme/tiny"
 COMMIT = "c" * 40
 SHARD = bytes(range(256)) * 4096  # 1 MiB
@@ -60,8 +62,8 @@ def write_model(top: Path) -> None:
 def served(tmp_path: Path) -> Iterator[Served]:
     dest, status_file, port = tmp_path / "model", tmp_path / "fetch.json", free_port()
     argv = [*host_scripts.program("model_serve"), "--dest", str(dest), "--repo", REPO, "--revision", "main"]
-    argv += ["--bind", "127.0.0.1", "--port", str(port), "--status-file", str(status_file)]
-    env = {**os.environ, "VLLM_RIG_PEER_TOKEN": TOKEN}
+    argv += ["--bind", "127.0.0.1", "--port", str(port), "--status-file", str(status_file), "--followers", "rig2"]
+    env = {**os.environ, "VLLM_RIG_PEER_TOKEN": RUN_TOKEN}
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     assert proc.stdout is not None and "serving" in proc.stdout.readline()
     yield Served(port, dest, status_file, proc)
@@ -92,6 +94,8 @@ def test_own_failed_download_is_said_only_when_written_after_the_start(served: S
 def test_a_wrong_or_missing_token_is_refused(served: Served) -> None:
     write_model(served.dest)
     assert served.get("/v1/status", token="x" * 32)[0] == 401
+    assert served.get("/v1/status", token=RUN_TOKEN)[0] == 401  # the run's token is no follower's
+    assert served.get("/v1/status", token=model_serve.follower_token(RUN_TOKEN, "rig3"))[0] == 401
     assert served.get("/v1/files/config.json", token="")[0] == 401
 
 
@@ -117,7 +121,27 @@ def test_range_resumes_from_an_offset_and_a_range_past_the_end_is_refused(served
 
 def test_refuses_to_start_without_a_token(tmp_path: Path) -> None:
     argv = [*host_scripts.program("model_serve"), "--dest", str(tmp_path), "--repo", REPO, "--revision", "main"]
-    argv += ["--bind", "127.0.0.1", "--port", str(free_port())]
+    argv += ["--bind", "127.0.0.1", "--port", str(free_port()), "--followers", "rig2"]
     env = {k: v for k, v in os.environ.items() if k != "VLLM_RIG_PEER_TOKEN"}
     result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
     assert result.returncode == 1 and "VLLM_RIG_PEER_TOKEN is not set" in result.stderr
+    argv[argv.index("rig2")] = ""
+    result = subprocess.run(argv, env={**env, "VLLM_RIG_PEER_TOKEN": RUN_TOKEN}, capture_output=True, text=True)
+    assert result.returncode == 1 and "--followers names no host" in result.stderr
+
+
+def _resolving(monkeypatch: pytest.MonkeyPatch, *addresses: str) -> None:
+    infos = [(socket.AF_INET6 if ":" in a else socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, 0)) for a in addresses]
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *_a, **_k: infos)
+
+
+def test_a_name_binds_its_first_lan_address_never_all(monkeypatch: pytest.MonkeyPatch) -> None:
+    _resolving(monkeypatch, "127.0.1.1", "192.168.5.20", "192.168.5.21")
+    assert model_serve.bind_address("rig1") == ("192.168.5.20", socket.AF_INET)
+    assert model_serve.bind_address("fd00::7") == ("fd00::7", socket.AF_INET6)
+
+
+def test_a_name_that_resolves_only_to_loopback_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    _resolving(monkeypatch, "127.0.1.1", "::1")
+    with pytest.raises(OSError, match="rig1 resolves to no address the other hosts can reach"):
+        model_serve.bind_address("rig1")

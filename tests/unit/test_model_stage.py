@@ -255,3 +255,14 @@ def test_which_models_a_switch_removes() -> None:
     assert models_to_remove(served, record, keep=5) == []
     assert served.matches({"name": "a", "repo": "o/a", "revision": "main", "dir": "/m/a", "present": True})
     assert not served.matches({"name": "a", "repo": "o/a", "revision": "v2", "dir": "/m/a"})
+
+
+def test_the_model_peer_server_runs_unprivileged_with_the_system_read_only() -> None:
+    """Issue 23: the peer server ran as root. tests/e2e/test_model_peers.py shows it still serves this way."""
+    from vllm_rig.stages.model.operations import ServeSpec
+
+    spec = ServeSpec("o/m", "main", "/srv/models/m", "10.0.0.2", 28480, "/opt/vllm-rig/bin/h.pyz", 3600)
+    words = shlex.split(spec.start_command().rsplit("; ", 1)[1])
+    for prop in ("DynamicUser=yes", "ProtectSystem=strict", "ProtectHome=yes", "NoNewPrivileges=yes"):
+        assert f"--property={prop}" in words, prop
+    assert "--property=CapabilityBoundingSet=" in words and "--property=RuntimeMaxSec=3600" in words

@@ -106,7 +106,15 @@ RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
     ("runtime_artifacts", "maybe", True, {}),
     ("runtime_artifact_store", "https://store.example/artifacts", "/srv/vllm-rig/artifacts", {}),  # no "/"
     ("runtime_artifact_store", "ftp://store.example/artifacts/", "https://store.example/artifacts/", {}),
-    ("runtime_artifact_store", "https:///artifacts/", "http://10.0.0.5:8080/vllm-rig/", {}),
+    (
+        "runtime_artifact_store",
+        "https:///artifacts/",
+        "http://10.0.0.5:8080/vllm-rig/",
+        {"runtime_artifact_store_allow_http": True},
+    ),
+    ("runtime_artifact_store", "http://10.0.0.5:8080/vllm-rig/", "https://10.0.0.5:8443/vllm-rig/", {}),
+    ("runtime_artifact_key", "", "~/.config/vllm-rig/runtime-artifact.key", {}),
+    ("runtime_artifact_store_allow_http", "yes please", True, {}),
     ("runtime_artifact_store", "https://store.example/a/?x=1", "runtime-artifacts", {}),
     ("runtime_artifact_store_auth", "no-colon", "rig:s3cret:with:colons", {}),
     ("runtime_artifact_store_ca", "", "/etc/ssl/local-ca.pem", {}),
@@ -175,7 +183,10 @@ RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
     ("reasoning_config", "budget=4000", {"reasoning_start_str": "<think>"}, {}),
     ("reasoning_config", {"default_thinking_token_budget": 4000}, {"reasoning_end_str": "</think>"}, {}),  # exit 2
     ("reasoning_config", {"thinking_token_budget": 4000}, None, {}),  # a per-request field, not a key
-    ("default_thinking_token_budget", 4000, None, {}),  # the fork's line has no server-side default
+    ("default_thinking_token_budget", 0, 4000, {}),  # would end every thinking before it starts
+    ("default_thinking_token_budget", "4000", 2000, {}),  # strict: a string is a typo here
+    ("default_thinking_token_budget", True, None, {}),
+    ("vllm_env", {"VLLM_DEFAULT_THINKING_TOKEN_BUDGET": "4000"}, {}, {}),  # the setting's own variable
     ("vllm_extra_args", ["--device-ids=0,1"], ["--enforce-eager"], {}),  # not a flag of the fork's line
     ("vllm_extra_args", ["--enable-reasoning"], ["--max-logprobs=5"], {}),  # removed before vLLM 0.21
     ("chat_template_content_format", "markdown", "openai", {}),
@@ -204,6 +215,11 @@ RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
     ("bench_label", "FP8 KV cache", "FP8-KV", {}),
     ("status_format", "yaml", "json", {}),
     ("triage_journal_lines", 5, 1000, {}),
+    ("logs_source", "kernel", "build", {}),
+    ("logs_lines", 0, 500, {}),
+    ("logs_follow", "yes", True, {}),
+    ("remove_model", 1, True, {}),
+    ("remove_driver", "true", True, {}),
     ("vllm_extra_args", ["--max-model-len=5000"], ["--seed=1"], {}),  # repeats a rendered flag
     ("model", "qwen39", "qwen38", {}),  # not in the catalogue
     ("models", {"small": {"repo": "a/b"}}, {"small": _ENTRY}, {}),  # no dir, no served name
@@ -212,12 +228,29 @@ RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
     ("models", {"small": {**_ENTRY, "size": 4}}, {"small": {**_ENTRY, "revision": "v2"}}, {}),
     ("models_keep", -1, 0, {}),
     ("fork_release_line", "0.1.x", "v0.2", {}),
+    ("runtime_kind", "pip", "upstream", {}),
+    ("upstream_build", "source", "wheel", {}),
+    ("vllm_version", "0.25.0", "0.26.0", {}),  # in the table, but its FlashInfer pin has no public SM75 fix
+    ("vllm_version", "0.23.0", "0.26.0", {}),  # not in the table
+    ("vllm_wheel_sha256", "abc", "0" * 64, {}),
+    ("sm75_patch_files", {"vllm": {"url": "https://x.example/p", "sha256": "0" * 64}}, None, {}),
+    (
+        "sm75_patch_files",
+        {"vllm": {"url": "ftp://x/p", "sha256": "0" * 64}, "flashqla": {"url": "https://x/q", "sha256": "1" * 64}},
+        {"vllm": {"url": "https://x/p", "sha256": "0" * 64}, "flashqla": {"url": "https://x/q", "sha256": "1" * 64}},
+        {},
+    ),
+    ("torch_version", "2.10.0", "2.11.0", {"runtime_kind": "upstream"}),  # vLLM 0.26.0's wheel pins 2.11.0
+    ("vllm_extra_args", ["--device-ids=0,1"], ["--seed=1"], {}),  # the fork's line has no --device-ids
+    ("reasoning_config", {"default_thinking_token_budget": 10}, {}, {"runtime_kind": "upstream"}),
     ("fork_update_margin_pct", 80.0, 0.0, {}),
 ]
 
 
 def _with(**changes: Any) -> dict[str, Any]:
-    data = profile_data()
+    # The rules are read on the fork kind, where FlashInfer and torch are free to choose; the upstream kind
+    # takes the release's own pins (its rules carry runtime_kind in their context).
+    data = {**profile_data(), "runtime_kind": "fork"}
     if not {"model", "models"} & set(changes):
         data["models"] = {}  # each rule alone: the catalogue's entries would inherit the value under test
     data.update(changes)
@@ -299,6 +332,49 @@ def test_store_url_with_credentials_is_refused_without_echoing_them() -> None:
     ]
 
 
+def test_a_plain_http_store_is_one_line_that_names_the_setting_to_allow_it() -> None:
+    with pytest.raises(SettingsError) as err:
+        load_settings(_with(runtime_artifact_store="http://10.0.0.5:8080/vllm-rig/"))
+    assert len(err.value.lines) == 1
+    assert "https://" in err.value.lines[0] and "runtime_artifact_store_allow_http: true" in err.value.lines[0]
+    load_settings(_with(runtime_artifact_store="http://10.0.0.5:8080/vllm-rig/", runtime_artifacts=False))
+
+
+def test_an_api_key_in_the_extra_args_is_refused_without_echoing_it() -> None:
+    with pytest.raises(SettingsError) as err:
+        load_settings(_with(vllm_extra_args=["--enforce-eager", "--api-key=hand-set-s3cret"]))
+    assert len(err.value.lines) == 1 and "hand-set-s3cret" not in err.value.lines[0]
+    assert "--api-key=<hidden>" in err.value.lines[0] and 'use vllm_api_key: "auto"' in err.value.lines[0]
+    with pytest.raises(SettingsError) as err:
+        load_settings(_with(vllm_extra_args=["--api-key"]))
+    assert "vllm_api_key" in err.value.lines[0]
+
+
+@pytest.mark.parametrize(
+    ("key", "url", "hint"),
+    [
+        ("hf_endpoint", "https://me:hf_s3cret@hf-mirror.example", "hf_token"),
+        ("pip_index_url", "https://me:s3cret@pypi.example/simple", "without credentials"),
+        ("torch_index_url", "https://tok3n-s3cret@download.example/whl/cu128", "without credentials"),
+        ("fork_repo", "https://me:s3cret@github.com/weicj/vLLM-2080Ti-Definitive.git", "without credentials"),
+        ("git_mirror_prefix", "https://me:s3cret@mirror.example/", "without credentials"),
+    ],
+)
+def test_credentials_in_a_url_setting_are_refused_without_echoing_them(key: str, url: str, hint: str) -> None:
+    with pytest.raises(SettingsError) as err:
+        load_settings(_with(**{key: url}))
+    assert len(err.value.lines) == 1 and "s3cret" not in err.value.lines[0], err.value.lines
+    assert err.value.lines[0].startswith(f"settings: {key}=") and "must not hold credentials" in err.value.lines[0]
+    assert hint in err.value.lines[0]
+
+
+def test_a_secret_looking_vllm_env_name_is_refused_without_echoing_its_value() -> None:
+    with pytest.raises(SettingsError) as err:
+        load_settings(_with(vllm_env={"WANDB_API_KEY": "wandb-s3cret-value"}))
+    assert len(err.value.lines) == 1 and "wandb-s3cret-value" not in err.value.lines[0], err.value.lines
+    assert "WANDB_API_KEY looks like a secret" in err.value.lines[0] and "EnvironmentFile=" in err.value.lines[0]
+
+
 def test_store_password_is_never_echoed() -> None:
     with pytest.raises(SettingsError) as err:
         load_settings(_with(runtime_artifact_store_auth="s3cret-without-user"))
@@ -350,3 +426,14 @@ def test_the_second_seeds_model_is_in_the_default_catalogue() -> None:
     qwen38 = load_settings(profile_data("qwen38"))
     for key in ("model_repo", "model_dir", "served_model_name", "kv_cache_dtype", "max_model_len", "tool_call_parser"):
         assert getattr(s, key) == getattr(qwen38, key), key
+
+
+def test_a_version_that_arrived_as_a_number_says_to_quote_it() -> None:
+    """`--data python_version=3.10` reaches the settings as the float 3.1: the line says why and what to type."""
+    with pytest.raises(SettingsError) as err:
+        load_settings(_with(python_version=3.1))
+    assert err.value.lines == [
+        'settings: python_version=3.1 is not allowed: must be one of "3.10" to "3.13"; it arrived as the number 3.1 '
+        "(3.10 reads as 3.1): quote it, --data 'python_version=\"X.Y\"'"
+    ]
+    assert load_settings(_with(python_version=3.11)).python_version == "3.11"  # a float that kept its text passes

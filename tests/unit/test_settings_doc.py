@@ -1,4 +1,4 @@
-"""Each setting is described once, in vllm_rig/settings.py: the README's table is generated from it
+"""Each setting is described once, in vllm_rig/settings.py: the settings table (docs/settings.md) is generated from it
 (and from group_data/all.py's defaults), and all.py's headings, order and comments are checked against it."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ ALL_PY = settings_doc.ALL_PY.read_text()
 
 def test_readme_settings_table_is_the_generated_one() -> None:
     problems = settings_doc.readme_problems()
-    assert problems == [], f"{problems[0]}\n(README.md's table is generated: run {settings_doc.COMMAND})"
+    assert problems == [], f"{problems[0]}\n(docs/settings.md's table is generated: run {settings_doc.COMMAND})"
 
 
 def test_all_py_follows_the_schema() -> None:

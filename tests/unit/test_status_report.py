@@ -157,3 +157,20 @@ def test_a_probe_that_did_not_run_is_said_once_for_every_section(output: list[st
     status = report.build("h", parse_probe(output), load_settings(profile_data()), None)
     assert status["gpus"]["unknown"].startswith("the status probe did not run on the host")
     assert all(v == status["gpus"] for _, v in _leaves(status))
+
+
+def test_result_lines_print_only_what_the_host_wrote() -> None:
+    """The records come from the host programs' own writer (start_check.result, as start_check and the
+    watchdog call it): a pass names no failing check, and the view must not print "None" for it."""
+    from vllm_rig.host.start_check import result
+
+    passed = result(True, None, "proven on start 1: known-answer, needle")
+    line = report._result_file(json.dumps(passed), "start check")
+    assert line == f"ok at {passed['time']}: proven on start 1: known-answer, needle"
+    watchdog_pass = {**result(True, None, ""), "failures_in_row": 0}
+    line = report._result_file(json.dumps(watchdog_pass), "watchdog")
+    assert line == f"ok at {watchdog_pass['time']}, failures in a row 0"
+    assert "None" not in line
+    failed = result(False, "known-answer", "answered 'Lyon'")
+    line = report._result_file(json.dumps(failed), "start check")
+    assert line == f"FAILED at {failed['time']}: known-answer (answered 'Lyon')"

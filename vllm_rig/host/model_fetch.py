@@ -63,7 +63,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -651,11 +651,13 @@ def _die_with_parent() -> Callable[[], None]:
     try:
         prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
-        return lambda: None
+        prctl = None
     parent = os.getpid()
     pr_set_pdeathsig = 1
 
     def hook() -> None:
+        if prctl is None:
+            return
         prctl(pr_set_pdeathsig, signal.SIGTERM)
         if os.getppid() != parent:  # the parent died before the hook ran
             os._exit(1)
@@ -666,29 +668,64 @@ def _die_with_parent() -> Callable[[], None]:
 def run_hf(command: list[str], log: Path, status: Status, lock_fd: int) -> int:
     """Run the client, output to a log file, ticking the status; the child shares the lock."""
     log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            pass_fds=(lock_fd,),  # an orphaned child still holds the lock: no second fetch beside it
-            preexec_fn=_die_with_parent(),
-        )
+    proc: subprocess.Popen[bytes] | None = None
     try:
+        with sigterm_deferred(), log.open("ab") as out:
+            proc = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                pass_fds=(lock_fd,),  # an orphaned child still holds the lock: no second fetch beside it
+                preexec_fn=_die_with_parent(),
+            )
         while True:
             try:
                 return proc.wait(timeout=STATUS_INTERVAL_S)
             except subprocess.TimeoutExpired:
                 status.tick()
     finally:
-        if proc.poll() is None:
+        if proc is not None and proc.poll() is None:
             proc.terminate()
             try:
                 proc.wait(10)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+class _Stop:
+    """A SIGTERM that arrives while the hf child is forked waits until the child exists (sigterm_deferred)."""
+
+    deferred = False
+    pending: int | None = None
+
+
+def on_sigterm(signum: int, frame: object) -> None:
+    """systemctl stop ends the run through the same cleanup as an error (SystemExit); the child follows."""
+    if _Stop.deferred:
+        _Stop.pending = signum
+        return
+    sys.exit(128 + signum)
+
+
+@contextlib.contextmanager
+def sigterm_deferred() -> Iterator[None]:
+    """Hold a SIGTERM's SystemExit while the child is forked; raise it once the child exists.
+
+    With a preexec hook Python runs its at-fork hooks, and a SystemExit raised by the handler inside one is
+    printed as "Exception ignored" and dropped: the run went on and the stop was lost (seen in a CI run).
+    Python runs signal handlers in the main thread, which is the one that forks, whichever thread the
+    signal reached, so a flag is enough (a signal mask would be per thread, and survive into the child).
+    """
+    _Stop.deferred = True
+    try:
+        yield
+    finally:
+        _Stop.deferred = False
+        signum, _Stop.pending = _Stop.pending, None
+        if signum is not None:
+            sys.exit(128 + signum)
 
 
 def log_tail(log: Path, lines: int = 3) -> str:
@@ -796,6 +833,7 @@ def from_peer(use: PeerUse, plan: Plan, staging: Path, todo: list[RemoteFile], s
         why = ""
     except PeerUnused as err:
         why = str(err)
+    use.peer.done()  # nothing more is asked of it: its server stops once every follower said so
     status.update("verifying")
     verdicts = verify_all(staging, [f for f in todo if (staging / f.path).exists()], status.tick)
     bad = [v for v in verdicts.values() if not v.ok]
@@ -820,6 +858,8 @@ def download_and_verify(
     todo = [f for f in plan.files if not (f.path in verdicts and verdicts[f.path].ok)]
     if peer is not None and todo:
         verdicts.update(from_peer(peer, plan, staging, todo, status))
+    elif peer is not None:
+        peer.peer.done()  # everything is here already: nothing to ask of it
     for attempt in (1, 2):
         todo = [f for f in plan.files if not (f.path in verdicts and verdicts[f.path].ok)]
         if not todo:
@@ -1059,8 +1099,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("plan", "fetch"):
         apply_env(hub_env(os.environ, args.endpoint, args.disable_xet))
         args.endpoint = os.environ.get("HF_ENDPOINT", DEFAULT_ENDPOINT).rstrip("/")
-    # systemctl stop (SIGTERM) ends the run through the same cleanup as an error; the child follows.
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    signal.signal(signal.SIGTERM, on_sigterm)
     commands: dict[str, Callable[[argparse.Namespace], int]] = {
         "plan": plan_command,
         "fetch": fetch,

@@ -101,6 +101,11 @@ def _one_line(text: str, limit: int = 160) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
+# Where a chat message carries generated text: upstream vLLM 0.21.0 names the thinking part "reasoning",
+# the fork's line "reasoning_content" (restored in its v0.1.10); a short thinking answer is in either.
+MESSAGE_TEXT_KEYS = ("content", "reasoning_content", "reasoning")
+
+
 def completion(
     base: str, key: str | None, model: str, prompt: str, max_tokens: int, timeout: float = 600, kwargs=None
 ) -> tuple[bool, str, dict]:
@@ -122,7 +127,7 @@ def chat(base: str, key: str | None, model: str, prompt: str, max_tokens: int) -
     ok, detail, message = completion(base, key, model, prompt, max_tokens)
     if not ok:
         return False, f"chat completion answered {detail}"
-    generated = (message.get("content") or "") + (message.get("reasoning_content") or "")
+    generated = "".join(message.get(key) or "" for key in MESSAGE_TEXT_KEYS)
     if not generated.strip():
         return False, "chat completion returned no text"
     return True, detail

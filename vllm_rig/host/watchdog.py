@@ -8,7 +8,8 @@
 asks a real question: service_probe's arithmetic check, a short completion with a known answer. After
 --failures failed rounds in a row it restarts the service (the restart is proven by the start check); after
 --max-restarts restarts that did not bring a passing round it stops restarting and says so in one line.
-It also reads the kernel log since its last round for NVIDIA Xid events and names them in one line.
+It also reads the kernel log since its last round for NVIDIA GPU events (Xid events, and the lines without
+one: a GPU fallen off the bus, RmInitAdapter failed, the probe failed) and names them in one line.
 A service that is not active (starting, or stopped by the start check) is not probed.
 
 Writes WATCHDOG_RESULT ({"time", "ok", "check", "detail", "boot_id", "failures_in_row"}) atomically;
@@ -18,57 +19,27 @@ its private counters live beside it (watchdog-state.json). Stdlib only.
 from __future__ import annotations
 
 import argparse
-import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from . import service_probe
+from . import nvrm, service_probe
 from .start_check import STATE_DIR, boot_id, read_json, result, write_json
 
 RESULT = f"{STATE_DIR}/watchdog.json"  # a default: the unit passes --result from vllm_rig/paths.py
 
-# The kernel line: "NVRM: Xid (PCI:0000:2b:00): 79, GPU has fallen off the bus." (older drivers print the
-# bus id without "PCI:"). Meanings from NVIDIA's Xid catalog, https://docs.nvidia.com/deploy/xid-errors/.
-XID_LINE = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f:.]+)\): (\d+),")
-XID_MEANING = {
-    8: "GPU stopped processing (channel idle timeout)",
-    13: "graphics engine exception",
-    31: "GPU memory page fault (MMU fault)",
-    32: "invalid or corrupted push buffer stream",
-    43: "GPU stopped processing (a channel was reset)",
-    45: "preemptive cleanup after earlier errors",
-    48: "double-bit ECC error",
-    61: "internal micro-controller breakpoint/warning",
-    62: "internal micro-controller halt",
-    63: "ECC page retirement or row remapping event",
-    64: "ECC page retirement or row remapper failure",
-    69: "graphics engine class error",
-    74: "NVLink error",
-    79: "GPU has fallen off the bus",
-    92: "high single-bit ECC error rate",
-    94: "contained ECC error",
-    95: "uncontained ECC error",
-    119: "GSP RPC timeout",
-    120: "GSP error",
-}
-
-
-def xid_events(text: str) -> list[tuple[str, int]]:
-    return [(bus, int(code)) for bus, code in XID_LINE.findall(text)]
+# The kernel's NVIDIA events (Xid and the lines without one) live in nvrm.py; these names stay for callers.
+xid_events = nvrm.xid_events
 
 
 def describe_xids(events: list[tuple[str, int]]) -> str:
     """'Xid 79 on 0000:01:00 (GPU has fallen off the bus) x2; Xid 31 on ...' in first-seen order."""
-    counts: dict[tuple[str, int], int] = {}
-    for event in events:
-        counts[event] = counts.get(event, 0) + 1
-    parts = []
-    for (bus, code), n in counts.items():
-        meaning = XID_MEANING.get(code, "see NVIDIA's Xid catalog")
-        parts.append(f"Xid {code} on {bus} ({meaning})" + (f" x{n}" if n > 1 else ""))
-    return "; ".join(parts)
+    counts: dict[str, int] = {}
+    for bus, code in events:
+        phrase = nvrm.xid_phrase(bus, code)
+        counts[phrase] = counts.get(phrase, 0) + 1
+    return "; ".join(phrase + (f" x{n}" if n > 1 else "") for phrase, n in counts.items())
 
 
 def kernel_log(since: float | None) -> str:
@@ -102,10 +73,10 @@ def main(argv: list[str]) -> int:
     failures, restarts = int(state.get("failures_in_row", 0)), int(state.get("restarts_in_row", 0))
     now = time.time()
 
-    xids = describe_xids(xid_events(kernel_log(state.get("kernel_since"))))
+    gpu_events = nvrm.describe(kernel_log(state.get("kernel_since")))
     state["kernel_since"] = now
-    if xids:
-        say(f"NVIDIA Xid events in the kernel log: {xids}")
+    if gpu_events:
+        say(f"NVIDIA GPU events in the kernel log: {gpu_events}")
 
     active = subprocess.run(["systemctl", "is-active", args.unit], capture_output=True, text=True, check=False)
     if active.stdout.strip() != "active":
@@ -115,7 +86,7 @@ def main(argv: list[str]) -> int:
         base, key = args.base_url.rstrip("/"), service_probe.read_key(args.env_file)
         outcome = service_probe.check_arithmetic(base, key, args.model, timeout=args.timeout)
         ok = outcome.ok
-    detail = outcome.detail + (f"; {xids}" if xids else "")
+    detail = outcome.detail + (f"; {gpu_events}" if gpu_events else "")
 
     if ok:
         failures = restarts = 0

@@ -343,6 +343,8 @@ class ServeSpec:
     port: int
     package: str
     timeout_s: int  # RuntimeMaxSec: the server never outlives the run's downloads by much
+    followers: tuple[str, ...] = ()  # the hosts it serves: each has a token of its own and says when it is done
+    idle_exit_s: int = 120  # it stops when no follower asked for this long
     unit: str = MODEL_SERVE_UNIT
     status_file: str = MODEL_FETCH_STATUS
     token_file: str = MODEL_PEER_TOKEN_FILE
@@ -350,9 +352,15 @@ class ServeSpec:
     def start_command(self, again: bool = False) -> str:
         argv = ["python3", self.package, "model_serve", "--dest", self.dest, "--repo", self.repo]
         argv += ["--revision", self.revision, "--bind", self.bind, "--port", str(self.port)]
-        argv += ["--status-file", self.status_file]
+        argv += ["--status-file", self.status_file, "--followers", ",".join(self.followers)]
+        argv += ["--idle-exit-s", str(self.idle_exit_s)]
         props = [f"RuntimeMaxSec={self.timeout_s}", f"EnvironmentFile={self.token_file}"]
         props += ["SyslogIdentifier=vllm-rig-model-serve", "TimeoutStopSec=10"]
+        # Unprivileged, the system read-only: the server only reads the model and the fetch's status (the
+        # token comes in through EnvironmentFile=, which systemd reads as root). DynamicUser: the model stage
+        # runs before the service user exists.
+        props += ["DynamicUser=yes", "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes"]
+        props += ["NoNewPrivileges=yes", "CapabilityBoundingSet=", "RestrictSUIDSGID=yes"]
         run = ["systemd-run", f"--unit={self.unit}", "--description=vllm-rig model peer", "--collect", "--quiet"]
         run += [f"--property={p}" for p in props]
         q = shlex.quote(self.unit)

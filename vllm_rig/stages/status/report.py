@@ -203,9 +203,15 @@ def _result_file(text: str | None, what: str) -> Any:
     data = _json(text)
     if not isinstance(data, dict):
         return Unknown(f"the {what} result is not JSON")
-    line = f"{'ok' if data.get('ok') else 'FAILED'} at {data.get('time')}: {data.get('check')}"
-    if data.get("detail"):
-        line += f" ({data['detail']})"
+    line = "ok" if data.get("ok") else "FAILED"
+    if data.get("time"):
+        line += f" at {data['time']}"
+    # A passing result names no failing check: print only the parts that are there, never "None".
+    said = [str(data[key]) for key in ("check", "detail") if data.get(key)]
+    if len(said) == 2:
+        line += f": {said[0]} ({said[1]})"
+    elif said:
+        line += f": {said[0]}"
     if "failures_in_row" in data:
         line += f", failures in a row {data['failures_in_row']}"
     return line

@@ -65,6 +65,11 @@ def probe_command(s: Settings, layout: Layout) -> str:
     )
 
 
+def _runtime_label(s: Settings) -> str:
+    """What the settings' runtime is, in a label: "fork 63cfe8965bcc" or "vLLM 0.26.0"."""
+    return f"vLLM {s.vllm_version}" if s.runtime_kind == "upstream" else f"fork {s.fork_ref[:12]}"
+
+
 @deploy("Guarded fork update")
 def update_fork(s: Settings) -> None:
     if host_failed():
@@ -75,7 +80,7 @@ def update_fork(s: Settings) -> None:
     running = state["current"]
     info = state["runtimes"].get(running) if running else None
     if info is not None and info["fingerprint"] == fp:
-        logger.info(f"[{host.name}] update: runtime {running} already runs fork {s.fork_ref[:12]}; nothing to try")
+        logger.info(f"[{host.name}] update: runtime {running} already runs {_runtime_label(s)}; nothing to try")
         return
     host_programs(layout.host_package)
     streamed(
@@ -89,8 +94,8 @@ def update_fork(s: Settings) -> None:
     stage(verify_gpus)(s, _ignore_errors=True)
     stage(install_service)(s, _ignore_errors=True)
     streamed(
-        name=f"Benchmark the new runtime (fork {s.fork_ref[:12]}): {s.bench_sizes}",
-        command=bench_command(s, layout, f"fork-{s.fork_ref[:12]}", AFTER),
+        name=f"Benchmark the new runtime ({_runtime_label(s)}): {s.bench_sizes}",
+        command=bench_command(s, layout, _runtime_label(s).replace(" ", "-"), AFTER),
         _ignore_errors=True,
     )
     kept_if_not_slower(

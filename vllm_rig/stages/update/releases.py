@@ -13,12 +13,13 @@ from __future__ import annotations
 import json
 import shlex
 
-from pyinfra import logger
+from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, deploy, operation
 
 from vllm_rig.core.become import sudo_args
 from vllm_rig.core.host_package import host_programs
 from vllm_rig.core.run import host_failed
+from vllm_rig.known import upstream_releases
 from vllm_rig.paths import Layout
 from vllm_rig.settings import Settings
 from vllm_rig.stages.runtime.plan import cache_name
@@ -76,6 +77,13 @@ def _list(state, host, command: str) -> bool:  # noqa: ARG001 - pyinfra passes t
 @deploy("Fork releases")
 def fork_releases(s: Settings) -> None:
     if host_failed():
+        return
+    if s.runtime_kind == "upstream":
+        logger.info(
+            f"[{host.name}] releases: this host runs vLLM {s.vllm_version}'s release wheel (runtime_kind upstream), "
+            f"not the fork; the releases the rig supports: {', '.join(upstream_releases.supported_versions())} "
+            "(try one with tasks/update_fork.py --data vllm_version=V and its torch/FlashInfer pins)"
+        )
         return
     layout = Layout.of(s)
     host_programs(layout.host_package)

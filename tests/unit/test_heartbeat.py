@@ -1,0 +1,43 @@
+"""A line at least every 30 s while an operation is quiet on a host; none while the host has its own news."""
+
+from __future__ import annotations
+
+import logging
+
+from vllm_rig.core.heartbeat import Heartbeat, _Heard, elapsed, operation_name
+
+
+def test_a_quiet_operation_gets_a_line_every_interval() -> None:
+    beat = Heartbeat()
+    beat.start("gpubox", "Driver | NVIDIA driver 580", now=0.0)
+    assert beat.tick(29.0) == []
+    assert beat.tick(30.0) == ["[gpubox] Driver | NVIDIA driver 580: still running, 30s so far"]
+    assert beat.tick(45.0) == []
+    assert beat.tick(61.0) == ["[gpubox] Driver | NVIDIA driver 580: still running, 1m01s so far"]
+    beat.end("gpubox")
+    assert beat.tick(200.0) == []
+
+
+def test_a_host_that_prints_its_own_progress_gets_no_heartbeat() -> None:
+    beat = Heartbeat()
+    beat.start("a", "Runtime | build", now=0.0)
+    beat.start("b", "CUDA | CUDA toolkit 12.8", now=0.0)
+    heard = _Heard(beat, clock=lambda: 25.0)
+    heard.emit(logging.LogRecord("pyinfra", logging.INFO, "", 0, "[a] build: [12/40] Building CUDA object", None, None))
+    assert beat.tick(31.0) == ["[b] CUDA | CUDA toolkit 12.8: still running, 31s so far"]
+    assert beat.tick(55.0) == ["[a] Runtime | build: still running, 55s so far"]
+
+
+def test_pyinfras_coloured_host_prefix_counts_as_the_hosts_line() -> None:
+    beat = Heartbeat()
+    beat.start("rig1", "x", now=0.0)
+    _Heard(beat, clock=lambda: 20.0).emit(
+        logging.LogRecord("pyinfra", logging.INFO, "", 0, "\x1b[1m[rig1]\x1b[0m downloading", None, None)
+    )
+    assert beat.tick(40.0) == [] and beat.tick(50.0) != []
+
+
+def test_names_and_times_read_as_a_person_says_them() -> None:
+    assert operation_name({"tasks/cuda.py | CUDA | CUDA toolkit 12.8"}) == "CUDA | CUDA toolkit 12.8"
+    assert operation_name({"Sleep a while"}) == "Sleep a while"
+    assert (elapsed(5), elapsed(60), elapsed(905)) == ("5s", "1m00s", "15m05s")

@@ -1,0 +1,1 @@
+"""First contact on demand: can the deploy reach and use each box (tasks/check.py, bin/rig check)."""

@@ -1,0 +1,1 @@
+"""Logs on demand: the service's, the runtime build's, the model download's or the watchdog's (tasks/logs.py)."""

@@ -1,0 +1,319 @@
+"""Remove (on demand): what the deploy installed, in the order that keeps nothing half-running.
+
+    pyinfra inventory.py tasks/remove.py                            (or bin/rig remove)
+    pyinfra inventory.py tasks/remove.py --data remove_model=true   (also the model directories)
+    pyinfra inventory.py tasks/remove.py --data remove_driver=true  (also the NVIDIA driver and CUDA)
+
+1. the service, the watchdog timer, the GPU guard and every other vllm-rig unit (transient build, download
+   and peer units included): stopped, disabled, their files gone; 2. the LAN proxy's nginx site (nginx and
+   other sites stay); 3. the service's system user; 4. install_root (runtimes, tools, caches, scripts), the
+   state and config directories (API key, TLS files, stamps, logs) and the service's home (its JIT caches),
+   the model directories kept unless remove_model; 5. with remove_driver, and only for a driver vllm-rig
+   installed (its record), the NVIDIA and CUDA packages, unheld and purged, and vllm-rig's apt, modprobe
+   and profile files (a reboot unloads the module). Each step reads what is there first: a second run
+   changes nothing.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import shlex
+
+from pyinfra import host, logger, state
+from pyinfra.api import deploy, operation
+
+from vllm_rig import paths
+from vllm_rig.core.facts import SectionFact, Sections, section_command
+from vllm_rig.paths import Layout
+from vllm_rig.settings import Settings
+from vllm_rig.stages.driver.apt_pin import ARCHIVE_PIN_FILE
+from vllm_rig.stages.driver.deploy import PERSISTENCED_DROPIN
+from vllm_rig.stages.lan.deploy import LOADED_STAMP
+from vllm_rig.stages.lan.operations import site_absent
+
+UNIT_DIR = "/etc/systemd/system"
+DRIVER_FILES = (
+    "/etc/apt/apt.conf.d/50vllm-rig-lock-wait",
+    "/etc/apt/apt.conf.d/51vllm-rig-nvidia-blacklist",
+    "/etc/modprobe.d/vllm-rig-blacklist-nouveau.conf",
+    ARCHIVE_PIN_FILE,
+    PERSISTENCED_DROPIN,
+    "/etc/profile.d/vllm-rig-cuda.sh",
+)
+# What the driver and CUDA stages install, by package name (the driver, its libraries, DKMS modules, CUDA).
+DRIVER_PACKAGES = ("nvidia-*", "libnvidia-*", "xserver-xorg-video-nvidia-*", "cuda-*", "libcu*", "libnpp*",
+                   "libnvjpeg*", "nsight-*")  # fmt: skip
+
+
+def _glob(pattern: str) -> str:
+    """A unit pattern for the shell: its name quoted, a trailing * left to expand."""
+    stem = pattern.removesuffix("*")
+    return shlex.quote(stem) + ("*" if stem != pattern else "")
+
+
+class Units(SectionFact[dict[str, list[str]]]):
+    """vllm-rig's units: those systemd has loaded or running ("loaded"), and their files ("files")."""
+
+    @staticmethod
+    def default() -> dict[str, list[str]]:
+        return {"loaded": [], "files": []}
+
+    def command(self, patterns: tuple[str, ...]) -> str:
+        q = " ".join(shlex.quote(p) for p in patterns)
+        return section_command(
+            {
+                "loaded": f"systemctl list-units --all --plain --no-legend {q} "
+                '| awk \'$2 == "loaded" || $3 != "inactive" {print $1}\'',
+                "files": f"cd {UNIT_DIR} && ls -1d {' '.join(_glob(p) for p in patterns)} 2>/dev/null",
+            }
+        )
+
+    def parse(self, sections: Sections) -> dict[str, list[str]]:
+        return {k: [line.strip() for line in sections.lines(k) if line.strip()] for k in ("loaded", "files")}
+
+
+@operation()
+def units_removed(patterns: tuple[str, ...]):
+    """Every unit matching `patterns` stopped, disabled and its file (and drop-ins) removed."""
+    found = host.get_fact(Units, patterns=patterns)
+    if not found["loaded"] and not found["files"]:
+        host.noop("no vllm-rig units")
+        return
+    loaded = " ".join(shlex.quote(u) for u in found["loaded"])
+    files = " ".join(shlex.quote(posixpath.join(UNIT_DIR, f)) for f in found["files"])
+    if found["files"]:
+        names = " ".join(shlex.quote(f) for f in found["files"] if not f.endswith(".d"))
+        yield f"systemctl disable --now {names} 2>/dev/null || true"
+    if loaded:
+        yield f"systemctl stop {loaded} 2>/dev/null || true"
+    if files:
+        yield f"rm -rf {files}"
+    yield "systemctl daemon-reload"
+    if loaded:
+        yield f"systemctl reset-failed {loaded} 2>/dev/null || true"
+
+
+class Present(SectionFact[dict[str, list[str]]]):
+    """Which of `candidates` exist ("present"), and the entries of each directory in `listed` ("<dir>")."""
+
+    @staticmethod
+    def default() -> dict[str, list[str]]:
+        return {"present": []}
+
+    def command(self, candidates: tuple[str, ...], listed: tuple[str, ...]) -> str:
+        checks = "; ".join(f"[ -e {shlex.quote(p)} ] && echo {shlex.quote(p)}" for p in candidates)
+        sections = {"present": checks or "true"}
+        for i, d in enumerate(listed):
+            sections[f"dir{i}"] = f"ls -1A {shlex.quote(d)} 2>/dev/null"
+        return section_command(sections)
+
+    def parse(self, sections: Sections) -> dict[str, list[str]]:
+        out = {"present": [line.strip() for line in sections.lines("present") if line.strip()]}
+        for name in sections.raw:
+            if name.startswith("dir"):
+                out[name] = [line.strip() for line in sections.lines(name) if line.strip()]
+        return out
+
+
+def _within(path: str, top: str) -> bool:
+    return path.startswith(top.rstrip("/") + "/")
+
+
+def _ancestors(keep: str, top: str) -> list[str]:
+    """The directories from `top` down to `keep`'s parent (`keep` inside `top`)."""
+    chain, d = [], posixpath.dirname(keep)
+    while d != top and _within(d, top):
+        chain.append(d)
+        d = posixpath.dirname(d)
+    return [top, *reversed(chain)]
+
+
+def removal(candidates: tuple[str, ...], keep: tuple[str, ...], found: dict[str, list[str]]) -> list[str]:
+    """The paths to delete: each candidate that exists, except that one holding a kept path is not deleted
+    whole; its entries are, down the way to the kept path, the way itself kept. `found` is Present's answer
+    for `candidates` and `listing_dirs(candidates, keep)`."""
+    listed = listing_dirs(candidates, keep)
+    entries = {d: found.get(f"dir{i}", []) for i, d in enumerate(listed)}
+    kept_ways = {a for k in keep for c in candidates if _within(k, c) for a in _ancestors(k, c)[1:]}
+    out: list[str] = []
+    for c in candidates:
+        if c not in found["present"] or any(c == k or _within(c, k) for k in keep):
+            continue
+        inner = [k for k in keep if _within(k, c)]
+        if not inner:
+            out.append(c)
+            continue
+        for d in (d for d in listed if d == c or _within(d, c)):
+            out += [
+                posixpath.join(d, e)
+                for e in entries[d]
+                if posixpath.join(d, e) not in kept_ways and not any(in_family(posixpath.join(d, e), k) for k in keep)
+            ]
+    return out
+
+
+def in_family(path: str, kept: str) -> bool:
+    """`path` is `kept` or one of the files beside it that belong to it: a model_dir is a symlink to its
+    snapshot DIR.rev-<commit>, beside DIR.partial-*, DIR.replaced-* and the fetch's .DIR.fetch.* files."""
+    if posixpath.dirname(path) != posixpath.dirname(kept):
+        return False
+    name, base = posixpath.basename(path), posixpath.basename(kept)
+    return name == base or name.startswith((f"{base}.", f".{base}."))
+
+
+def listing_dirs(candidates: tuple[str, ...], keep: tuple[str, ...]) -> tuple[str, ...]:
+    """The directories whose entries `removal` needs: those on the way from a candidate to a kept path."""
+    dirs: list[str] = []
+    for c in candidates:
+        for k in keep:
+            if _within(k, c):
+                dirs += [d for d in _ancestors(k, c) if d not in dirs]
+    return tuple(dirs)
+
+
+@operation()
+def paths_removed(candidates: tuple[str, ...], keep: tuple[str, ...] = ()):
+    """Each candidate deleted, except the kept paths (and the directories on their way)."""
+    found = host.get_fact(Present, candidates=candidates, listed=listing_dirs(candidates, keep))
+    gone = removal(candidates, keep, found)
+    if not gone:
+        host.noop("nothing left to remove")
+        return
+    yield "rm -rf -- " + " ".join(shlex.quote(p) for p in gone)
+
+
+@operation()
+def model_files_removed(model_dirs: tuple[str, ...]):
+    """Each model directory and its family beside it (in_family: the snapshots it points to, staging)."""
+    parents = tuple(dict.fromkeys(posixpath.dirname(d) for d in model_dirs))
+    found = host.get_fact(Present, candidates=(), listed=parents)
+    gone = [
+        posixpath.join(p, e)
+        for i, p in enumerate(parents)
+        for e in found.get(f"dir{i}", [])
+        if any(in_family(posixpath.join(p, e), d) for d in model_dirs)
+    ]
+    if not gone:
+        host.noop("no model directories")
+        return
+    yield "rm -rf -- " + " ".join(shlex.quote(p) for p in gone)
+
+
+class SystemUser(SectionFact["int | None"]):
+    """The user's uid, or None when there is no such user."""
+
+    @staticmethod
+    def default() -> int | None:
+        return None
+
+    def command(self, user: str) -> str:
+        return section_command({"uid": f"id -u {shlex.quote(user)} 2>/dev/null"})
+
+    def parse(self, sections: Sections) -> int | None:
+        uid = sections.first("uid")
+        return int(uid) if uid and uid.isdigit() else None
+
+
+@operation()
+def system_user_removed(user: str):
+    """The service's system user gone (a login user of the same name, uid 1000 and up, is never touched)."""
+    uid = host.get_fact(SystemUser, user=user)
+    if uid is None:
+        host.noop(f"no user {user}")
+        return
+    if uid >= 1000:
+        _say(f"{user} is a login user (uid {uid}), not the deploy's; left")
+        host.noop(f"{user} is a login user")
+        return
+    yield f"userdel {shlex.quote(user)}"
+
+
+class DriverPackages(SectionFact[dict[str, object]]):
+    """vllm-rig's driver record, and the installed and the held packages of the driver and CUDA."""
+
+    @staticmethod
+    def default() -> dict[str, object]:
+        return {"record": None, "installed": [], "held": []}
+
+    def command(self, patterns: tuple[str, ...]) -> str:
+        q = " ".join(shlex.quote(p) for p in patterns)
+        return section_command(
+            {
+                "record": f"cat {paths.DRIVER_RECORD} 2>/dev/null",
+                "installed": f"dpkg-query -W -f='${{db:Status-Abbrev}} ${{Package}}\\n' {q} 2>/dev/null "
+                "| awk '$1 ~ /^.i/ {print $2}'",
+                "held": f"apt-mark showhold {q} 2>/dev/null",
+            }
+        )
+
+    def parse(self, sections: Sections) -> dict[str, object]:
+        def names(k: str) -> list[str]:
+            return sorted({line.strip() for line in sections.lines(k) if line.strip()})
+
+        return {"record": sections.first("record"), "installed": names("installed"), "held": names("held")}
+
+
+@operation()
+def driver_removed(patterns: tuple[str, ...], files: tuple[str, ...]):
+    """The driver and CUDA packages unheld and purged, vllm-rig's apt, modprobe and profile files gone, the
+    initramfs rebuilt. Only for a driver vllm-rig installed: without its record the driver is someone else's."""
+    found = host.get_fact(DriverPackages, patterns=patterns)
+    if not found["record"] and found["installed"]:
+        _say(f"the NVIDIA driver was not installed by vllm-rig (no {paths.DRIVER_RECORD}); left as it is")
+        host.noop("the driver is not vllm-rig's")
+        return
+    present = host.get_fact(Present, candidates=(*files, paths.DRIVER_RECORD), listed=())["present"]
+    installed, held = list(found["installed"]), list(found["held"])  # type: ignore[call-overload]
+    if not installed and not present:
+        host.noop("no driver or CUDA of vllm-rig's")
+        return
+    if held:
+        yield "apt-mark unhold " + " ".join(shlex.quote(p) for p in held)
+    if installed:
+        yield (
+            "DEBIAN_FRONTEND=noninteractive apt-get purge -y -q "
+            + " ".join(shlex.quote(p) for p in installed)
+            + " && DEBIAN_FRONTEND=noninteractive apt-get autoremove -y -q --purge"
+        )
+    if present:
+        yield "rm -rf -- " + " ".join(shlex.quote(p) for p in present)
+    yield "if command -v update-initramfs >/dev/null; then update-initramfs -u; fi"
+    _say("the driver and CUDA are purged; the loaded module goes at the next reboot")
+
+
+def _say(message: str) -> None:
+    """A warning when the operation runs (its body also runs while pyinfra plans)."""
+    if state.is_executing:
+        logger.warning(f"[{host.name}] remove: {message}")
+
+
+def model_dirs(s: Settings) -> tuple[str, ...]:
+    """The model directories: the model setting's and every catalogue entry's."""
+    dirs = [s.model_dir, *(str(e.get("dir")) for e in s.models.values() if isinstance(e, dict) and e.get("dir"))]
+    return tuple(dict.fromkeys(dirs))
+
+
+@deploy("Remove")
+def remove_rig(s: Settings) -> None:
+    layout = Layout.of(s)
+    units_removed(
+        name="vllm-rig's units stopped, disabled and removed (service, watchdog, GPU guard, build, download)",
+        patterns=(f"{s.service_name}.service", "vllm-rig-*"),
+    )
+    site_absent(name="No vllm-rig site in nginx", path=paths.NGINX_SITE, stamp=LOADED_STAMP)
+    system_user_removed(name=f"The service's system user {s.service_user} removed", user=s.service_user)
+    models = model_dirs(s)
+    paths_removed(
+        name="Runtimes, tools, caches, state, the API key and TLS files removed"
+        + ("" if s.remove_model else " (the model directories kept)"),
+        candidates=(s.install_root, paths.STATE_DIR, paths.ETC_DIR, layout.service_home),
+        keep=() if s.remove_model else models,
+    )
+    if s.remove_model:
+        model_files_removed(name="The model directories removed, with their snapshots", model_dirs=models)
+    if s.remove_driver:
+        driver_removed(
+            name="The NVIDIA driver and CUDA purged, vllm-rig's apt and modprobe files removed",
+            patterns=DRIVER_PACKAGES,
+            files=DRIVER_FILES,
+        )

@@ -1,0 +1,1 @@
+"""Rollback on demand: the previous runtime back in place (tasks/rollback.py)."""

@@ -1,0 +1,117 @@
+"""Summary: the run's last operation prints, per host, what each stage changed and how long it took, then
+the next step: the URL clients use (the host as this machine reaches it, the LAN port), the model name they
+send, how to read the API key, the CA file to trust, and a curl line that works from the repository.
+
+Printed when the operation runs (pyinfra runs an operation's body again then, after every operation before
+it has finished), so it reports this run; it changes nothing, so a second run still reports no change.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+from pyinfra import host, logger, state
+from pyinfra.api import deploy, operation
+
+from vllm_rig import paths
+from vllm_rig.core import run_summary
+from vllm_rig.core.run import host_failed
+from vllm_rig.core.run_summary import StageRun
+from vllm_rig.paths import Layout
+from vllm_rig.settings import Settings
+
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+SHOWN_CHANGES = 3
+
+
+def stage_lines(stages: list[StageRun]) -> list[str]:
+    lines = []
+    for run in stages:
+        if not run.changed:
+            what = f"no change ({run.operations} operations)"
+        else:
+            names = ", ".join(run.changed[:SHOWN_CHANGES])
+            more = f" and {len(run.changed) - SHOWN_CHANGES} more" if len(run.changed) > SHOWN_CHANGES else ""
+            what = f"{len(run.changed)} of {run.operations} operations changed: {names}{more}"
+        lines.append(f"{run.stage}: {what}; {run.seconds:.1f} s")
+    lines.append(f"this run: {sum(r.seconds for r in stages):.1f} s in {len(stages)} stages")
+    return lines
+
+
+def ssh_command(conn: dict[str, Any]) -> list[str]:
+    """ssh to the host as pyinfra reaches it (the inventory's address, user, port, key, host-key settings)."""
+    cmd = ["ssh"]
+    if conn.get("ssh_key"):
+        cmd += ["-i", str(conn["ssh_key"])]
+    if conn.get("ssh_port") and int(conn["ssh_port"]) != 22:
+        cmd += ["-p", str(conn["ssh_port"])]
+    if conn.get("ssh_known_hosts_file"):
+        cmd += ["-o", f"UserKnownHostsFile={conn['ssh_known_hosts_file']}"]
+    if conn.get("ssh_strict_host_key_checking"):
+        cmd += ["-o", f"StrictHostKeyChecking={conn['ssh_strict_host_key_checking']}"]
+    address = conn.get("ssh_hostname") or conn["name"]
+    cmd.append(f"{conn['ssh_user']}@{address}" if conn.get("ssh_user") else str(address))
+    return cmd
+
+
+def next_step_lines(conn: dict[str, Any], s: Settings) -> list[str]:
+    """What an owner does next, from the host's connection data and settings; the last line is a curl
+    command that works from the repository (where the deploy put the CA file)."""
+    name, address = conn["name"], str(conn.get("ssh_hostname") or conn["name"])
+    shown_address = f"[{address}]" if ":" in address else address
+    if s.lan_serving == "proxy":
+        url = f"https://{shown_address}:{s.lan_port}/v1"
+    else:
+        server = shown_address if s.server_host not in LOOPBACK else s.server_host
+        url = f"http://{server}:{s.vllm_port}/v1"
+    lines = [f'clients use {url} (the OpenAI API) with the model name "{s.served_model_name}"']
+    curl = ["curl", "-sS", "--fail-with-body"]
+    if s.lan_serving == "proxy" and s.lan_tls == "local_ca":
+        ca = f"lan-ca/{name}-ca.crt"
+        lines.append(f"clients trust the local CA {ca} (copied here by this run; on the box {paths.LAN_CA_CERT})")
+        curl += ["--cacert", ca]
+    elif s.lan_serving == "proxy":
+        lines.append("clients trust the CA that signed your certificate (lan_tls_cert_file)")
+    if s.vllm_api_key == "auto":
+        env_file = Layout.of(s).env_file
+        sudo = [] if conn.get("ssh_user") == "root" else ["sudo"]
+        read = shlex.join([*ssh_command(conn), *sudo, "sed", "-n", "s/^VLLM_API_KEY=//p", env_file])
+        lines.append(f"the API key is VLLM_API_KEY in {env_file} on the box (root only); read it: KEY=$({read})")
+        curl += ["-H", "Authorization: Bearer $KEY"]
+    body = {"model": s.served_model_name, "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 32}
+    curl += ["-H", "Content-Type: application/json", "-d", json.dumps(body), f"{url}/chat/completions"]
+    # The key header in double quotes, so the shell expands $KEY; everything else quoted as it is.
+    quoted = " ".join('"Authorization: Bearer $KEY"' if a == "Authorization: Bearer $KEY" else shlex.quote(a)
+                      for a in curl)  # fmt: skip
+    lines.append(f"try it: {quoted}")
+    return lines
+
+
+def connection(h: Any) -> dict[str, Any]:
+    keys = ("ssh_hostname", "ssh_user", "ssh_port", "ssh_key", "ssh_known_hosts_file", "ssh_strict_host_key_checking")
+    return {"name": h.name, **{k: h.data.get(k) for k in keys}}
+
+
+@operation(is_idempotent=True)
+def summary_printed(next_lines: tuple[str, ...]):
+    """The summary, printed when the operation runs; it changes nothing on the host."""
+    if state.is_executing:
+        for line in stage_lines(run_summary.host_stages(state, host)):
+            logger.info(f"[{host.name}] summary: {line}")
+        for line in next_lines:
+            logger.info(f"[{host.name}] next: {line}")
+    host.noop("summary printed")
+    return
+    yield  # an operation is a generator, also one that yields nothing
+
+
+@deploy("Summary")
+def summarize(s: Settings) -> None:
+    if host_failed():
+        return
+    summary_printed(
+        name="What changed, how long each stage took, and the next step",
+        next_lines=tuple(next_step_lines(connection(host), s)),
+    )
