@@ -41,3 +41,15 @@ def test_names_and_times_read_as_a_person_says_them() -> None:
     assert operation_name({"tasks/cuda.py | CUDA | CUDA toolkit 12.8"}) == "CUDA | CUDA toolkit 12.8"
     assert operation_name({"Sleep a while"}) == "Sleep a while"
     assert (elapsed(5), elapsed(60), elapsed(905)) == ("5s", "1m00s", "15m05s")
+
+
+def test_an_operation_under_a_known_timeout_says_how_much_is_left_at_most() -> None:
+    beat = Heartbeat()
+    beat.bound("rig1", "vllm-rig enabled and started", 900)
+    beat.start("rig1", "Service | vllm-rig enabled and started", now=0.0)
+    beat.start("rig2", "Service | vllm-rig enabled and started", now=0.0)  # no bound declared for rig2
+    assert beat.tick(30.0) == [
+        "[rig1] Service | vllm-rig enabled and started: still running, 30s so far, at most 14m30s left",
+        "[rig2] Service | vllm-rig enabled and started: still running, 30s so far",
+    ]
+    assert beat.tick(905.0)[0].endswith("still running, 15m05s so far, past its 15m00s bound")

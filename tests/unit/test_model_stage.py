@@ -174,7 +174,9 @@ def test_tools_venv_fact() -> None:
 
 def test_progress_line_says_bytes_of_total_files_and_rate() -> None:
     line = progress_line(_status(), rate=11.5 * (1 << 20))
-    assert line == "downloading 3.0 GiB of 29.0 GiB (10%), 3/15 files, 11.5 MiB/s"
+    # 26 GiB left at 11.5 MiB/s: 2315 s
+    assert line == "downloading 3.0 GiB of 29.0 GiB (10%), 3/15 files, 11.5 MiB/s, about 38m35s left"
+    assert "left" not in progress_line(_status(), rate=None)  # no rate yet: no guess
     assert progress_line(None) == "starting" and progress_line({"phase": "resolving"}) == "resolving"
 
 

@@ -1,5 +1,6 @@
 """A line at least every 30 s while an operation runs on a host and nothing else has been said about it: the
-operation's name and the time it has taken so far. One helper for every long step (the driver and its DKMS
+operation's name, the time it has taken so far and, where the stage declared the timeout it runs under
+(`bound`), how much is left at most. One helper for every long step (the driver and its DKMS
 build, CUDA, pip, the first start of the service): pyinfra prints nothing while a command runs.
 
 Steps that print their own progress (the runtime build's "==> step" and "[n/m]", the model download's bytes)
@@ -36,6 +37,19 @@ class Heartbeat:
     interval_s: float = INTERVAL_S
     running: dict[str, tuple[str, float]] = field(default_factory=dict)  # host -> (operation, started)
     last_line: dict[str, float] = field(default_factory=dict)
+    bounds: dict[tuple[str, str], float] = field(default_factory=dict)  # (host, operation's own name) -> s
+
+    def bound(self, host: str, operation: str, seconds: float) -> None:
+        """`operation` (its own name) on `host` ends within `seconds`, a timeout it runs under: its lines say
+        how much is left at most."""
+        self.bounds[(host, operation)] = seconds
+
+    def _left(self, host: str, operation: str, so_far: float) -> str:
+        for (bound_host, name), seconds in self.bounds.items():
+            if bound_host == host and operation.split(" | ")[-1] == name:
+                left = seconds - so_far
+                return f", at most {elapsed(left)} left" if left > 0 else f", past its {elapsed(seconds)} bound"
+        return ""
 
     def start(self, host: str, operation: str, now: float) -> None:
         self.running[host] = (operation, now)
@@ -52,9 +66,16 @@ class Heartbeat:
         due = []
         for host, (operation, started) in sorted(self.running.items()):
             if now - self.last_line.get(host, started) >= self.interval_s:
-                due.append(f"[{host}] {operation}: still running, {elapsed(now - started)} so far")
+                so_far = now - started
+                left = self._left(host, operation, so_far)
+                due.append(f"[{host}] {operation}: still running, {elapsed(so_far)} so far{left}")
                 self.last_line[host] = now
         return due
+
+
+def bound(host: str, operation: str, seconds: float) -> None:
+    """Declared while planning, by the stage that knows the timeout an operation runs under."""
+    _BEAT.bound(host, operation, seconds)
 
 
 def operation_name(names: set[str]) -> str:

@@ -17,6 +17,7 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 
 from vllm_rig.core.become import sudo_args
+from vllm_rig.core.heartbeat import elapsed
 from vllm_rig.core.secrets import PrivateFile, Secret, SecretStdin
 from vllm_rig.host.units import human
 from vllm_rig.paths import (
@@ -123,7 +124,8 @@ def is_running(state: FetchState) -> bool:
 
 
 def progress_line(status: dict[str, Any] | None, rate: float | None = None) -> str:
-    """`downloading 1.2 GiB of 29.0 GiB (4%), 3/15 files, 11.0 MiB/s` from the fetch's status file."""
+    """`downloading 1.2 GiB of 29.0 GiB (4%), 3/15 files, 11.0 MiB/s, about 42m17s left` from the fetch's
+    status file (the time left at the rate since the last line)."""
     if not status:
         return "starting"
     line = str(status.get("phase") or "starting")
@@ -133,6 +135,8 @@ def progress_line(status: dict[str, Any] | None, rate: float | None = None) -> s
         line += f", {status.get('files_done')}/{status.get('files_total')} files"
     if rate:
         line += f", {human(rate)}/s"
+        if total and total > done:
+            line += f", about {elapsed((total - done) / rate)} left"
     return line
 
 

@@ -9,10 +9,12 @@ costs one restart of a server that takes minutes to load, not two).
 
 import hashlib
 
+from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import systemd
 
 from vllm_rig import paths
+from vllm_rig.core import heartbeat
 from vllm_rig.core.files import config_files, text
 from vllm_rig.core.host_package import host_programs
 from vllm_rig.core.run import host_failed
@@ -57,8 +59,12 @@ def install_service(s: Settings) -> None:
     systemd.daemon_reload(name="Reload systemd units", _if=lambda: unit.did_change() or watchdog.did_change())
     # Restart first (it acts only on a running service), then start: a first start is never
     # interrupted by a restart while it compiles.
+    # systemctl waits for the unit's start check, which gives up after service_start_timeout_s
+    starts = (f"Restart {s.service_name} after its unit or key changed", f"{s.service_name} enabled and started")
+    for name in (*starts, f"{s.service_name} restarted if it runs an older runtime or cleared caches"):
+        heartbeat.bound(host.name, name, s.service_start_timeout_s)
     systemd.service(
-        name=f"Restart {s.service_name} after its unit or key changed",
+        name=starts[0],
         service=s.service_name,
         restarted=True,
         _if=lambda: unit.did_change() or key.did_change(),
@@ -68,7 +74,7 @@ def install_service(s: Settings) -> None:
         service=s.service_name,
         stamps_loaded=[paths.SWITCHED_STAMP, paths.HOST_FINGERPRINT],
     )
-    unit_enabled_and_started(name=f"{s.service_name} enabled and started", unit=f"{s.service_name}.service")
+    unit_enabled_and_started(name=starts[1], unit=f"{s.service_name}.service")
     timer = f"{paths.WATCHDOG_UNIT}.timer"
     if s.watchdog_enabled:
         unit_enabled_and_started(name="Watchdog timer enabled and started", unit=timer)
