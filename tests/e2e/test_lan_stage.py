@@ -23,6 +23,8 @@ from tests.e2e.deploys import DeployRun, deploy, fresh
 from tests.lan_bypass import BYPASS
 from tests.sandbox import machine, paths
 from tests.sandbox.fixtures import forge
+from vllm_rig import paths as rig_paths
+from vllm_rig.stages.remove.deploy import DRIVER_FILES
 
 pytestmark = pytest.mark.sandbox
 
@@ -415,11 +417,23 @@ def test_direct_mode_says_what_it_exposes(rig: Rig, lan: str) -> None:
     assert machine.is_running(rig.machine("rig1"))
 
 
+DRIVER_QUERY = (
+    "dpkg-query -W -f='${db:Status-Abbrev} ${Package}\\n' 'nvidia-*' 'libnvidia-*' 'cuda-*' 2>/dev/null "
+    "| awk '$1 ~ /^.i/ {print $2}'; apt-mark showhold; "
+    f"ls -d {' '.join(DRIVER_FILES)} {rig_paths.DRIVER_RECORD} 2>/dev/null; true"
+)
+
+
 def test_remove_takes_what_the_deploy_installed_and_keeps_the_model(rig: Rig, lan: str) -> None:
-    """Last in this module: the rig deployed above goes; bin/rig remove is this task."""
+    """Last in this module: the rig deployed above goes, its driver and CUDA with it (remove_driver: its
+    record must still be read before the state directory goes); bin/rig remove is this task."""
     model_dir = DEFAULT_MODEL_DIR  # the sandbox's model_dir is the default, under install_root
-    run = deploy(rig, "tasks/remove.py")
+    before = rig.ssh("rig1", DRIVER_QUERY).split()
+    assert any(p.startswith("nvidia-driver") for p in before) and rig_paths.DRIVER_RECORD in before, before
+    run = deploy(rig, "tasks/remove.py", data={"remove_driver": True})
     assert run.ok, run.log[-3000:]
+    assert "the driver and CUDA are purged" in run.log, run.log[-3000:]
+    assert rig.ssh("rig1", DRIVER_QUERY).split() == []  # no package, hold, apt/modprobe file or record left
     left = rig.ssh(
         "rig1",
         "systemctl list-units --all --plain --no-legend 'vllm*' | awk '{print $1}'; "
@@ -432,7 +446,7 @@ def test_remove_takes_what_the_deploy_installed_and_keeps_the_model(rig: Rig, la
     assert rig.ssh("rig1", f"test -f {model_dir}/config.json && echo kept").strip() == "kept"
     assert rig.ssh("rig1", "dpkg-query -W -f='${Status}' nginx").strip() == "install ok installed"
     assert status(https(BOX, "/v1/models")) == "ConnectionRefusedError"
-    again = deploy(rig, "tasks/remove.py")
+    again = deploy(rig, "tasks/remove.py", data={"remove_driver": True})
     assert again.ok and again.changed == [], again.changed
     gone = deploy(rig, "tasks/remove.py", data={"remove_model": True})
     assert gone.ok and rig.ssh("rig1", "ls -A /opt/vllm-rig 2>/dev/null; true").strip() == "", gone.log[-2000:]

@@ -5,13 +5,13 @@
     pyinfra inventory.py tasks/remove.py --data remove_driver=true  (also the NVIDIA driver and CUDA)
 
 1. the service, the watchdog timer, the GPU guard and every other vllm-rig unit (transient build, download
-   and peer units included): stopped, disabled, their files gone; 2. the LAN proxy's nginx site (nginx and
-   other sites stay); 3. the service's system user; 4. install_root (runtimes, tools, caches, scripts), the
-   state and config directories (API key, TLS files, stamps, logs) and the service's home (its JIT caches),
-   the model directories kept unless remove_model; 5. with remove_driver, and only for a driver vllm-rig
-   installed (its record), the NVIDIA and CUDA packages, unheld and purged, and vllm-rig's apt, modprobe
-   and profile files (a reboot unloads the module). Each step reads what is there first: a second run
-   changes nothing.
+   and peer units included): stopped, disabled, their files gone; 2. with remove_driver, and only for a
+   driver vllm-rig installed (its record, read before step 5 removes it), the NVIDIA and CUDA packages,
+   unheld and purged, and vllm-rig's apt, modprobe and profile files (a reboot unloads the module); 3. the
+   LAN proxy's nginx site (nginx and other sites stay); 4. the service's system user; 5. install_root
+   (runtimes, tools, caches, scripts), the state and config directories (API key, TLS files, stamps, logs)
+   and the service's home (its JIT caches), the model directories kept unless remove_model. Each step reads
+   what is there first: a second run changes nothing.
 """
 
 from __future__ import annotations
@@ -300,6 +300,13 @@ def remove_rig(s: Settings) -> None:
         name="vllm-rig's units stopped, disabled and removed (service, watchdog, GPU guard, build, download)",
         patterns=(f"{s.service_name}.service", "vllm-rig-*"),
     )
+    # Before the state directory goes: the driver's record in it says the driver is vllm-rig's to remove.
+    if s.remove_driver:
+        driver_removed(
+            name="The NVIDIA driver and CUDA purged, vllm-rig's apt and modprobe files removed",
+            patterns=DRIVER_PACKAGES,
+            files=DRIVER_FILES,
+        )
     site_absent(name="No vllm-rig site in nginx", path=paths.NGINX_SITE, stamp=LOADED_STAMP)
     system_user_removed(name=f"The service's system user {s.service_user} removed", user=s.service_user)
     models = model_dirs(s)
@@ -311,9 +318,3 @@ def remove_rig(s: Settings) -> None:
     )
     if s.remove_model:
         model_files_removed(name="The model directories removed, with their snapshots", model_dirs=models)
-    if s.remove_driver:
-        driver_removed(
-            name="The NVIDIA driver and CUDA purged, vllm-rig's apt and modprobe files removed",
-            patterns=DRIVER_PACKAGES,
-            files=DRIVER_FILES,
-        )
