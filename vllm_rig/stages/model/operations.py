@@ -33,7 +33,7 @@ from vllm_rig.settings import Settings
 from vllm_rig.stages.model.facts import FetchState, ModelFetch, ServedModels
 
 RUNNING = ("active", "activating", "reloading")
-PROGRESS_EVERY_S = 30.0  # a progress line at least this often while the download runs
+PROGRESS_EVERY_S = 20.0  # polled every POLL_S: a line before the heartbeat's 25 s of quiet would add its own
 POLL_S = 2.0
 
 
