@@ -108,7 +108,7 @@ def test_the_first_setups_every_flag_is_in_the_patched_releases_dumped_parser(ve
     assert "--device-ids" in known and "--disable-log-requests" not in known
 
 
-@pytest.mark.parametrize("version", ["0.24.0", "0.26.0"])
+@pytest.mark.parametrize("version", ["0.24.0", "0.26.0", "0.27.1"])
 def test_each_dumped_flag_file_holds_as_many_flags_as_its_header_counts(version: str) -> None:
     path = upstream_releases.FLAGS_DIR / f"upstream-{version}-cli-flags.txt"
     count = re.search(r"^# COUNT: (\d+) lines below", path.read_text(), re.M)
@@ -118,8 +118,9 @@ def test_each_dumped_flag_file_holds_as_many_flags_as_its_header_counts(version:
 
 
 def test_a_release_whose_parser_was_not_dumped_is_named() -> None:
-    with pytest.raises(ValueError, match=r"no dumped parser for vLLM 0\.27\.1; flags are known for 0\.24\.0, 0\.26\.0"):
-        upstream_releases.flags("0.27.1")
+    known = r"flags are known for 0\.24\.0, 0\.26\.0, 0\.27\.1"
+    with pytest.raises(ValueError, match=r"no dumped parser for vLLM 0\.25\.1; " + known):
+        upstream_releases.flags("0.25.1")
 
 
 def test_the_budget_key_is_a_reasoning_config_key_only_with_the_patch() -> None:

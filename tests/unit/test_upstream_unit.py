@@ -30,6 +30,17 @@ def _settings(**changes: Any) -> Settings:
     return load_settings({**profile_data(), "runtime_kind": "upstream", **changes})
 
 
+def _release_pins(version: str) -> dict[str, str]:
+    """The settings a profile names with another release: the upstream kind checks they are its wheel's pins."""
+    r = upstream_releases.release(version)
+    return {
+        "torch_version": r.torch,
+        "torchvision_version": r.torchvision,
+        "torchaudio_version": r.torchaudio,
+        "flashinfer_version": r.flashinfer,
+    }
+
+
 def _unit(s: Settings) -> str:
     return render_unit(s, Layout.of(s))
 
@@ -67,6 +78,27 @@ def test_every_rendered_flag_and_reasoning_key_is_one_the_patched_release_accept
     # The fork's parser would refuse both: the kinds are not interchangeable.
     assert server_interface.FORK.unknown_flags(["--device-ids"]) == ["--device-ids"]
     assert server_interface.FORK.unknown_reasoning_keys(config) == ["default_thinking_token_budget"]
+
+
+@pytest.mark.parametrize("version", upstream_releases.supported_versions())
+def test_every_supported_release_takes_the_default_profiles_whole_line(version: str) -> None:
+    s = _settings(vllm_version=version, **_release_pins(version))
+    argv = _argv(_unit(s))
+    server = server_interface.upstream(version)
+    assert server.flags_file.name == f"upstream-{version}-cli-flags.txt"
+    assert server.unknown_flags([w for w in argv if w.startswith("--")]) == []
+    assert "--device-ids" in argv and "default_thinking_token_budget" in dict(_pairs(argv))["--reasoning-config"]
+
+
+def test_a_flag_only_the_older_release_has_is_refused_on_the_newer_one() -> None:
+    """0.27.1's real parser dropped --max-num-partial-prefills (its dump against 0.26.0's): the check is per release."""
+    flag = ["--max-num-partial-prefills=2"]
+    assert _settings(vllm_version="0.26.0", vllm_extra_args=flag).vllm_version == "0.26.0"
+    with pytest.raises(SettingsError) as err:
+        _settings(vllm_version="0.27.1", vllm_extra_args=flag, **_release_pins("0.27.1"))
+    assert len(err.value.lines) == 1, err.value.lines
+    line = err.value.lines[0]
+    assert "--max-num-partial-prefills" in line and "vLLM 0.27.1 with the SM75 patch" in line
 
 
 def test_a_flag_the_patched_release_lacks_is_refused_with_one_line_naming_it() -> None:
