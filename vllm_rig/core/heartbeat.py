@@ -48,11 +48,11 @@ class Heartbeat:
         self.bounds[(host, operation)] = seconds
 
     def _left(self, host: str, operation: str, so_far: float) -> str:
-        for (bound_host, name), seconds in self.bounds.items():
-            if bound_host == host and operation.split(" | ")[-1] == name:
-                left = seconds - so_far
-                return f", at most {elapsed(left)} left" if left > 0 else f", past its {elapsed(seconds)} bound"
-        return ""
+        seconds = self.bounds.get((host, operation.split(" | ")[-1]))  # pyinfra prefixes the deploy's name
+        if seconds is None:
+            return ""
+        left = seconds - so_far
+        return f", at most {elapsed(left)} left" if left > 0 else f", past its {elapsed(seconds)} bound"
 
     def start(self, host: str, operation: str, now: float) -> None:
         self.running[host] = (operation, now)
