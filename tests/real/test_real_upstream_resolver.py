@@ -6,6 +6,7 @@ a failure is pip's own words."""
 from __future__ import annotations
 
 import pytest
+from packaging.version import Version
 
 from tests.real import real_pip
 from tests.unit.groupdata import profile_data
@@ -60,5 +61,6 @@ def test_every_accepted_release_resolves_to_its_own_pins(version: str) -> None:
     for name, pin in (("vllm", version), ("torch", release.torch), ("flashinfer-python", release.flashinfer)):
         assert got.get(name) == pin, f"{name}: resolved {got.get(name)}, pinned {pin}"
     # The CUDA lane is one lane: torch's own cuda-toolkit pin is the one the build adds for the JIT.
-    assert got.get("cuda-toolkit") == plan.upstream.cuda_toolkit_version(release.torch)
+    # PEP 440 equality: PyPI's file for the "==13.0.3" pin is named 13.0.3.0 (seen 2026-12-04).
+    assert Version(got["cuda-toolkit"]) == Version(plan.upstream.cuda_toolkit_version(release.torch))
     assert "nvidia-cuda-nvcc" in got and got["nvidia-cuda-nvcc"].startswith("13.0.")
