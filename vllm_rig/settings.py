@@ -1220,6 +1220,17 @@ def _server_interface(info: ValidationInfo) -> server_interface.ServerInterface 
         return None
 
 
+def upstream_release_pins(version: str) -> dict[str, str]:
+    """The settings the upstream kind holds to a release's own wheel pins (its METADATA), by setting name."""
+    r = upstream_releases.release(version)
+    return {
+        "torch_version": r.torch,
+        "torchvision_version": r.torchvision,
+        "torchaudio_version": r.torchaudio,
+        "flashinfer_version": r.flashinfer,
+    }
+
+
 def _upstream_problems(s: Settings):
     """The upstream kind installs the release's own pins: the torch and FlashInfer settings must be them."""
     if s.runtime_kind != "upstream":
@@ -1231,13 +1242,7 @@ def _upstream_problems(s: Settings):
     r = upstream_releases.release(s.vllm_version)
     if r.torch not in cuda_toolkit.FOR_TORCH:
         yield "vllm_version", f"vLLM {r.version} pins torch {r.torch}, whose CUDA toolkit the rig does not know"
-    pins = {
-        "torch_version": r.torch,
-        "torchvision_version": r.torchvision,
-        "torchaudio_version": r.torchaudio,
-        "flashinfer_version": r.flashinfer,
-    }
-    for key, pin in pins.items():
+    for key, pin in upstream_release_pins(r.version).items():
         if getattr(s, key) != pin:
             yield (
                 key,

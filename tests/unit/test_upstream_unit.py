@@ -17,7 +17,7 @@ from tests.unit.groupdata import profile_data
 from tests.unit.test_unit_parity import _argv, _directives, _env, _pairs
 from vllm_rig.known import fork_interface, server_interface, sm75_patch, upstream_releases
 from vllm_rig.paths import Layout, RuntimeDirs
-from vllm_rig.settings import Settings
+from vllm_rig.settings import Settings, upstream_release_pins
 from vllm_rig.stages.runtime import plan, upstream
 from vllm_rig.stages.service.unit import render_unit
 from vllm_rig.validation import SettingsError, load_settings
@@ -28,17 +28,6 @@ PATHS = {"--model"}
 
 def _settings(**changes: Any) -> Settings:
     return load_settings({**profile_data(), "runtime_kind": "upstream", **changes})
-
-
-def _release_pins(version: str) -> dict[str, str]:
-    """The settings a profile names with another release: the upstream kind checks they are its wheel's pins."""
-    r = upstream_releases.release(version)
-    return {
-        "torch_version": r.torch,
-        "torchvision_version": r.torchvision,
-        "torchaudio_version": r.torchaudio,
-        "flashinfer_version": r.flashinfer,
-    }
 
 
 def _unit(s: Settings) -> str:
@@ -82,7 +71,7 @@ def test_every_rendered_flag_and_reasoning_key_is_one_the_patched_release_accept
 
 @pytest.mark.parametrize("version", upstream_releases.supported_versions())
 def test_every_supported_release_takes_the_default_profiles_whole_line(version: str) -> None:
-    s = _settings(vllm_version=version, **_release_pins(version))
+    s = _settings(vllm_version=version, **upstream_release_pins(version))
     argv = _argv(_unit(s))
     server = server_interface.upstream(version)
     assert server.flags_file.name == f"upstream-{version}-cli-flags.txt"
@@ -95,7 +84,7 @@ def test_a_flag_only_the_older_release_has_is_refused_on_the_newer_one() -> None
     flag = ["--max-num-partial-prefills=2"]
     assert _settings(vllm_version="0.26.0", vllm_extra_args=flag).vllm_version == "0.26.0"
     with pytest.raises(SettingsError) as err:
-        _settings(vllm_version="0.27.1", vllm_extra_args=flag, **_release_pins("0.27.1"))
+        _settings(vllm_version="0.27.1", vllm_extra_args=flag, **upstream_release_pins("0.27.1"))
     assert len(err.value.lines) == 1, err.value.lines
     line = err.value.lines[0]
     assert "--max-num-partial-prefills" in line and "vLLM 0.27.1 with the SM75 patch" in line
