@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests import host_scripts
+from tests.sandbox.fixtures import forge
 from vllm_rig.host import bench
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -166,8 +167,8 @@ def test_reads_back_the_knob_rates(standin: StandIn, tmp_path: Path, rates: dict
     for r in runs:
         assert r["prompt_tokens"] == pytest.approx(r["target_tokens"], rel=0.02), r  # calibrated length
         assert r["completion_tokens"] == r["max_tokens"]
-        assert r["prefill_tps"] == pytest.approx(rates["prefill_tps"], rel=0.03), r
-        assert r["decode_tps"] == pytest.approx(rates["decode_tps"], rel=0.03), r
+        assert forge.rate_reads_back(r["prefill_tps"], rates["prefill_tps"]), r
+        assert forge.rate_reads_back(r["decode_tps"], rates["decode_tps"]), r
         assert r["acceptance"] == pytest.approx(rates["mtp_acceptance"], abs=0.03), r
     assert result["model"] == "qwen-local" and result["label"] == "FP8 KV"
     assert len(result["warmups"]) == len(expected)
