@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from vllm_rig.known import flashinfer_fix, sm75_patch, upstream_releases
+from vllm_rig.known import flashinfer_fix, server_interface, sm75_patch, upstream_releases
 
 ROWS = {r.version: r for r in upstream_releases.RELEASES}
 HEX40 = re.compile(r"[0-9a-f]{40}")
@@ -103,24 +103,24 @@ def test_the_download_url_is_the_raw_path_at_the_commit_behind_the_mirror_prefix
 def test_the_first_setups_every_flag_is_in_the_patched_releases_dumped_parser(version: str) -> None:
     from tests.unit.seed_units import SEED1_ARGS
 
-    known = upstream_releases.flags(version)
+    known = server_interface.upstream(version).flags()
     assert [k for k, _ in SEED1_ARGS if k not in known] == []
     assert "--device-ids" in known and "--disable-log-requests" not in known
 
 
 @pytest.mark.parametrize("version", ["0.24.0", "0.26.0", "0.27.1"])
 def test_each_dumped_flag_file_holds_as_many_flags_as_its_header_counts(version: str) -> None:
-    path = upstream_releases.FLAGS_DIR / f"upstream-{version}-cli-flags.txt"
+    path = server_interface.upstream_flags_file(version)
     count = re.search(r"^# COUNT: (\d+) lines below", path.read_text(), re.M)
     assert count is not None
-    assert len(upstream_releases.flags(version)) == int(count.group(1))
+    assert len(server_interface.upstream(version).flags()) == int(count.group(1))
     assert f"vLLM {version}" in path.read_text().splitlines()[1]
 
 
 def test_a_release_whose_parser_was_not_dumped_is_named() -> None:
     known = r"flags are known for 0\.24\.0, 0\.26\.0, 0\.27\.1"
-    with pytest.raises(ValueError, match=r"no dumped parser for vLLM 0\.25\.1; " + known):
-        upstream_releases.flags("0.25.1")
+    with pytest.raises(ValueError, match=r"vLLM 0\.25\.1's patched parser has not been dumped.*" + known):
+        server_interface.upstream("0.25.1")
 
 
 def test_the_budget_key_is_a_reasoning_config_key_only_with_the_patch() -> None:

@@ -69,9 +69,10 @@ def upstream(version: str) -> ServerInterface:
     """The patched release's interface; ValueError when its parser was never dumped into the project."""
     path = upstream_flags_file(version)
     if not path.is_file():
+        dumped = sorted(p.name.split("-")[1] for p in HERE.glob("upstream-*-cli-flags.txt"))
         raise ValueError(
             f"vLLM {version}'s patched parser has not been dumped into vllm_rig/known/ ({path.name}): "
-            "its flags cannot be checked; use a release the upstream table supports"
+            f"its flags cannot be checked; flags are known for {', '.join(dumped)}"
         )
     return ServerInterface(
         line=f"vLLM {version} with the SM75 patch",

@@ -19,8 +19,6 @@ Supported = the patch applies and the release's own FlashInfer pin has a public 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
-from pathlib import Path
 
 from vllm_rig.known import flashinfer_fix
 
@@ -54,8 +52,8 @@ class Release:
 
 CUDA_RUNTIME = "libcudart.so.13"
 
-# The patched release's real parser, dumped on CPU (each file's header says how): upstream-<version>-cli-flags.txt.
-FLAGS_DIR = Path(__file__).resolve().parent
+# The patched release's real parser, dumped on CPU (each file's header says how): upstream-<version>-cli-flags.txt,
+# read by server_interface.upstream(version).
 
 # ReasoningConfig's init fields with the patch (pydantic, extra="forbid"), the same in 0.24.0 and 0.26.0:
 # upstream-0.26.0-config-keys.md.
@@ -397,13 +395,3 @@ def release(version: str) -> Release:
                 raise ValueError(f"vLLM {version} cannot be the upstream runtime: {r.reason}; use {works}")
             return r
     raise ValueError(f"vLLM {version!r} is not in the table of checked upstream releases; use {works}")
-
-
-@cache
-def flags(version: str) -> frozenset[str]:
-    """Every option string the patched release's parser accepts, or ValueError where it was not dumped."""
-    path = FLAGS_DIR / f"upstream-{version}-cli-flags.txt"
-    if not path.is_file():
-        dumped = sorted(p.name.split("-")[1] for p in FLAGS_DIR.glob("upstream-*-cli-flags.txt"))
-        raise ValueError(f"no dumped parser for vLLM {version}; flags are known for {', '.join(dumped)}")
-    return frozenset(line.strip() for line in path.read_text().splitlines() if line.startswith("-"))
