@@ -193,7 +193,7 @@ class Settings(BaseModel):
     )
     upstream_build: Literal["wheel"] = _setting(
         "upstream: wheel = the release's compiled kernels, patched Python (minutes)",
-        '"wheel" (the release\'s own kernels, no compile)',
+        '"wheel" (the release\'s own kernels, no compile; "compile" is not built yet: docs/upstream-facts.md §5)',
     )
     vllm_version: str = _setting(
         "upstream: the vLLM release (vllm_rig/known/upstream_releases.py)",
