@@ -61,7 +61,7 @@ def summary(results: list[Result], unit_cases: list[Case], wall_s: float) -> lis
             lines.append(tail(r.log))
     all_cases = unit_cases + [c for r in results for c in cases(r.junit)]
     count = totals(all_cases)
-    lines.append("==== slowest 10 tests (every tier, both lanes) ====")
+    lines.append("==== slowest 10 tests (every tier, every lane) ====")
     lines += [f"{c.seconds:8.1f} s  {c.nodeid}" for c in slowest(all_cases)]
     lines.append("==== modules, longest first (lane, seconds) ====")
     lines += [f"{r.seconds:8.0f} s  [{r.lane}] {r.module}" for r in sorted(results, key=lambda r: -r.seconds)]

@@ -98,7 +98,7 @@ def test_lanes_run_every_module_once_and_the_end_names_the_failure(tmp_path: Pat
     assert lines[-1].startswith(
         "lanes: 3 passed, 1 failed, 0 errors, 0 skipped; 3 modules, 1 failed (tests/test_bad.py)"
     )
-    slow = lines.index("==== slowest 10 tests (every tier, both lanes) ====")
+    slow = lines.index("==== slowest 10 tests (every tier, every lane) ====")
     assert (
         len([line for line in lines[slow + 1 :] if line.endswith(("test_one", "test_two", "test_breaks", "test_slot"))])
         == 4
