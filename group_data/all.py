@@ -40,9 +40,11 @@ cuda_version = "12.9"  # CUDA toolkit major.minor, pinned (cuda-toolkit-12-9)
 # ---- runtime: venv, the fork, FlashInfer, FlashQLA
 install_root = "/opt/vllm-rig"  # venvs, sources and runtimes live under here
 runtime_kind = "upstream"  # upstream: vLLM's release + its first owner's SM75 patch; fork: weicj's fork
-upstream_build = "wheel"  # upstream: wheel = the release's compiled kernels, patched Python (minutes)
+upstream_build = "wheel"  # upstream: wheel = the release's kernels (minutes); compile = its sdist on CUDA 12.9
 vllm_version = "0.26.0"  # upstream: the vLLM release (vllm_rig/known/upstream_releases.py)
 vllm_wheel_sha256 = None  # upstream: sha256 of the release's wheel; None: PyPI's, as the table records it
+vllm_sdist_sha256 = None  # upstream compile: sha256 of the release's source archive; None: PyPI's, as recorded
+upstream_compile_sources = None  # upstream compile: what the release's CMake fetches; None: its own pins
 sm75_patch_files = None  # upstream: the SM75 patches' URLs and sha256; None: zyYuc's at aa935db (raw content)
 python_version = "3.12"  # Python of the venv (Ubuntu 24.04's python3)
 torch_version = "2.11.0"  # torch: upstream = the release's pin (PyPI, CUDA 13.0); fork = the torch index's 2.11.0+cu128

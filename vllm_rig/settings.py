@@ -25,6 +25,7 @@ from vllm_rig.known import (
     fork_interface,
     server_interface,
     sm75_patch,
+    upstream_compile,
     upstream_releases,
 )
 
@@ -191,9 +192,10 @@ class Settings(BaseModel):
         "upstream: vLLM's release + its first owner's SM75 patch; fork: weicj's fork",
         '"upstream" (vLLM\'s release with zyYuc\'s SM75 patch) or "fork" (weicj/vLLM-2080Ti-Definitive, compiled)',
     )
-    upstream_build: Literal["wheel"] = _setting(
-        "upstream: wheel = the release's compiled kernels, patched Python (minutes)",
-        '"wheel" (the release\'s own kernels, no compile; "compile" is not built yet: docs/upstream-facts.md §5)',
+    upstream_build: Literal["wheel", "compile"] = _setting(
+        "upstream: wheel = the release's kernels (minutes); compile = its sdist on CUDA 12.9",
+        '"wheel" (the release\'s own kernels, no compile) or "compile" (PyPI\'s source archive, patched, compiled '
+        "for gpu_compute_capability with the card's CUDA toolkit and the torch index's lane)",
     )
     vllm_version: str = _setting(
         "upstream: the vLLM release (vllm_rig/known/upstream_releases.py)",
@@ -203,6 +205,15 @@ class Settings(BaseModel):
     vllm_wheel_sha256: str | None = _setting(
         "upstream: sha256 of the release's wheel; None: PyPI's, as the table records it",
         "null (PyPI's file, from vllm_rig/known/upstream_releases.py) or a 64-hex-digit sha256",
+    )
+    vllm_sdist_sha256: str | None = _setting(
+        "upstream compile: sha256 of the release's source archive; None: PyPI's, as recorded",
+        "null (PyPI's file, from vllm_rig/known/upstream_compile.py) or a 64-hex-digit sha256",
+    )
+    upstream_compile_sources: dict[str, dict[str, Any]] | None = _setting(
+        "upstream compile: what the release's CMake fetches; None: its own pins",
+        "null (the release's CMake pins, vllm_rig/known/upstream_compile.py) or a mapping as fetchcontent_sources "
+        'that names "cutlass" and "triton_kernels"',
     )
     sm75_patch_files: dict[str, dict[str, str]] | None = _setting(
         "upstream: the SM75 patches' URLs and sha256; None: zyYuc's at aa935db (raw content)",
@@ -669,7 +680,7 @@ class Settings(BaseModel):
             raise ValueError(f"vLLM {value} is not supported: {release.reason}")
         return value
 
-    @field_validator("vllm_wheel_sha256")
+    @field_validator("vllm_wheel_sha256", "vllm_sdist_sha256")
     @classmethod
     def _wheel_sha256(cls, value: str | None) -> str | None:
         if value is not None and not SHA256.match(value):
@@ -713,6 +724,16 @@ class Settings(BaseModel):
     @field_validator("fetchcontent_sources")
     @classmethod
     def _fetchcontent(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        return _each_entry(value, lambda _name, entry: _fetchcontent_problem(entry))
+
+    @field_validator("upstream_compile_sources")
+    @classmethod
+    def _compile_sources(cls, value: dict[str, dict[str, Any]] | None) -> dict[str, dict[str, Any]] | None:
+        if value is None:
+            return value
+        missing = [name for name in upstream_compile.REQUIRED_SOURCES if name not in value]
+        if missing:
+            raise ValueError(f"must name {', '.join(upstream_compile.REQUIRED_SOURCES)}; missing: {', '.join(missing)}")
         return _each_entry(value, lambda _name, entry: _fetchcontent_problem(entry))
 
     @field_validator("fork_release_line")
@@ -1012,6 +1033,17 @@ class Settings(BaseModel):
     def vllm_wheel(self) -> upstream_releases.Release:
         return upstream_releases.release(self.vllm_version)
 
+    def vllm_sdist(self) -> upstream_compile.Sdist:
+        return upstream_compile.sdist(self.vllm_version)
+
+    def vllm_sdist_hash(self) -> str:
+        return self.vllm_sdist_sha256 or self.vllm_sdist().sha256
+
+    def compile_sources(self) -> dict[str, dict[str, Any]]:
+        """What the release's CMake fetches: the setting, else the release's own pins."""
+        chosen = self.upstream_compile_sources or self.vllm_sdist().sources
+        return {name: dict(entry) for name, entry in chosen.items()}
+
     def sm75_patches(self) -> dict[str, dict[str, str]]:
         """{"vllm": {"url", "sha256"}, "flashqla": ...}: the setting, else the known files at their commit
         through git_mirror_prefix."""
@@ -1242,6 +1274,7 @@ def _upstream_problems(s: Settings):
     r = upstream_releases.release(s.vllm_version)
     if r.torch not in cuda_toolkit.FOR_TORCH:
         yield "vllm_version", f"vLLM {r.version} pins torch {r.torch}, whose CUDA toolkit the rig does not know"
+    yield from _compile_problems(s)
     for key, pin in upstream_release_pins(r.version).items():
         if getattr(s, key) != pin:
             yield (
@@ -1249,6 +1282,26 @@ def _upstream_problems(s: Settings):
                 f"must be {pin} with runtime_kind upstream: vLLM {r.version}'s wheel pins it (its METADATA), "
                 f"got {getattr(s, key)}",
             )
+
+
+CUDA12_LANE = re.compile(r"/cu12\d+/?$")
+
+
+def _compile_problems(s: Settings):
+    """upstream_build compile: a release whose source archive is recorded, and a torch lane the card's CUDA 12
+    toolkit can compile extensions for (torch's cpp_extension refuses an nvcc of another major version)."""
+    if s.upstream_build != "compile":
+        return
+    try:
+        upstream_compile.sdist(s.vllm_version)
+    except ValueError as err:
+        yield "upstream_build", str(err)
+    if not CUDA12_LANE.search(s.torch_index_url):
+        yield (
+            "torch_index_url",
+            f"must name a CUDA 12 lane (.../cu128/) with upstream_build compile: the card's CUDA {s.cuda_version} "
+            f"compiles vLLM and its extensions, and PyPI's torch is a CUDA 13 build; got {s.torch_index_url}",
+        )
 
 
 def _cross_rule_problems(s: Settings):

@@ -233,6 +233,17 @@ RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
     ("vllm_version", "0.25.0", "0.26.0", {}),  # in the table, but its FlashInfer pin has no public SM75 fix
     ("vllm_version", "0.23.0", "0.26.0", {}),  # not in the table
     ("vllm_wheel_sha256", "abc", "0" * 64, {}),
+    ("vllm_sdist_sha256", "ABC", "0" * 64, {}),
+    (
+        "upstream_compile_sources",
+        {"cutlass": {"repo": "https://x.example/c.git", "ref": "v4.4.2", "env": "VLLM_CUTLASS_SRC_DIR"}},
+        {
+            "cutlass": {"repo": "https://x.example/c.git", "ref": "v4.4.2", "env": "VLLM_CUTLASS_SRC_DIR"},
+            "triton_kernels": {"repo": "https://x.example/t.git", "ref": "v3.5.1", "env": "TRITON_KERNELS_SRC_DIR"},
+        },
+        {},
+    ),
+    ("upstream_compile_sources", {"cutlass": {}, "triton_kernels": {"repo": "x"}}, None, {}),
     ("sm75_patch_files", {"vllm": {"url": "https://x.example/p", "sha256": "0" * 64}}, None, {}),
     (
         "sm75_patch_files",

@@ -90,13 +90,6 @@ def test_a_flag_only_the_older_release_has_is_refused_on_the_newer_one() -> None
     assert "--max-num-partial-prefills" in line and "vLLM 0.27.1 with the SM75 patch" in line
 
 
-def test_the_unbuilt_compile_build_is_refused_in_one_line_saying_so() -> None:
-    with pytest.raises(SettingsError) as err:
-        _settings(upstream_build="compile")
-    assert len(err.value.lines) == 1, err.value.lines
-    assert "upstream_build='compile'" in err.value.lines[0] and "not built yet" in err.value.lines[0]
-
-
 def test_a_flag_the_patched_release_lacks_is_refused_with_one_line_naming_it() -> None:
     upstream_flags = server_interface.upstream("0.26.0").flags()
     assert server_interface.FORK.flags() <= upstream_flags  # 0.26.0 still takes every flag of the fork's 0.21.0 base

@@ -453,8 +453,12 @@ class Build:
         self.pip(["install", *wanted], env, "pip install of the torch lane (main index + torch index)")
         self.require_pins(self.spec["torch_packages"])
 
+    def source_tree(self) -> Path:
+        """The vLLM tree this build compiles (the fork's checkout)."""
+        return Path(self.spec["sources"]["fork"])
+
     def step_requirements(self) -> None:
-        fork = Path(self.spec["sources"]["fork"])
+        fork = self.source_tree()
         lines: list[str] = []
         for path in fork_requirement_files(fork):
             lines += requirement_lines(path)
@@ -554,7 +558,7 @@ class Build:
             CCACHE_NOHASHDIR="true",  # editable builds in per-runtime paths still hit the cache
         )
         env.update(fetchcontent_env(spec.get("fetchcontent", {}), env.get("CMAKE_ARGS")))
-        version_file = Path(src["fork"]) / "VERSION"
+        version_file = self.source_tree() / "VERSION"
         if version_file.is_file():
             env["VLLM_VERSION_OVERRIDE"] = version_file.read_text().strip()
         return {k: v for k, v in env.items() if not k.startswith("PIP_INDEX") and not k.startswith("PIP_EXTRA")}

@@ -107,8 +107,8 @@ def apply_patch(target: Path, patch: Path, what: str) -> str:
 
 class UpstreamBuild(Build):
     PINS_NAME = "the release's own pins"
-    STEPS = ("venv", "vllm", "cuda_toolkit", "sm75_patch", "flashinfer", "flashqla", "check")
-    ARTIFACT_REPLACES = ("venv", "vllm", "cuda_toolkit", "sm75_patch", "flashinfer", "flashqla")
+    STEPS: tuple[str, ...] = ("venv", "vllm", "cuda_toolkit", "sm75_patch", "flashinfer", "flashqla", "check")
+    ARTIFACT_REPLACES: tuple[str, ...] = ("venv", "vllm", "cuda_toolkit", "sm75_patch", "flashinfer", "flashqla")
 
     def site_packages(self) -> Path:
         return Path(output([str(self.python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]))
@@ -177,12 +177,19 @@ class UpstreamBuild(Build):
         verify_file(path, entry["sha256"], f"the {name} SM75 patch from {redact(entry['url'])}")
         return path
 
+    def release(self) -> str:
+        return self.spec["vllm_wheel"]["version"]
+
+    def patch_target(self) -> Path:
+        """Where the SM75 patch's vllm/... paths are: the installed package's site-packages."""
+        return self.site_packages()
+
     def step_sm75_patch(self) -> None:
-        version = self.spec["vllm_wheel"]["version"]
+        version = self.release()
         if self.spec["patch_status"] != "clean":
             raise BuildError(f"the SM75 patch is {self.spec['patch_status']} on vLLM {version}: only clean applies")
         path = self.patch_file("vllm")
-        done = apply_patch(self.site_packages(), path, f"the SM75 patch to vLLM {version}")
+        done = apply_patch(self.patch_target(), path, f"the SM75 patch to vLLM {version}")
         say(f"==> check passed: SM75 patch {done} (sha256 verified): {', '.join(patched_files(path))}")
 
     def step_flashqla(self) -> None:
@@ -199,4 +206,7 @@ class UpstreamBuild(Build):
 
 
 def build_for(spec: dict) -> Build:
-    return UpstreamBuild(spec) if spec.get("kind") == "upstream-wheel" else Build(spec)
+    from .upstream_compile import UpstreamCompileBuild  # it builds on UpstreamBuild
+
+    kinds: dict[str, type[Build]] = {"upstream-wheel": UpstreamBuild, "upstream-compile": UpstreamCompileBuild}
+    return kinds.get(spec.get("kind", "fork"), Build)(spec)

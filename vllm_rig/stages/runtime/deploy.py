@@ -208,12 +208,19 @@ def install_runtime(s: Settings, retry_rolled_back: bool = False) -> None:
 
 
 def _sources_label(s: Settings) -> str:
+    if s.runtime_kind == "upstream" and s.upstream_build == "compile":
+        return f"SM75 patch set, FlashQLA and vLLM {s.vllm_version}'s CMake sources at their pins"
     if s.runtime_kind == "upstream":
         return "SM75 patch set and FlashQLA at their pins"
     return "Fork, FlashQLA, CUTLASS, Triton and the FetchContent sources at their pins"
 
 
 def _build_label(s: Settings, name: str, jobs: int) -> str:
+    if s.runtime_kind == "upstream" and s.upstream_build == "compile":
+        return (
+            f"Build runtime {name}: vLLM {s.vllm_version}'s source archive with the SM75 patch "
+            f"(MAX_JOBS={jobs}, TORCH_CUDA_ARCH_LIST={s.gpu_compute_capability}, CUDA {s.cuda_version})"
+        )
     if s.runtime_kind == "upstream":
         return f"Runtime {name}: vLLM {s.vllm_version}'s release wheel with the SM75 patch (no compile)"
     return f"Build runtime {name} (MAX_JOBS={jobs}, TORCH_CUDA_ARCH_LIST={s.gpu_compute_capability})"

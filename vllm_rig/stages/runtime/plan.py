@@ -12,16 +12,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
-
-from packaging.version import Version
 
 from vllm_rig.paths import Layout, RuntimeDirs
 from vllm_rig.settings import Settings
 from vllm_rig.stages.runtime import upstream
 from vllm_rig.stages.runtime.facts import Runtimes
+from vllm_rig.stages.runtime.lanes import (  # noqa: F401 - the plan's names, where callers find them
+    LOCAL_VERSION_PACKAGES,
+    TORCH_LANE_PACKAGES,
+    fetched_for,
+    torch_exact_versions,
+    torch_lane,
+)
 
 # Bump when the build script changes what a runtime contains, so every host builds anew.
 BUILD_FORMAT = 3
@@ -35,31 +39,7 @@ GB_RESERVED = 3  # ... after keeping 3 GB for the system
 # for every FlashInfer release).
 DROPPED_PACKAGES = ("flashinfer-cubin", "flashinfer-jit-cache")
 
-# What comes from the torch index's CUDA lane, as the fork's build.sh installs it (torch, torchaudio and
-# torchvision at the fork's validated versions; triton is torch's own pin).
-TORCH_LANE_PACKAGES = ("torch", "torchvision", "torchaudio", "triton")
 FLASHINFER = "flashinfer-python"
-
-
-def torch_lane(index_url: str) -> str:
-    """The CUDA lane of a torch index URL (".../whl/cu128/" -> "cu128"); the URL itself when it names none."""
-    match = re.search(r"/(cu\d+|cpu|rocm[\d.]+|xpu)/?$", index_url)
-    return match.group(1) if match else index_url
-
-
-# The torch index builds carry the lane as their local version (2.11.0+cu128); PyPI's torch 2.11.0 is another
-# build (CUDA 13). triton has no local version on either.
-LOCAL_VERSION_PACKAGES = ("torch", "torchvision", "torchaudio")
-
-
-def torch_exact_versions(s: Settings) -> dict[str, str]:
-    """The exact versions the torch step installs and checks ("torch" -> "2.11.0+cu128"), as the fork's
-    build.sh pins them; {} for an index URL that names no lane (then only the public version is known)."""
-    lane = torch_lane(s.torch_index_url)
-    if lane == s.torch_index_url:
-        return {}
-    pins = runtime_pins(s)
-    return {name: f"{pins[name]}+{lane}" for name in LOCAL_VERSION_PACKAGES}
 
 
 def build_inputs(s: Settings) -> dict[str, Any]:
@@ -204,12 +184,6 @@ def git_sources(s: Settings, dirs: RuntimeDirs) -> list[tuple[str, str, str, str
         ("Triton (triton_kernels)", prefix + s.triton_src_repo, s.triton_src_ref, dirs.triton),
         *fetchcontent_git_sources(s, dirs),
     ]
-
-
-def fetched_for(entry: dict[str, Any], arch: str) -> bool:
-    """Whether the fork's CMake fetches a fetchcontent_sources entry when it builds for `arch`."""
-    min_arch = entry.get("min_arch")
-    return min_arch is None or Version(arch) >= Version(str(min_arch))
 
 
 def fetchcontent_deps(s: Settings) -> dict[str, dict[str, Any]]:

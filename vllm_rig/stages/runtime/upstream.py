@@ -18,6 +18,7 @@ from typing import Any
 from vllm_rig.known import cuda_toolkit
 from vllm_rig.paths import Layout, RuntimeDirs
 from vllm_rig.settings import Settings
+from vllm_rig.stages.runtime import upstream_compile
 
 KIND = "upstream-wheel"
 CUDA_TOOLKIT = cuda_toolkit.DISTRIBUTION
@@ -38,7 +39,9 @@ def cuda_home(venv: str, python_version: str) -> str:
 
 
 def service_cuda_home(s: Settings, layout: Layout) -> str:
-    """CUDA_HOME of the service: the toolkit in the current runtime's venv."""
+    """CUDA_HOME of the service: the toolkit in the current runtime's venv (wheel), the card's (compile)."""
+    if s.upstream_build == "compile":
+        return s.cuda_home
     return cuda_home(f"{layout.current}/venv", s.python_version)
 
 
@@ -61,6 +64,8 @@ def wheel_sha256(s: Settings) -> str:
 def build_inputs(s: Settings, fix: dict[str, Any] | None) -> dict[str, Any]:
     """Everything that changes what an upstream runtime holds (bytes, not where they come from). Its hash
     names the runtime."""
+    if s.upstream_build == "compile":
+        return upstream_compile.build_inputs(s, fix)
     r = s.vllm_wheel()
     patches = s.sm75_patches()
     return {
@@ -78,12 +83,17 @@ def build_inputs(s: Settings, fix: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def git_sources(s: Settings, dirs: RuntimeDirs) -> list[tuple[str, str, str, str]]:
-    """FlashQLA only: the patches are single files, downloaded whole and checked by sha256."""
+    """FlashQLA only: the patches are single files, downloaded whole and checked by sha256 (compile: and the
+    sources the release's CMake fetches)."""
+    if s.upstream_build == "compile":
+        return upstream_compile.git_sources(s, dirs)
     return [("FlashQLA", s.git_mirror_prefix + s.flashqla_repo, s.flashqla_ref, dirs.flashqla)]
 
 
 def spec_part(s: Settings, dirs: RuntimeDirs) -> dict[str, Any]:
     """What the host build script's upstream steps read."""
+    if s.upstream_build == "compile":
+        return upstream_compile.spec_part(s, dirs)
     r = s.vllm_wheel()
     return {
         "kind": KIND,

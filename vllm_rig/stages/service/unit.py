@@ -54,8 +54,8 @@ HARDENING = (
 
 
 def toolkit_home(s: Settings, layout: Layout) -> str:
-    """The CUDA toolkit the server's JIT compiles with: the card's (fork: built against it), or the CUDA 13.0
-    toolkit in the runtime's venv (upstream: the one PyPI's torch is built with)."""
+    """The CUDA toolkit the server's JIT compiles with: the card's (fork, upstream compile: built against it), or
+    the CUDA 13.0 toolkit in the runtime's venv (upstream wheel: the one PyPI's torch is built with)."""
     return upstream.service_cuda_home(s, layout) if s.runtime_kind == "upstream" else s.cuda_home
 
 

@@ -1,0 +1,123 @@
+"""What `upstream_build: compile` builds a release from: PyPI's source archive of vLLM, and the sources its CMake
+would fetch during the compile (docs/upstream-facts.md §5, §5a, §5b).
+
+Read from PyPI's `vllm-0.26.0.tar.gz` (unpacked, never run here): its hash is the pin, because the tag's commit
+is not known here (`vllm/_version.py` holds only a 9-hex-digit prefix, `gf2654939e`); `[build-system] requires`
+of its pyproject.toml; CMakeLists.txt and cmake/external_projects/*.cmake for each FetchContent source, its pin
+and the variable that points CMake at a local copy instead. Only releases with a row here can be compiled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# The CUDA version vLLM's setup.py builds its PyPI wheels with (envs.VLLM_MAIN_CUDA_VERSION's default in 0.26.0):
+# a build with another CUDA gets "+cu<major><minor>" after its version (setup.py get_vllm_version).
+MAIN_CUDA = "13.0"
+
+
+@dataclass(frozen=True)
+class Sdist:
+    version: str
+    filename: str
+    sha256: str
+    size: int
+    build_requires: tuple[str, ...]  # pyproject.toml [build-system] requires, torch left to the torch lane
+    sources: dict[str, dict[str, Any]]  # FetchContent name -> {"repo", "ref", "env", "min_arch"}
+
+
+# Each CMake source: what CMakeLists.txt / cmake/external_projects/<name>.cmake pins, and the variable it reads
+# for a local copy. min_arch None = fetched whatever TORCH_CUDA_ARCH_LIST says (docs/upstream-facts.md §5 table).
+SOURCES_0_26_0: dict[str, dict[str, Any]] = {
+    "cutlass": {  # CUTLASS_REVISION v4.4.2 (CMakeLists.txt); the commit of that tag, as the fork kind's cutlass_ref
+        "repo": "https://github.com/NVIDIA/cutlass.git",
+        "ref": "da5e086dab31d63815acafdac9a9c5893b1c69e2",
+        "env": "VLLM_CUTLASS_SRC_DIR",
+        "min_arch": None,
+    },
+    "triton_kernels": {  # DEFAULT_TRITON_KERNELS_TAG v3.5.1; FATAL_ERROR without it (its commit not confirmed here)
+        "repo": "https://github.com/triton-lang/triton.git",
+        "ref": "v3.5.1",
+        "env": "TRITON_KERNELS_SRC_DIR",
+        "min_arch": None,
+    },
+    "fmha_sm100": {  # vllm-project/MSA: FetchContent_Populate for every arch (its Python and headers installed)
+        "repo": "https://github.com/vllm-project/MSA.git",
+        "ref": "2e63ec37a0fc29bc20f39cd1a52e0f5affc33a73",
+        "env": "FMHA_SM100_SRC_DIR",
+        "min_arch": None,
+    },
+    "tml_fa4": {  # vllm-project/tml-fa4: populated for every arch
+        "repo": "https://github.com/vllm-project/tml-fa4.git",
+        "ref": "b206834606ed5b5f21f8eed6b0683f528ea9cf7d",
+        "env": "TML_FA4_SRC_DIR",
+        "min_arch": None,
+    },
+    "flashmla": {  # its interface is read before the arch check
+        "repo": "https://github.com/vllm-project/FlashMLA.git",
+        "ref": "a8f794d1251cbfd88a5011445dd5582289c727e4",
+        "env": "FLASH_MLA_SRC_DIR",
+        "min_arch": None,
+    },
+    "qutlass": {  # a FATAL_ERROR when the source cannot be resolved, whatever the arch
+        "repo": "https://github.com/IST-DASLab/qutlass.git",
+        "ref": "830d2c4537c7396e14a02a46fbddd18b5d107c65",
+        "env": "QUTLASS_SRC_DIR",
+        "min_arch": None,
+    },
+    "vllm-flash-attn": {  # upstream's vllm_flash_attn.cmake populates it on SM75 too (issue 24's _vllm_fa2_C)
+        "repo": "https://github.com/vllm-project/flash-attention.git",
+        "ref": "caaa4eb59845388a20b1f435ecaafb4bd9517ad8",
+        "env": "VLLM_FLASH_ATTN_SRC_DIR",
+        "min_arch": None,
+    },
+    "deepgemm": {  # its kernels are 9.0a, 10.0f, 12.0f only
+        "repo": "https://github.com/deepseek-ai/DeepGEMM.git",
+        "ref": "a6b593d2826719dcf4892609af7b84ee23aaf32a",
+        "env": "DEEPGEMM_SRC_DIR",
+        "min_arch": "9.0",
+    },
+}
+
+SDISTS: dict[str, Sdist] = {
+    "0.26.0": Sdist(
+        version="0.26.0",
+        filename="vllm-0.26.0.tar.gz",
+        sha256="23e9fa19d7e20ce7dcc1c074d41503e2116d23f19e688f5d5ea91b741f958502",
+        size=38353572,
+        build_requires=(
+            "cmake>=3.26.1",
+            "ninja",
+            "packaging>=24.2",
+            "setuptools>=77.0.3,<81",
+            "setuptools-scm>=8",
+            "setuptools-rust>=1.9.0",
+            "wheel",
+            "jinja2",
+        ),
+        sources=SOURCES_0_26_0,
+    ),
+}
+
+# The two sources the compile step hands to CMake by their own variables (as the fork kind's build does), and
+# the folder of the triton checkout that TRITON_KERNELS_SRC_DIR names.
+CUTLASS, TRITON_KERNELS = "cutlass", "triton_kernels"
+REQUIRED_SOURCES = (CUTLASS, TRITON_KERNELS)
+
+
+def sdist(version: str) -> Sdist:
+    """The release's source archive row; ValueError naming the releases that have one."""
+    try:
+        return SDISTS[version]
+    except KeyError:
+        have = ", ".join(SDISTS)
+        raise ValueError(
+            f"vLLM {version}'s source archive is not recorded (sha256 and CMake sources): upstream_build compile "
+            f"supports {have}; use upstream_build wheel for {version}"
+        ) from None
+
+
+def local_version(version: str, cuda: str) -> str:
+    """The version setup.py gives a build with CUDA `cuda` ("12.9" -> "0.26.0+cu129")."""
+    return version if cuda == MAIN_CUDA else f"{version}+cu{cuda.replace('.', '')}"
