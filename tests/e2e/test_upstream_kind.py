@@ -145,3 +145,92 @@ def test_a_hostile_wheel_is_refused_and_the_last_runtime_serves(
     assert two_kinds.ssh("rig1", "readlink /opt/vllm-rig/current").strip() == current
     assert _show(two_kinds, "rig1", "MainPID") == pid  # the service was not even restarted
     assert service.models(service.api_key(two_kinds, "rig1"), "rig1") == ["qwen-local"]
+
+
+# ---- upstream_build compile on the same host: a runtime change like any other (issue 27)
+
+COMPILE = {"upstream_build": "compile"}
+
+
+@pytest.fixture(scope="module")
+def compiled(two_kinds: Rig, deployed: dict[str, float]) -> dict[str, object]:
+    """rig1, serving the wheel's runtime, told to compile the release instead: one run of the whole deploy. What
+    it had before, the build unit's span and the runtime record after."""
+    before = two_kinds.ssh("rig1", "readlink /opt/vllm-rig/current").strip()
+    since = time.time()
+    run = deploy(two_kinds, "deploy.py", limit="rig1", data=COMPILE)
+    assert run.ok, run.log[-6000:]
+    start, end = unit_span(two_kinds, BUILD_UNIT, since, "rig1")
+    print(f"\nruntime stage, upstream compile (rig1, stand-in compile): {end - start:.1f}s")
+    record = json.loads(two_kinds.ssh("rig1", "cat /opt/vllm-rig/current/runtime.json"))
+    return {"before": before, "record": record, "seconds": end - start}
+
+
+def test_the_compile_build_replaces_the_wheels_runtime_and_serves(two_kinds: Rig, compiled: dict) -> None:
+    record = compiled["record"]
+    assert record["inputs"]["kind"] == "upstream-compile" and record["inputs"]["torch_lane"] == "cu128"
+    assert record["versions"]["vllm"] == f"{upstream.VERSION}+cu129"  # setup.py's name for a CUDA 12.9 build
+    assert record["versions"]["torch"] == "2.11.0+cu128" and "release 12.9" in (record["nvcc"] or "")
+    assert two_kinds.ssh("rig1", "readlink /opt/vllm-rig/previous").strip() == compiled["before"]  # rollback target
+    assert service.models(service.api_key(two_kinds, "rig1"), "rig1") == ["qwen-local"]
+    env = _show(two_kinds, "rig1", "Environment")
+    assert "CUDA_HOME=/usr/local/cuda-12.9 " in env and "nvidia/cu13" not in env
+    assert "--device-ids 0,1" in _show(two_kinds, "rig1", "ExecStart")
+    journal = two_kinds.ssh("rig1", "sudo journalctl -b -u vllm.service -o cat")
+    assert "Using FlashQLA legacy SM70/SM75 GDN prefill kernel" in journal.rsplit("Started vllm.service", 1)[-1]
+
+
+def test_the_compile_builds_the_patched_archive_from_local_sources_only(two_kinds: Rig, compiled: dict) -> None:
+    name = two_kinds.ssh("rig1", "readlink /opt/vllm-rig/current").strip().rsplit("/", 1)[-1]
+    log = two_kinds.ssh("rig1", f"sudo cat {LOG_DIR}/build-{name}.log")
+    for said in (
+        f"vllm-{upstream.VERSION}.tar.gz matches the known sha256",
+        "unpacked, every member checked",
+        "SM75 patch applied (sha256 verified)",
+        "-DFETCHCONTENT_FULLY_DISCONNECTED=ON",
+        "FMHA_SM100_SRC_DIR=",
+        "TML_FA4_SRC_DIR=",
+        "Building CUDA object",  # the stand-in compile's ninja lines
+        f"vLLM {upstream.VERSION}+cu129 installed from the compiled tree",
+        "the SM75 patch is in place in the installed vLLM",
+        "FlashQLA patch applied (sha256 verified)",
+    ):
+        assert said in log, said
+    assert "would download" not in log  # no source was left for CMake to fetch
+
+
+def test_a_second_compile_run_changes_nothing(two_kinds: Rig, compiled: dict) -> None:
+    again = deploy(two_kinds, "deploy.py", limit="rig1", data=COMPILE)
+    assert again.ok and again.changed == [], again.changed
+
+
+@pytest.fixture
+def hostile_sdist() -> Iterator[str]:
+    """The index serves other bytes under the release's archive name (its page's hash updated to match, as an
+    index that lies would): only the settings' sha256 stands between them and the compile."""
+    built = pkg_index.manifest()["upstream"]["vllm_sdist"]
+    path = pkg_index.SIMPLE / "vllm" / built["filename"]
+    page = pkg_index.SIMPLE / "vllm" / "index.html"
+    original, before = path.read_bytes(), page.read_text()
+    hostile = original + b"\0" * 512  # still a gzip stream to tar, but not the release's bytes
+    path.write_bytes(hostile)
+    page.write_text(before.replace(built["sha256"], upstream.sha256(hostile)))
+    try:
+        yield upstream.sha256(hostile)
+    finally:
+        path.write_bytes(original)
+        page.write_text(before)
+
+
+def test_a_hostile_source_archive_is_refused_and_the_last_runtime_serves(
+    two_kinds: Rig, compiled: dict, hostile_sdist: str
+) -> None:
+    current = two_kinds.ssh("rig1", "readlink /opt/vllm-rig/current").strip()
+    pid = _show(two_kinds, "rig1", "MainPID")
+    run = deploy(two_kinds, "deploy.py", limit="rig1", data={**COMPILE, "force_rebuild": True})
+    assert not run.ok
+    line = run.error_line()
+    assert "source archive" in line and "sha256" in line, line
+    assert two_kinds.ssh("rig1", "readlink /opt/vllm-rig/current").strip() == current
+    assert _show(two_kinds, "rig1", "MainPID") == pid
+    assert service.models(service.api_key(two_kinds, "rig1"), "rig1") == ["qwen-local"]

@@ -4,6 +4,8 @@ the host build's handling of the source archive (every member checked before any
 from __future__ import annotations
 
 import io
+import os
+import sys
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -156,3 +158,31 @@ def test_a_member_below_a_symlink_is_refused(tmp_path: Path) -> None:
     )
     with pytest.raises(BuildError, match="below link"):
         host_compile.unpack_sdist(archive, "vllm-0.26.0", tmp_path / "tree")
+
+
+def test_pip_refusing_other_bytes_is_said_in_one_line_naming_the_known_hash(tmp_path: Path) -> None:
+    """Real pip, a local index holding an archive whose bytes are not the pinned ones: it stops before the
+    archive's setup.py could run (the marker it would write is never written)."""
+    index = tmp_path / "index"
+    index.mkdir()
+    marker = tmp_path / "setup-py-ran"
+    setup = (
+        f"open({str(marker)!r}, 'w').write('ran')\nfrom setuptools import setup\nsetup(name='vllm', version='0.26.0')\n"
+    )
+    _archive(index / "vllm-0.26.0.tar.gz", [*GOOD[:1], ("vllm-0.26.0/setup.py", "file", setup.encode())])
+    build = host_compile.UpstreamCompileBuild(
+        {
+            "runtime": str(tmp_path / "rt"),
+            "cache": str(tmp_path / "cache"),
+            "vllm_sdist": {"version": "0.26.0", "sha256": "0" * 64},
+        }
+    )
+    build.python = Path(sys.executable)
+    requirement = tmp_path / "req.txt"
+    requirement.write_text(f"vllm==0.26.0 --hash=sha256:{'0' * 64}\n")
+    args = ["download", "--no-deps", "--no-binary", ":all:", "--no-build-isolation", "--require-hashes", "--no-index"]
+    said = build.pip_said(
+        [*args, "--find-links", str(index), "-d", str(tmp_path / "out"), "-r", str(requirement)], dict(os.environ)
+    )
+    assert said is not None and "not the known one" in said and "0" * 64 in said
+    assert not marker.exists()

@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 import tarfile
 from pathlib import Path
 
 from . import tar_members
-from .runtime_build import BuildError, output, run, say
+from .runtime_build import BuildError, output, redact, run, say
 from .upstream_build import UpstreamBuild, download_progress, verify_file
 
+HASH_MISMATCH = "DO NOT MATCH THE HASHES"  # pip's --require-hashes refusal, since pip 8
 COMMIT_ID = re.compile(r"""commit_id\s*=\s*['"]([^'"]*)['"]""")
 
 
@@ -117,7 +119,9 @@ class UpstreamCompileBuild(UpstreamBuild):
         args = ["download", "--no-deps", "--no-binary", ":all:", "--no-build-isolation", "--require-hashes"]
         env = {**self.compile_env(), **{k: v for k, v in self.index_env().items() if k.startswith("PIP_")}}
         with download_progress(f"vLLM {sdist['version']}'s source archive", [scratch]):
-            self.pip([*args, "-d", str(scratch), "-r", str(requirement)], env, "downloading vLLM's source archive")
+            said = self.pip_said([*args, "-d", str(scratch), "-r", str(requirement)], env)
+        if said is not None:
+            raise BuildError(said)
         archive = scratch / sdist["filename"]
         verify_file(archive, sdist["sha256"], f"vLLM {sdist['version']}'s source archive")
         say(f"==> check passed: {archive.name} matches the known sha256 ({archive.stat().st_size} bytes)")
@@ -128,6 +132,23 @@ class UpstreamCompileBuild(UpstreamBuild):
         # A prefix of the tag's commit, not a pin: the archive's sha256 above is.
         commit = found[1] if found else "?"
         say(f"==> check passed: unpacked, every member checked (its _version.py names commit {commit})")
+
+    def pip_said(self, args: list[str], env: dict[str, str]) -> str | None:
+        """Run pip for the source archive, its output to the log; None when it worked, else the one line why."""
+        sdist = self.spec["vllm_sdist"]
+        cmd = [str(self.python), "-m", "pip", *args]
+        say("$ " + redact(" ".join(cmd)))
+        proc = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False)
+        say((proc.stdout + proc.stderr).rstrip())
+        if proc.returncode == 0:
+            return None
+        if HASH_MISMATCH in proc.stdout + proc.stderr:
+            return (
+                f"the index's vLLM {sdist['version']} source archive is not the known one (pip: its sha256 is not "
+                f"{sdist['sha256']}): a changed or wrong file, refused before any of its code ran; nothing was unpacked"
+            )
+        code = proc.returncode
+        return f"pip could not fetch vLLM {sdist['version']}'s source archive (exit code {code}): the log says why"
 
     def step_compile(self) -> None:
         env = self.compile_env()
