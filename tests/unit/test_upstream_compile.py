@@ -15,7 +15,7 @@ import pytest
 from tests.unit.groupdata import profile_data
 from tests.unit.test_unit_parity import _argv, _env
 from vllm_rig.host import upstream_compile as host_compile
-from vllm_rig.host.runtime_build import BuildError
+from vllm_rig.host.runtime_build import BuildError, relane
 from vllm_rig.host.upstream_build import build_for
 from vllm_rig.known import upstream_compile
 from vllm_rig.paths import Layout, RuntimeDirs
@@ -186,3 +186,20 @@ def test_pip_refusing_other_bytes_is_said_in_one_line_naming_the_known_hash(tmp_
     )
     assert said is not None and "not the known one" in said and "0" * 64 in said
     assert not marker.exists()
+
+
+def test_relane_swaps_only_the_named_packages_cuda_13_extras() -> None:
+    lines = [
+        "humming-kernels[cu13]==0.1.10",
+        "nvidia-cutlass-dsl[cu13]==4.6.0",
+        "nvidia_cutlass_dsl[cu13,extra2] >= 4.6",
+        'tokenspeed-mla==0.1.8; platform_system == "Linux"',
+        "other[cu13]==1.0",
+    ]
+    assert relane(lines, upstream_compile.CUDA12_EXTRAS) == [
+        "humming-kernels[cu12]==0.1.10",
+        "nvidia-cutlass-dsl==4.6.0",
+        "nvidia_cutlass_dsl[extra2] >= 4.6",
+        'tokenspeed-mla==0.1.8; platform_system == "Linux"',
+        "other[cu13]==1.0",  # not in the table: the release's line as it is
+    ]

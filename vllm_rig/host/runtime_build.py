@@ -147,6 +147,25 @@ def merge_requirements(
     return kept + ours + [f"{name}{spec}" for name, spec in overrides.items()]
 
 
+EXTRAS = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*\[([^\]]*)\](.*)$")
+
+
+def relane(lines: list[str], lane_extras: dict[str, dict[str, str]]) -> list[str]:
+    """Each line whose package `lane_extras` names, with each extra it lists swapped for the lane's (an empty
+    name drops the extra): "humming-kernels[cu13]==0.1.10" -> "humming-kernels[cu12]==0.1.10"."""
+    out = []
+    for line in lines:
+        match = EXTRAS.match(line)
+        swap = lane_extras.get(normalize(match.group(1))) if match else None
+        if match is None or swap is None:
+            out.append(line)
+            continue
+        extras = [swap.get(e.strip(), e.strip()) for e in match.group(2).split(",")]
+        kept = ",".join(e for e in extras if e)
+        out.append(f"{match.group(1)}{f'[{kept}]' if kept else ''}{match.group(3)}")
+    return out
+
+
 def fork_requirement_files(fork: Path) -> list[Path]:
     """Build then runtime requirements, as the fork's build.sh installs them (older trees: build.txt)."""
     build = next(
@@ -457,11 +476,15 @@ class Build:
         """The vLLM tree this build compiles (the fork's checkout)."""
         return Path(self.spec["sources"]["fork"])
 
-    def step_requirements(self) -> None:
-        fork = self.source_tree()
+    def tree_requirement_lines(self) -> list[str]:
+        """The source tree's build then runtime requirement lines, as they are."""
         lines: list[str] = []
-        for path in fork_requirement_files(fork):
+        for path in fork_requirement_files(self.source_tree()):
             lines += requirement_lines(path)
+        return lines
+
+    def step_requirements(self) -> None:
+        lines = self.tree_requirement_lines()
         spec = self.spec
         merged = merge_requirements(lines, spec["pins"], spec["overrides"], spec["replace"], spec["drop"])
         requirements = self.work / "requirements.txt"

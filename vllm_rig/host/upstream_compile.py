@@ -21,7 +21,7 @@ import tarfile
 from pathlib import Path
 
 from . import tar_members
-from .runtime_build import BuildError, output, redact, run, say
+from .runtime_build import BuildError, output, redact, relane, run, say
 from .upstream_build import UpstreamBuild, download_progress, verify_file
 
 HASH_MISMATCH = "DO NOT MATCH THE HASHES"  # pip's --require-hashes refusal, since pip 8
@@ -149,6 +149,16 @@ class UpstreamCompileBuild(UpstreamBuild):
             )
         code = proc.returncode
         return f"pip could not fetch vLLM {sdist['version']}'s source archive (exit code {code}): the log says why"
+
+    def tree_requirement_lines(self) -> list[str]:
+        """The release's lines, with the CUDA 13 extras it names swapped for the lane's (humming-kernels[cu13]
+        would bring a second CUDA toolkit, 13.x, beside the CUDA 12 torch)."""
+        lines = super().tree_requirement_lines()
+        swapped = relane(lines, self.spec["lane_extras"])
+        for before, after in zip(lines, swapped, strict=True):
+            if before != after:
+                say(f"the torch lane's CUDA: {before} -> {after}")
+        return swapped
 
     def step_compile(self) -> None:
         env = self.compile_env()

@@ -106,6 +106,17 @@ CUTLASS, TRITON_KERNELS = "cutlass", "triton_kernels"
 REQUIRED_SOURCES = (CUTLASS, TRITON_KERNELS)
 
 
+# The release's requirements/cuda.txt names CUDA 13 extras (0.26.0: humming-kernels[cu13]==0.1.10,
+# nvidia-cutlass-dsl[cu13]==4.6.0); a CUDA 12 lane takes each package's CUDA 12 variant, read from its PyPI wheel's
+# METADATA: humming-kernels 0.1.10 (sha256 4ded0998...bc972b4) provides extras cu12 and cu13;
+# nvidia-cutlass-dsl 4.6.0 (sha256 e3e0e4d8...2308ca8) requires nvidia-cutlass-dsl-libs-cu12 by default and
+# -cu13 only under its cu13 extra. Extra name -> the lane's ("" drops it).
+CUDA12_EXTRAS: dict[str, dict[str, str]] = {
+    "humming-kernels": {"cu13": "cu12"},
+    "nvidia-cutlass-dsl": {"cu13": ""},
+}
+
+
 def sdist(version: str) -> Sdist:
     """The release's source archive row; ValueError naming the releases that have one."""
     try:
