@@ -107,11 +107,13 @@ def test_the_wheel_carries_the_patched_releases_parser_and_a_built_extension(whe
     assert dumped == listed - {"-O"}  # -O is the preprocessor's alias, not an argparse option
     assert "--device-ids" in dumped
     assert wheel.files["vllm/standin/real/cli-flags.txt"] == upstream.FLAGS.read_bytes()
-    assert wheel.files["vllm/_C.abi3.so"][:4] == b"\x7fELF"
+    for module in ("_C_stable_libtorch", "_moe_C_stable_libtorch"):  # PyPI's wheel's, and no legacy _C
+        assert wheel.files[f"vllm/{module}.abi3.so"][:4] == b"\x7fELF"
+    assert "vllm/_C.abi3.so" not in wheel.files
 
 
 def test_the_built_extension_imports(site: Path) -> None:
-    code = "import vllm, vllm._C; print(vllm.__version__, vllm._C.silu_and_mul(2.0, 3.0))"
+    code = "import vllm, vllm._C_stable_libtorch as C; print(vllm.__version__, C.silu_and_mul(2.0, 3.0))"
     out = subprocess.run(
         [sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(site)}, capture_output=True, text=True
     )
