@@ -31,6 +31,7 @@ from tests.sandbox.fixtures import pkg_index as _pkg_index  # noqa: E402
 from vllm_rig.core import cli_limit as _cli_limit  # noqa: E402
 from vllm_rig.core import op_order as _op_order  # noqa: E402
 from vllm_rig.core import ssh_nodelay as _ssh_nodelay  # noqa: E402
+from vllm_rig.known import upstream_compile as _upstream_compile  # noqa: E402
 
 _ssh_nodelay.install()
 _op_order.install()
@@ -104,6 +105,7 @@ def _upstream() -> dict:
         return {}  # not built yet: the runtime stage then names the wheel's or the patch's sha256
     return {
         "vllm_wheel_sha256": built["vllm_wheel"]["sha256"],
+        "vllm_sdist_sha256": built["vllm_sdist"]["sha256"],
         "sm75_patch_files": {
             name: {"url": _pkg_index.upstream_url(patch["path"]), "sha256": patch["sha256"]}
             for name, patch in built["sm75_patches"].items()
@@ -136,6 +138,31 @@ def _fetchcontent_sources(refs: dict) -> dict:
     }
 
 
+def _compile_sources(refs: dict) -> dict:
+    """What the stand-in vLLM 0.26.0 source archive's CMake-like build fetches, from the sandbox's git remotes; the
+    variables are the release's own (vllm_rig/known/upstream_compile.py)."""
+    pending = "0" * 40  # not built yet: the checkout then fails, naming the source
+    remotes = {
+        "cutlass": (_forge.CUTLASS, _forge.CUTLASS_TAG),
+        "triton_kernels": (_forge.TRITON, _forge.TRITON_TAG_UPSTREAM),
+        "fmha_sm100": (_forge.MSA, "main"),
+        "tml_fa4": (_forge.TML_FA4, "main"),
+        "flashmla": (_forge.FLASHMLA, "main"),
+        "qutlass": (_forge.QUTLASS, "main"),
+        "vllm-flash-attn": (_forge.FLASH_ATTN, "main"),
+        "deepgemm": (_forge.DEEPGEMM, "main"),
+    }
+    return {
+        name: {
+            "repo": _forge.remote_url(repo),
+            "ref": refs.get(repo, {}).get(ref, pending),
+            "env": _upstream_compile.SOURCES_0_26_0[name]["env"],
+            "min_arch": None,
+        }
+        for name, (repo, ref) in remotes.items()
+    }
+
+
 def _settings() -> dict:
     """The sandbox's sources. SHAs come from the git remotes' manifest, written by `up`."""
     try:
@@ -153,6 +180,7 @@ def _settings() -> dict:
         "cutlass_ref": refs.get(_forge.CUTLASS, {}).get(_forge.CUTLASS_TAG, "(run: python -m tests.sandbox up)"),
         "triton_src_repo": _forge.remote_url(_forge.TRITON),
         "fetchcontent_sources": _fetchcontent_sources(refs),
+        "upstream_compile_sources": _compile_sources(refs),
         "flashinfer_sm75_patches": _flashinfer_patches(),
         **_upstream(),
         "pip_index_url": _pkg_index.index_url(),

@@ -54,8 +54,7 @@ def test_the_fingerprint_names_the_archive_the_lane_the_toolkit_and_the_sources(
     assert inputs["torch_lane"] == "cu128" and inputs["cuda"] == "12.9" and inputs["arch_list"] == "7.5"
     assert inputs["pins"]["torch"] == "2.11.0" and inputs["pins"]["flashinfer-python"] == "0.6.14"
     assert inputs["flashinfer_fix"]["patch"] == "pr3621"
-    assert set(inputs["sources"]) == set(sdist.sources) - {"deepgemm"}  # DeepGEMM's kernels start at SM90
-    assert "deepgemm" in plan.build_inputs(_settings(gpu_compute_capability="9.0"))["sources"]
+    assert set(inputs["sources"]) == set(sdist.sources)  # all eight: 0.26.0's CMake fetches each on SM75 too
     wheel = plan.build_inputs(_settings(upstream_build="wheel"))
     assert plan.fingerprint(inputs) != plan.fingerprint(wheel)  # a switch of build is a runtime change
     assert plan.fingerprint(inputs) != plan.fingerprint(plan.build_inputs(_settings(vllm_sdist_sha256="0" * 64)))
@@ -66,7 +65,7 @@ def test_the_spec_hands_each_source_to_its_cmake_variable() -> None:
     dirs = RuntimeDirs(s.install_root, "abc")
     checkouts = plan.git_sources(s, dirs)
     assert checkouts[0][0] == "FlashQLA" and all(url.startswith("https://mirror.example/") for _, url, *_ in checkouts)
-    assert {dest for *_, dest in checkouts[1:]} == {dirs.dep(n) for n in s.compile_sources() if n != "deepgemm"}
+    assert {dest for *_, dest in checkouts[1:]} == {dirs.dep(n) for n in s.compile_sources()}
     spec = plan.build_spec(s, dirs, "f" * 64, plan.build_inputs(s), 4)
     assert spec["kind"] == "upstream-compile" and spec["cuda_home"] == "/usr/local/cuda-12.9"
     assert spec["vllm_sdist"]["expected_version"] == "0.26.0+cu129"
@@ -74,8 +73,10 @@ def test_the_spec_hands_each_source_to_its_cmake_variable() -> None:
     assert spec["sources"]["cutlass"] == dirs.dep("cutlass") and spec["sources"]["triton"] == dirs.dep("triton_kernels")
     variables = {dep["env"] for dep in spec["fetchcontent"].values()}
     assert variables == {"FMHA_SM100_SRC_DIR", "TML_FA4_SRC_DIR", "FLASH_MLA_SRC_DIR", "QUTLASS_SRC_DIR"} | {
-        "VLLM_FLASH_ATTN_SRC_DIR"
+        "VLLM_FLASH_ATTN_SRC_DIR",
+        "DEEPGEMM_SRC_DIR",
     }
+    assert spec["kernel_modules"] == ["vllm._C_stable_libtorch", "vllm._moe_C_stable_libtorch"]
     assert "setuptools-rust>=1.9.0" in spec["build_requires"] and not any("torch" in r for r in spec["build_requires"])
     assert type(build_for(spec)).__name__ == "UpstreamCompileBuild"
 

@@ -16,8 +16,8 @@ the fork's legacy-kernel patches copied in, required where the fork's build uses
 (TORCH_CUDA_ARCH_LIST, MAX_JOBS, NVCC_THREADS=1, ccache, local CUTLASS and Triton sources and every
 other source its CMake would fetch, FetchContent disconnected, `pip install --no-build-isolation
 --no-deps -e`); the fork's own tools/validate_runtime_components.py, run as its build.sh runs it; then
-the checks: `import vllm._C` from a neutral directory, the FlashInfer check script, FlashQLA's extension
-compiles. Only then is
+the checks: `import vllm._C` (the release kinds: their own extensions) from a neutral directory, the
+FlashInfer check script, FlashQLA's extension compiles. Only then is
 <runtime>/runtime.json written: the runtime is complete.
 
 A re-run resumes: each finished step leaves <runtime>/.build/<step>.done, and ccache keeps what was
@@ -379,6 +379,14 @@ def judge_validation(returncode: int, output: str, waived: list[str]) -> list[st
     return [f"{name}: {detail}" for name, detail in failed]
 
 
+# The compiled extensions imported from a neutral directory (no source tree on the path): torch first, as the
+# server loads it before them.
+KERNEL_CHECK = (
+    "import importlib, sys, torch, vllm\n"
+    "print('vllm', vllm.__version__, 'kernels', *(importlib.import_module(m).__file__ for m in sys.argv[1:]))"
+)
+
+
 # ---- the build --------------------------------------------------------------------------------------
 
 
@@ -641,12 +649,13 @@ class Build:
         shutil.rmtree(self.work / "validate_torch_extensions", ignore_errors=True)
 
     def step_check(self) -> None:
+        modules = self.spec.get("kernel_modules", ["vllm._C"])
         neutral = tempfile.mkdtemp(prefix="vllm-rig-check-")
         try:
-            code = "import vllm._C, vllm; print('vllm', vllm.__version__, 'kernels', vllm._C.__file__)"
-            say(output([str(self.python), "-c", code], env=self.cuda_env(), cwd=neutral))
+            say(output([str(self.python), "-c", KERNEL_CHECK, *modules], env=self.cuda_env(), cwd=neutral))
         except BuildError as err:
-            raise BuildError(f"import vllm._C failed from a neutral directory (no kernels were built): {err}") from None
+            names = ", ".join(modules)
+            raise BuildError(f"import {names} failed from a neutral directory (no kernels were built): {err}") from None
         finally:
             shutil.rmtree(neutral, ignore_errors=True)
         run(["bash", self.spec["check_script"], str(self.python)], "the FlashInfer SM75 check")

@@ -6,7 +6,7 @@ it with the release's exact torch and FlashInfer pins; the CUDA 13.0 toolkit par
 (cuda-toolkit[nvcc,crt,cccl,cudart,nvvm]) for what compiles on the box; zyYuc's SM75 patch, its sha256
 checked, applied to the installed Python files (each file that does not apply named); FlashInfer's SM75
 fix (runtime_build's step); FlashQLA with the owner's patch, kept off the resolver (the service's
-PYTHONPATH); then the checks: the patch in place, `import vllm._C` from a neutral directory, the
+PYTHONPATH); then the checks: the patch in place, the release's extensions imported from a neutral directory, the
 FlashInfer check, FlashQLA's extension compiles.
 """
 

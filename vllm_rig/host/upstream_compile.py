@@ -8,8 +8,8 @@ again, every member checked, unpacked beside and renamed into place; zyYuc's SM7
 the tree's requirements with the release's pins on top; FlashInfer's SM75 fix; FlashQLA with the owner's patch;
 the compile (`pip install --no-build-isolation --no-deps <tree>`, FetchContent disconnected, every source the
 release's CMake fetches checked out ahead); then the checks: the version setup.py gives a CUDA 12.9 build, the
-patch in the installed files, `import vllm._C` from a neutral directory, the FlashInfer check, FlashQLA's
-extension.
+patch in the installed files, the release's extensions imported from a neutral directory, the FlashInfer
+check, FlashQLA's extension.
 """
 
 from __future__ import annotations
@@ -118,6 +118,9 @@ class UpstreamCompileBuild(UpstreamBuild):
         requirement.write_text(f"vllm=={sdist['version']} --hash=sha256:{sdist['sha256']}\n")
         args = ["download", "--no-deps", "--no-binary", ":all:", "--no-build-isolation", "--require-hashes"]
         env = {**self.compile_env(), **{k: v for k, v in self.index_env().items() if k.startswith("PIP_")}}
+        # pip checks the version the metadata step computes against the one it asked for: setup.py would add
+        # +cu129 for the card's nvcc and pip would throw the archive out ("inconsistent version"). Only here.
+        env["VLLM_VERSION_OVERRIDE"] = sdist["version"]
         with download_progress(f"vLLM {sdist['version']}'s source archive", [scratch]):
             said = self.pip_said([*args, "-d", str(scratch), "-r", str(requirement)], env)
         if said is not None:

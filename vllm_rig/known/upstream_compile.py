@@ -28,55 +28,61 @@ class Sdist:
 
 
 # Each CMake source: what CMakeLists.txt / cmake/external_projects/<name>.cmake pins, and the variable it reads
-# for a local copy. min_arch None = fetched whatever TORCH_CUDA_ARCH_LIST says (docs/upstream-facts.md §5 table).
+# for a local copy. All eight are fetched whatever TORCH_CUDA_ARCH_LIST says (only their kernels depend on it),
+# so each is checked out ahead; what a missing one does, with FetchContent disconnected, is in the comments
+# (file:lines of the 0.26.0 sdist; docs/upstream-facts.md §5).
 SOURCES_0_26_0: dict[str, dict[str, Any]] = {
-    "cutlass": {  # CUTLASS_REVISION v4.4.2 (CMakeLists.txt); the commit of that tag, as the fork kind's cutlass_ref
+    "cutlass": {  # CUTLASS_REVISION v4.4.2 (CMakeLists.txt:438-466; missing: a warning, then the compile fails on
+        # its headers); the commit of that tag, as the fork kind's cutlass_ref
         "repo": "https://github.com/NVIDIA/cutlass.git",
         "ref": "da5e086dab31d63815acafdac9a9c5893b1c69e2",
         "env": "VLLM_CUTLASS_SRC_DIR",
         "min_arch": None,
     },
-    "triton_kernels": {  # DEFAULT_TRITON_KERNELS_TAG v3.5.1; FATAL_ERROR without it (its commit not confirmed here)
+    "triton_kernels": {  # DEFAULT_TRITON_KERNELS_TAG v3.5.1 (triton_kernels.cmake:3-53; missing: a warning and
+        # nothing installed); the tag's commit not confirmed here
         "repo": "https://github.com/triton-lang/triton.git",
         "ref": "v3.5.1",
         "env": "TRITON_KERNELS_SRC_DIR",
         "min_arch": None,
     },
-    "fmha_sm100": {  # vllm-project/MSA: FetchContent_Populate for every arch (its Python and headers installed)
+    "fmha_sm100": {  # vllm-project/MSA (fmha_sm100.cmake:5-73; its Python and headers are installed: missing, the
+        # install step fails)
         "repo": "https://github.com/vllm-project/MSA.git",
         "ref": "2e63ec37a0fc29bc20f39cd1a52e0f5affc33a73",
         "env": "FMHA_SM100_SRC_DIR",
         "min_arch": None,
     },
-    "tml_fa4": {  # vllm-project/tml-fa4: populated for every arch
+    "tml_fa4": {  # vllm-project/tml-fa4 (tml_fa4.cmake:3-50; missing: a warning, nothing installed)
         "repo": "https://github.com/vllm-project/tml-fa4.git",
         "ref": "b206834606ed5b5f21f8eed6b0683f528ea9cf7d",
         "env": "TML_FA4_SRC_DIR",
         "min_arch": None,
     },
-    "flashmla": {  # its interface is read before the arch check
+    "flashmla": {  # flashmla.cmake:7-43: its interface is file(READ) before the arch check (missing: configure stops)
         "repo": "https://github.com/vllm-project/FlashMLA.git",
         "ref": "a8f794d1251cbfd88a5011445dd5582289c727e4",
         "env": "FLASH_MLA_SRC_DIR",
         "min_arch": None,
     },
-    "qutlass": {  # a FATAL_ERROR when the source cannot be resolved, whatever the arch
+    "qutlass": {  # qutlass.cmake:5-54: a Populate form that ignores FULLY_DISCONNECTED and git-clones from GitHub
         "repo": "https://github.com/IST-DASLab/qutlass.git",
         "ref": "830d2c4537c7396e14a02a46fbddd18b5d107c65",
         "env": "QUTLASS_SRC_DIR",
         "min_arch": None,
     },
-    "vllm-flash-attn": {  # upstream's vllm_flash_attn.cmake populates it on SM75 too (issue 24's _vllm_fa2_C)
+    "vllm-flash-attn": {  # vllm_flash_attn.cmake:28-57 (missing: ninja's unknown target _vllm_fa2_C, setup.py:1132)
         "repo": "https://github.com/vllm-project/flash-attention.git",
         "ref": "caaa4eb59845388a20b1f435ecaafb4bd9517ad8",
         "env": "VLLM_FLASH_ATTN_SRC_DIR",
         "min_arch": None,
     },
-    "deepgemm": {  # its kernels are 9.0a, 10.0f, 12.0f only
+    "deepgemm": {  # deepgemm.cmake:7-59: fetched on every arch (its kernels are 9.0a, 10.0f, 12.0f only), by the
+        # Populate form that git-clones past FULLY_DISCONNECTED: without a local copy a box reaches GitHub
         "repo": "https://github.com/deepseek-ai/DeepGEMM.git",
         "ref": "a6b593d2826719dcf4892609af7b84ee23aaf32a",
         "env": "DEEPGEMM_SRC_DIR",
-        "min_arch": "9.0",
+        "min_arch": None,
     },
 }
 

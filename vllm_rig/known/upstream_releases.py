@@ -52,6 +52,12 @@ class Release:
 
 CUDA_RUNTIME = "libcudart.so.13"
 
+# The compiled extensions a CUDA build of every listed release has, and the build's check imports: PyPI's 0.26.0
+# wheel holds vllm/_C_stable_libtorch.abi3.so and vllm/_moe_C_stable_libtorch.abi3.so and no vllm/_C (its
+# CMakeLists.txt builds the legacy _C for ROCm only, lines 355-372 of the 0.26.0 sdist); the server imports the
+# first at start (vllm/platforms/cuda.py line 23).
+KERNEL_MODULES = ("vllm._C_stable_libtorch", "vllm._moe_C_stable_libtorch")
+
 # The patched release's real parser, dumped on CPU (each file's header says how): upstream-<version>-cli-flags.txt,
 # read by server_interface.upstream(version).
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm_rig.known import cuda_toolkit
+from vllm_rig.known import cuda_toolkit, upstream_releases
 from vllm_rig.paths import Layout, RuntimeDirs
 from vllm_rig.settings import Settings
 from vllm_rig.stages.runtime import upstream_compile
@@ -97,6 +97,7 @@ def spec_part(s: Settings, dirs: RuntimeDirs) -> dict[str, Any]:
     r = s.vllm_wheel()
     return {
         "kind": KIND,
+        "kernel_modules": list(upstream_releases.KERNEL_MODULES),
         "vllm_wheel": {"sha256": wheel_sha256(s), "version": r.version},
         "pins": pins(s),
         "torch_packages": list(TORCH_PACKAGES),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm_rig.known import upstream_compile
+from vllm_rig.known import upstream_compile, upstream_releases
 from vllm_rig.paths import RuntimeDirs
 from vllm_rig.settings import Settings
 from vllm_rig.stages.runtime.lanes import TORCH_LANE_PACKAGES, fetched_for, torch_exact_versions, torch_lane
@@ -36,7 +36,7 @@ def pins(s: Settings) -> dict[str, str]:
 
 
 def needed_sources(s: Settings) -> dict[str, dict[str, Any]]:
-    """The CMake sources a build for gpu_compute_capability fetches (DeepGEMM only from SM90)."""
+    """The CMake sources a build for gpu_compute_capability fetches (0.26.0: all of them)."""
     arch = s.gpu_compute_capability
     return {name: e for name, e in sorted(s.compile_sources().items()) if fetched_for(e, arch)}
 
@@ -88,6 +88,7 @@ def spec_part(s: Settings, dirs: RuntimeDirs) -> dict[str, Any]:
     }
     return {
         "kind": KIND,
+        "kernel_modules": list(upstream_releases.KERNEL_MODULES),
         "vllm_sdist": {
             "version": s.vllm_version,
             "sha256": s.vllm_sdist_hash(),

@@ -1,0 +1,72 @@
+"""pip's real resolver on what upstream_build compile installs for vLLM 0.26.0: the torch lane's pins, the release's
+build requirements (vllm_rig/known/upstream_compile.py), and the release's own requirement files (read from PyPI's
+vllm-0.26.0.tar.gz into tests/sandbox/fixtures/pkg_index/upstream/vllm-0.26.0-sdist-requirements.json) merged the
+way the host build merges them (its own functions: requirement_lines, relane, merge_requirements). Needs PyPI.
+
+As tests/real/real_pip.py says: the torch index's local versions (2.11.0+cu128) are not on PyPI, so torch resolves
+as PyPI's 2.11.0, the same public version; a real box takes the cu128 build from the torch index.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.real import real_pip
+from tests.unit.groupdata import profile_data
+from vllm_rig.host import runtime_build
+from vllm_rig.paths import RuntimeDirs
+from vllm_rig.settings import Settings
+from vllm_rig.stages.runtime import plan
+from vllm_rig.validation import load_settings
+
+REAL = Path(__file__).resolve().parents[1] / "sandbox/fixtures/pkg_index/upstream/vllm-0.26.0-sdist-requirements.json"
+
+
+def _settings() -> Settings:
+    return load_settings({**profile_data(), "runtime_kind": "upstream", "upstream_build": "compile"})
+
+
+def _tree(root: Path) -> Path:
+    """The release's requirement files laid out as in its source tree."""
+    for rel, lines in json.loads(REAL.read_text())["requirements"].items():
+        path = root / "requirements" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(lines) + "\n")
+    return root
+
+
+def compile_requirements(s: Settings, tree: Path) -> list[str]:
+    spec = plan.build_spec(s, RuntimeDirs(s.install_root, "resolve"), "0" * 64, plan.build_inputs(s), 1)
+    lines: list[str] = []
+    for path in runtime_build.fork_requirement_files(tree):
+        lines += runtime_build.requirement_lines(path)
+    lines = runtime_build.relane(lines, spec["lane_extras"])
+    merged = runtime_build.merge_requirements(lines, spec["pins"], spec["overrides"], spec["replace"], spec["drop"])
+    lane = [f"{name}=={spec['pins'][name]}" for name in spec["torch_packages"]]
+    return [*lane, *spec["build_requires"], *merged]
+
+
+def test_the_compile_set_resolves_with_the_lanes_cuda_12_variants(tmp_path: Path) -> None:
+    s = _settings()
+    wanted = compile_requirements(s, _tree(tmp_path))
+    assert "humming-kernels[cu12]==0.1.10" in wanted and "nvidia-cutlass-dsl==4.6.0" in wanted
+    assert not [line for line in wanted if "cu13" in line], wanted
+    result = real_pip.resolve(wanted, s.python_version)
+    assert result.ok, f"pip cannot install vLLM 0.26.0's compile set:\n{result.output[-3000:]}"
+    got = result.installs
+    for name, pin in (("torch", "2.11.0"), ("flashinfer-python", "0.6.14"), ("humming-kernels", "0.1.10")):
+        assert got.get(name) == pin, f"{name}: resolved {got.get(name)}, pinned {pin}"
+    assert "nvidia-cutlass-dsl-libs-cu12" in got and "nvidia-cutlass-dsl-libs-cu13" not in got
+    assert "nvidia-cuda-nvcc-cu12" in got  # humming-kernels[cu12]'s own toolkit parts
+    assert "flashinfer-cubin" not in got and "setuptools-rust" in got
+
+
+@pytest.mark.parametrize("package", ["humming-kernels", "nvidia-cutlass-dsl"])
+def test_each_swapped_package_is_a_cuda_13_extra_of_the_release(package: str, tmp_path: Path) -> None:
+    """The swap table names only what the release's files ask with a cu13 extra: a release that stops asking
+    for it makes this fail, and the table must follow."""
+    lines = runtime_build.requirement_lines(_tree(tmp_path) / "requirements" / "cuda.txt")
+    assert any(line.startswith(f"{package}[cu13]") for line in lines), lines
