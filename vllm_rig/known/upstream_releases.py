@@ -45,6 +45,15 @@ class Release:
     supported: bool
     reason: str  # why it is or is not supported
 
+    def pins(self) -> dict[str, str]:
+        """The exact torch and FlashInfer pins of its METADATA, by distribution name."""
+        return {
+            "torch": self.torch,
+            "torchvision": self.torchvision,
+            "torchaudio": self.torchaudio,
+            "flashinfer-python": self.flashinfer,
+        }
+
     def flashinfer_fix(self) -> str | None:
         """The SM75 fix its own FlashInfer pin takes ("pr3621", "pr3526") or None; ValueError where none exists."""
         return flashinfer_fix.resolve(self.flashinfer, "auto")

@@ -47,14 +47,7 @@ def service_cuda_home(s: Settings, layout: Layout) -> str:
 
 def pins(s: Settings) -> dict[str, str]:
     r = s.vllm_wheel()
-    return {
-        "vllm": r.version,
-        "torch": r.torch,
-        "torchvision": r.torchvision,
-        "torchaudio": r.torchaudio,
-        "flashinfer-python": r.flashinfer,
-        CUDA_TOOLKIT: cuda_toolkit_version(r.torch),
-    }
+    return {"vllm": r.version, **r.pins(), CUDA_TOOLKIT: cuda_toolkit_version(r.torch)}
 
 
 def wheel_sha256(s: Settings) -> str:

@@ -25,14 +25,7 @@ FLASHINFER = "flashinfer-python"
 def pins(s: Settings) -> dict[str, str]:
     """Exact versions the runtime ends with: the release's own torch and FlashInfer pins (validation holds the
     settings to them), triton at torch's pin."""
-    r = s.vllm_wheel()
-    return {
-        "torch": r.torch,
-        "torchvision": r.torchvision,
-        "torchaudio": r.torchaudio,
-        "triton": s.triton_version,
-        FLASHINFER: r.flashinfer,
-    }
+    return {**s.vllm_wheel().pins(), "triton": s.triton_version}
 
 
 def needed_sources(s: Settings) -> dict[str, dict[str, Any]]:
