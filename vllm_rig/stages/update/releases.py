@@ -80,7 +80,8 @@ def fork_releases(s: Settings) -> None:
         return
     if s.runtime_kind == "upstream":
         logger.info(
-            f"[{host.name}] releases: this host runs vLLM {s.vllm_version}'s release wheel (runtime_kind upstream), "
+            f"[{host.name}] releases: this host runs vLLM {s.vllm_version} (runtime_kind upstream, upstream_build "
+            f"{s.upstream_build}), "
             f"not the fork; the releases the rig supports: {', '.join(upstream_releases.supported_versions())} "
             "(try one with tasks/update_fork.py --data vllm_version=V and its torch/FlashInfer pins)"
         )
