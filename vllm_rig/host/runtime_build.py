@@ -499,7 +499,7 @@ class Build:
         constraints = self.work / "constraints.txt"
         requirements.write_text("\n".join(merged) + "\n")
         constraints.write_text("".join(f"{n}=={v}\n" for n, v in self.spec["pins"].items()))
-        say(f"requirements (the fork's, ours on top): {', '.join(merged)}")
+        say(f"requirements (the source tree's, ours on top): {', '.join(merged)}")
         env = self.pip_env(self.spec["pip_index_url"], self.spec["torch_index_url"])
         self.pip(["install", "-r", str(requirements), "-c", str(constraints)], env, "pip install of the requirements")
         for dist in self.spec["drop"]:
