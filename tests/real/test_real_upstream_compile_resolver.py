@@ -17,9 +17,8 @@ import pytest
 from tests.real import real_pip
 from tests.unit.groupdata import profile_data
 from vllm_rig.host import runtime_build
-from vllm_rig.paths import RuntimeDirs
+from vllm_rig.known import upstream_compile
 from vllm_rig.settings import Settings
-from vllm_rig.stages.runtime import plan
 from vllm_rig.validation import load_settings
 
 REAL = Path(__file__).resolve().parents[1] / "sandbox/fixtures/pkg_index/upstream/vllm-0.26.0-sdist-requirements.json"
@@ -39,14 +38,10 @@ def _tree(root: Path) -> Path:
 
 
 def compile_requirements(s: Settings, tree: Path) -> list[str]:
-    spec = plan.build_spec(s, RuntimeDirs(s.install_root, "resolve"), "0" * 64, plan.build_inputs(s), 1)
-    lines: list[str] = []
-    for path in runtime_build.fork_requirement_files(tree):
-        lines += runtime_build.requirement_lines(path)
-    lines = runtime_build.relane(lines, spec["lane_extras"])
-    merged = runtime_build.merge_requirements(lines, spec["pins"], spec["overrides"], spec["replace"], spec["drop"])
-    lane = [f"{name}=={spec['pins'][name]}" for name in spec["torch_packages"]]
-    return [*lane, *spec["build_requires"], *merged]
+    """The lane and the release's lines merged as the build merges them (real_pip's, with the cu13 extras swapped
+    as the compile swaps them), after the archive's build requirements."""
+    lines = runtime_build.relane(real_pip.fork_requirement_lines(tree), upstream_compile.CUDA12_EXTRAS)
+    return [*s.vllm_sdist().build_requires, *real_pip.runtime_requirements(s, lines)]
 
 
 def test_the_compile_set_resolves_with_the_lanes_cuda_12_variants(tmp_path: Path) -> None:
