@@ -154,7 +154,7 @@ def run_bench(
 # --- against the stand-in --------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("rates", "sizes"),
-    [(FAST, "4000:3:129,8000:2:129"), (SEED, "2000:2:33")],
+    [(FAST, "4000:3:201,8000:2:201"), (SEED, "2000:2:44")],
     ids=["fast-knobs", "seed-knobs"],
 )
 def test_reads_back_the_knob_rates(standin: StandIn, tmp_path: Path, rates: dict[str, float], sizes: str) -> None:
@@ -168,7 +168,7 @@ def test_reads_back_the_knob_rates(standin: StandIn, tmp_path: Path, rates: dict
         assert r["prompt_tokens"] == pytest.approx(r["target_tokens"], rel=0.02), r  # calibrated length
         assert r["completion_tokens"] == r["max_tokens"]
         assert forge.rate_reads_back(r["prefill_tps"], rates["prefill_tps"]), r
-        assert forge.rate_reads_back(r["decode_tps"], rates["decode_tps"]), r
+        assert forge.decode_reads_back(r["decode_tps"], rates["decode_tps"], r["completion_tokens"]), r
         assert r["acceptance"] == pytest.approx(rates["mtp_acceptance"], abs=0.03), r
     assert result["model"] == "qwen-local" and result["label"] == "FP8 KV"
     assert len(result["warmups"]) == len(expected)

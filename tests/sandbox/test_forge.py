@@ -701,7 +701,7 @@ def test_measured_rates_match_the_knobs(seed000: Server) -> None:
     )
     assert usage["prompt_tokens"] == 2015 and usage["completion_tokens"] == 101
     assert forge.rate_reads_back(prefill, RATES["prefill_tps"]), prefill
-    assert forge.rate_reads_back(decode, RATES["decode_tps"]), decode
+    assert forge.decode_reads_back(decode, RATES["decode_tps"], usage["completion_tokens"]), decode
     assert accepted / drafted == pytest.approx(RATES["mtp_acceptance"], rel=0.03)
     t1, repeat, _ = stream_chat(seed000, prompt, 1)  # same prompt: the prefix cache skips most of the prefill
     assert repeat[0][0] - t1 < ttft / 4
@@ -710,9 +710,9 @@ def test_measured_rates_match_the_knobs(seed000: Server) -> None:
 def test_knobs_apply_without_restart(seed000: Server, runtime: Runtime) -> None:
     runtime.knobs.write_text(json.dumps({**KNOBS, "decode_tps": 400.0}))
     try:
-        _, chunks, usage = stream_chat(seed000, "fast now", 81)
+        _, chunks, usage = stream_chat(seed000, "fast now", 201)
         decode = (usage["completion_tokens"] - 1) / (chunks[-1][0] - chunks[0][0])
-        assert forge.rate_reads_back(decode, 400.0), decode
+        assert forge.decode_reads_back(decode, 400.0, usage["completion_tokens"]), decode
     finally:
         runtime.knobs.write_text(json.dumps(KNOBS))
 
