@@ -37,6 +37,7 @@ class Served:
     dest: Path
     status_file: Path
     proc: subprocess.Popen[str]
+    launched_ns: int  # just before the server started
 
     def get(self, path: str, token: str = TOKEN, **headers: str) -> tuple[int, dict[str, str], bytes]:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
@@ -64,9 +65,13 @@ def served(tmp_path: Path) -> Iterator[Served]:
     argv = [*host_scripts.program("model_serve"), "--dest", str(dest), "--repo", REPO, "--revision", "main"]
     argv += ["--bind", "127.0.0.1", "--port", str(port), "--status-file", str(status_file), "--followers", "rig2"]
     env = {**os.environ, "VLLM_RIG_PEER_TOKEN": RUN_TOKEN}
+    earlier = tmp_path / "earlier-fetch.json"  # a test's verdict of an earlier run, there before the start
+    if earlier.exists():
+        os.replace(earlier, status_file)
+    launched_ns = time.time_ns()
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     assert proc.stdout is not None and "serving" in proc.stdout.readline()
-    yield Served(port, dest, status_file, proc)
+    yield Served(port, dest, status_file, proc, launched_ns)
     proc.terminate()
     proc.wait(10)
 
@@ -81,12 +86,34 @@ def test_not_yet_while_the_model_is_not_there_then_ready_with_the_markers_files(
     assert set(status["files"]) == {"model.safetensors", "config.json"}
 
 
-def test_own_failed_download_is_said_only_when_written_after_the_start(served: Served) -> None:
-    failed = json.dumps({"exit_code": 4, "message": "model.safetensors still corrupt"})
-    served.status_file.write_text(failed)
-    os.utime(served.status_file, (time.time() - 3600, time.time() - 3600))  # a verdict of an earlier run
+FAILED = json.dumps({"exit_code": 4, "message": "model.safetensors still corrupt"})
+
+
+@pytest.fixture
+def earlier_verdict(tmp_path: Path) -> None:
+    """A failed verdict left by an earlier run, in place before the server starts (requested before `served`)."""
+    (tmp_path / "earlier-fetch.json").write_text(FAILED)
+
+
+def write_replacing(path: Path, text: str) -> None:
+    """As model_fetch.py writes its status: a new file renamed over the old one."""
+    (path.parent / f".{path.name}.tmp").write_text(text)
+    os.replace(path.parent / f".{path.name}.tmp", path)
+
+
+def test_own_failed_download_is_said_at_once_when_written_after_the_start(served: Served) -> None:
+    served.status_file.write_text(FAILED)
+    # The kernel stamps mtime from its coarse clock, which can read a few ms before the server's own start
+    # time although the file was written after it (a CI run's follower waited 180 s on that).
+    stamp = served.launched_ns - 10_000_000
+    os.utime(served.status_file, ns=(stamp, stamp))
+    code, _, body = served.get("/v1/status")
+    assert code == 410 and json.loads(body)["message"] == "model.safetensors still corrupt"
+
+
+def test_an_earlier_runs_verdict_is_stale_until_this_run_writes_one(earlier_verdict: None, served: Served) -> None:
     assert served.get("/v1/status")[0] == 503
-    served.status_file.write_text(failed)
+    write_replacing(served.status_file, FAILED)  # the same bytes, written by this run
     code, _, body = served.get("/v1/status")
     assert code == 410 and json.loads(body)["message"] == "model.safetensors still corrupt"
 

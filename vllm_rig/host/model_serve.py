@@ -58,12 +58,25 @@ def follower_token(run_token: str, follower: str) -> str:
     return hmac.new(run_token.encode(), f"vllm-rig model peer follower {follower}".encode(), hashlib.sha256).hexdigest()
 
 
+def file_identity(path: Path | None) -> tuple[int, int, int] | None:
+    """Which file is at `path` (inode, mtime, size), None where none is. model_fetch.py replaces its status
+    file whole on every write, so a new verdict is a new identity: no clock is compared (a file's mtime
+    comes from the kernel's coarse clock and can read earlier than a time.time() taken before the write)."""
+    if path is None:
+        return None
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
 class Model:
     """What is served: the marker of DIR (re-read on each request: DIR may switch while this runs)."""
 
     def __init__(self, dest: Path, repo: str, revision: str, status_file: Path | None) -> None:
         self.dest, self.repo, self.revision, self.status_file = dest, repo, revision, status_file
-        self.started = time.time()
+        self.stale = file_identity(status_file)  # the verdict already there belongs to an earlier run
 
     def marker(self) -> dict[str, Any] | None:
         """The completion marker model_fetch.py wrote, when it is of this repo and revision."""
@@ -83,11 +96,9 @@ class Model:
 
     def _own_fetch(self) -> dict[str, Any]:
         """This host's download status, if written since this server started (an older verdict is stale)."""
-        if self.status_file is None:
+        if self.status_file is None or file_identity(self.status_file) in (None, self.stale):
             return {}
         try:
-            if self.status_file.stat().st_mtime < self.started:
-                return {}
             data = json.loads(self.status_file.read_text())
         except (OSError, ValueError):
             return {}
