@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.client
 import json
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests import host_scripts
-from vllm_rig.host import model_serve
+from vllm_rig.host import model_fetch, model_serve
 
 RUN_TOKEN = "t" * 32  # the run's, in the server's environment
 TOKEN = model_serve.follower_token(RUN_TOKEN, "rig2")  # the follower's, what it sends
@@ -59,21 +60,26 @@ def write_model(top: Path) -> None:
     (top / ".vllm-rig-complete.json").write_text(json.dumps(marker))
 
 
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[Served]:
+@contextlib.contextmanager
+def serving(tmp_path: Path) -> Iterator[Served]:
     dest, status_file, port = tmp_path / "model", tmp_path / "fetch.json", free_port()
     argv = [*host_scripts.program("model_serve"), "--dest", str(dest), "--repo", REPO, "--revision", "main"]
     argv += ["--bind", "127.0.0.1", "--port", str(port), "--status-file", str(status_file), "--followers", "rig2"]
     env = {**os.environ, "VLLM_RIG_PEER_TOKEN": RUN_TOKEN}
-    earlier = tmp_path / "earlier-fetch.json"  # a test's verdict of an earlier run, there before the start
-    if earlier.exists():
-        os.replace(earlier, status_file)
     launched_ns = time.time_ns()
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     assert proc.stdout is not None and "serving" in proc.stdout.readline()
-    yield Served(port, dest, status_file, proc, launched_ns)
-    proc.terminate()
-    proc.wait(10)
+    try:
+        yield Served(port, dest, status_file, proc, launched_ns)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    with serving(tmp_path) as started:
+        yield started
 
 
 def test_not_yet_while_the_model_is_not_there_then_ready_with_the_markers_files(served: Served) -> None:
@@ -86,23 +92,11 @@ def test_not_yet_while_the_model_is_not_there_then_ready_with_the_markers_files(
     assert set(status["files"]) == {"model.safetensors", "config.json"}
 
 
-FAILED = json.dumps({"exit_code": 4, "message": "model.safetensors still corrupt"})
-
-
-@pytest.fixture
-def earlier_verdict(tmp_path: Path) -> None:
-    """A failed verdict left by an earlier run, in place before the server starts (requested before `served`)."""
-    (tmp_path / "earlier-fetch.json").write_text(FAILED)
-
-
-def write_replacing(path: Path, text: str) -> None:
-    """As model_fetch.py writes its status: a new file renamed over the old one."""
-    (path.parent / f".{path.name}.tmp").write_text(text)
-    os.replace(path.parent / f".{path.name}.tmp", path)
+FAILED = {"exit_code": 4, "message": "model.safetensors still corrupt"}
 
 
 def test_own_failed_download_is_said_at_once_when_written_after_the_start(served: Served) -> None:
-    served.status_file.write_text(FAILED)
+    model_fetch.write_json_atomic(served.status_file, FAILED)
     # The kernel stamps mtime from its coarse clock, which can read a few ms before the server's own start
     # time although the file was written after it (a CI run's follower waited 180 s on that).
     stamp = served.launched_ns - 10_000_000
@@ -111,11 +105,13 @@ def test_own_failed_download_is_said_at_once_when_written_after_the_start(served
     assert code == 410 and json.loads(body)["message"] == "model.safetensors still corrupt"
 
 
-def test_an_earlier_runs_verdict_is_stale_until_this_run_writes_one(earlier_verdict: None, served: Served) -> None:
-    assert served.get("/v1/status")[0] == 503
-    write_replacing(served.status_file, FAILED)  # the same bytes, written by this run
-    code, _, body = served.get("/v1/status")
-    assert code == 410 and json.loads(body)["message"] == "model.safetensors still corrupt"
+def test_an_earlier_runs_verdict_is_stale_until_this_run_writes_one(tmp_path: Path) -> None:
+    model_fetch.write_json_atomic(tmp_path / "fetch.json", FAILED)  # left by an earlier run
+    with serving(tmp_path) as served:
+        assert served.get("/v1/status")[0] == 503
+        model_fetch.write_json_atomic(served.status_file, FAILED)  # the same bytes, written by this run
+        code, _, body = served.get("/v1/status")
+        assert code == 410 and json.loads(body)["message"] == "model.safetensors still corrupt"
 
 
 def test_a_wrong_or_missing_token_is_refused(served: Served) -> None:
