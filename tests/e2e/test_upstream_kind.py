@@ -65,6 +65,12 @@ def _show(rig: Rig, name: str, prop: str) -> str:
     return rig.ssh(name, f"systemctl show vllm -p {prop}")
 
 
+def current_build_log(rig: Rig, host: str) -> str:
+    """The build log of the runtime `host` serves now."""
+    name = rig.ssh(host, "readlink /opt/vllm-rig/current").strip().rsplit("/", 1)[-1]
+    return rig.ssh(host, f"sudo cat {LOG_DIR}/build-{name}.log")
+
+
 def test_fresh_boxes_of_both_kinds_serve_after_one_run(two_kinds: Rig, deployed: dict[str, float]) -> None:
     assert deployed["rig1"] > 0 and deployed["rig2"] > 0
     assert service.models(service.api_key(two_kinds, "rig1"), "rig1") == ["qwen-local"]
@@ -73,8 +79,7 @@ def test_fresh_boxes_of_both_kinds_serve_after_one_run(two_kinds: Rig, deployed:
     assert record["inputs"]["kind"] == "upstream-wheel" and record["versions"]["vllm"] == upstream.VERSION
     assert "release 13.0" in (record["nvcc"] or "")
     # The build's own log: the wheel and both patches checked and applied, nothing compiled.
-    name = two_kinds.ssh("rig1", "readlink /opt/vllm-rig/current").strip().rsplit("/", 1)[-1]
-    log = two_kinds.ssh("rig1", f"sudo cat {LOG_DIR}/build-{name}.log")
+    log = current_build_log(two_kinds, "rig1")
     for said in (
         f"vllm-{upstream.VERSION}-py3-none-any.whl matches the known sha256",
         "CUDA toolkit 13.0.2 in the venv",
@@ -182,8 +187,7 @@ def test_the_compile_build_replaces_the_wheels_runtime_and_serves(two_kinds: Rig
 
 
 def test_the_compile_builds_the_patched_archive_from_local_sources_only(two_kinds: Rig, compiled: dict) -> None:
-    name = two_kinds.ssh("rig1", "readlink /opt/vllm-rig/current").strip().rsplit("/", 1)[-1]
-    log = two_kinds.ssh("rig1", f"sudo cat {LOG_DIR}/build-{name}.log")
+    log = current_build_log(two_kinds, "rig1")
     for said in (
         f"vllm-{upstream.VERSION}.tar.gz matches the known sha256",
         "unpacked, every member checked",
