@@ -41,19 +41,19 @@ cuda_version = "12.9"  # CUDA toolkit major.minor, pinned (cuda-toolkit-12-9)
 install_root = "/opt/vllm-rig"  # venvs, sources and runtimes live under here
 runtime_kind = "upstream"  # upstream: vLLM's release + its first owner's SM75 patch; fork: weicj's fork
 upstream_build = "wheel"  # upstream: wheel = the release's kernels (minutes); compile = its sdist on CUDA 12.9
-vllm_version = "0.26.0"  # upstream: the vLLM release (vllm_rig/known/upstream_releases.py)
+vllm_version = "0.27.1"  # upstream: the vLLM release (vllm_rig/known/upstream_releases.py)
 vllm_wheel_sha256 = None  # upstream: sha256 of the release's wheel; None: PyPI's, as the table records it
 vllm_sdist_sha256 = None  # upstream compile: sha256 of the release's source archive; None: PyPI's, as recorded
 upstream_compile_sources = None  # upstream compile: what the release's CMake fetches; None: its own pins
 sm75_patch_files = None  # upstream: the SM75 patches' URLs and sha256; None: zyYuc's at aa935db (raw content)
 python_version = "3.12"  # Python of the venv (Ubuntu 24.04's python3)
-torch_version = "2.11.0"  # torch: upstream = the release's pin (PyPI, CUDA 13.0); fork = the torch index's 2.11.0+cu128
-torchvision_version = "0.26.0"  # torchvision from the torch index's lane (Qwen3.x processors need it)
-torchaudio_version = "2.11.0"  # torchaudio from the torch index's lane
+torch_version = None  # torch; None: the kind's (upstream: the release's pin, PyPI CUDA 13.0; fork: 2.11.0+cu128)
+torchvision_version = None  # torchvision (Qwen3.x processors need it); None: the kind's (release pin; fork 0.26.0)
+torchaudio_version = None  # torchaudio; None: the kind's (the release's pin; fork 2.11.0)
 triton_version = "3.6.0"  # triton, pinned to the seed's
 transformers_version = "5.12.1"  # transformers, pinned to the seed's
 numpy_version = "2.3.5"  # numpy, pinned to the seed's
-flashinfer_version = "0.6.14"  # flashinfer-python; 0.6.14 takes PR 3621, 0.6.8.post1 is the fork's own pin
+flashinfer_version = None  # flashinfer-python; None: the kind's (the release's pin; fork 0.6.16, SM75 fix merged)
 flashinfer_requirement_overrides = {  # per FlashInfer release: fork requirements replaced for pip (others refused)
     "0.6.8.post1": {},  # the fork's own pin: its requirements as they are
     # 0.6.14 and 0.6.15 require nvidia-cutlass-dsl>=4.5.0, the fork pins ==4.4.2 (FA4's CuTe-DSL kernels); pip
@@ -221,7 +221,7 @@ reasoning_config = {  # --reasoning-config: the think-tag markers (the budget is
 default_thinking_token_budget = 4000  # server-side thinking budget: in --reasoning-config (upstream), an env var (fork)
 default_chat_template_kwargs = {"enable_thinking": True}  # --default-chat-template-kwargs
 enable_auto_tool_choice = True  # let the model call tools on its own
-tool_call_parser = "qwen3_xml"  # tool-call parser; the fork launcher's qwen3_xml (qwen3_coder drops streamed calls)
+tool_call_parser = None  # tool-call parser; None: the kind's (upstream qwen3_coder as the first setup, fork qwen3_xml)
 chat_template_content_format = "string"  # --chat-template-content-format
 gpu_memory_utilization = 0.92  # share of GPU memory vLLM may take
 additional_config = {"gdn_prefill_backend": "flashqla_legacy"}  # --additional-config (FlashQLA GDN prefill)

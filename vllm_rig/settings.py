@@ -224,23 +224,23 @@ class Settings(BaseModel):
         "Python of the venv (Ubuntu 24.04's python3)", 'one of "3.10" to "3.13"'
     )
     torch_version: str = _setting(
-        "torch: upstream = the release's pin (PyPI, CUDA 13.0); fork = the torch index's 2.11.0+cu128",
-        "a PEP 440 version such as 2.11.0",
+        "torch; None: the kind's (upstream: the release's pin, PyPI CUDA 13.0; fork: 2.11.0+cu128)",
+        "null (the runtime kind's own) or a PEP 440 version such as 2.13.0",
     )
     torchvision_version: str = _setting(
-        "torchvision from the torch index's lane (Qwen3.x processors need it)",
-        "a PEP 440 version (the fork's validated 0.26.0, from the torch index)",
+        "torchvision (Qwen3.x processors need it); None: the kind's (release pin; fork 0.26.0)",
+        "null (the runtime kind's own) or a PEP 440 version",
     )
     torchaudio_version: str = _setting(
-        "torchaudio from the torch index's lane",
-        "a PEP 440 version (the fork's validated 2.11.0, from the torch index)",
+        "torchaudio; None: the kind's (the release's pin; fork 2.11.0)",
+        "null (the runtime kind's own) or a PEP 440 version",
     )
     triton_version: str = _setting("triton, pinned to the seed's", "a PEP 440 version")
     transformers_version: str = _setting("transformers, pinned to the seed's", "a PEP 440 version")
     numpy_version: str = _setting("numpy, pinned to the seed's", "a PEP 440 version")
     flashinfer_version: str = _setting(
-        "flashinfer-python; 0.6.14 takes PR 3621, 0.6.8.post1 is the fork's own pin",
-        "a FlashInfer release listed in flashinfer_requirement_overrides",
+        "flashinfer-python; None: the kind's (the release's pin; fork 0.6.16, SM75 fix merged)",
+        "null (the runtime kind's own) or a FlashInfer release listed in flashinfer_requirement_overrides",
     )
     flashinfer_requirement_overrides: dict[str, dict[str, str]] = _setting(
         "per FlashInfer release: fork requirements replaced for pip (others refused)",
@@ -475,9 +475,9 @@ class Settings(BaseModel):
         "--default-chat-template-kwargs", "null or a JSON object"
     )
     enable_auto_tool_choice: bool = _setting("let the model call tools on its own", "true or false")
-    tool_call_parser: str | None = _setting(
-        "tool-call parser; the fork launcher's qwen3_xml (qwen3_coder drops streamed calls)",
-        "null or a parser name such as qwen3_coder or qwen3_xml",
+    tool_call_parser: str = _setting(
+        "tool-call parser; None: the kind's (upstream qwen3_coder as the first setup, fork qwen3_xml)",
+        "null (the runtime kind's own) or a parser name such as qwen3_coder or qwen3_xml",
     )
     chat_template_content_format: Literal["auto", "string", "openai"] | None = _setting(
         "--chat-template-content-format", 'null, "auto", "string" or "openai"'
@@ -615,6 +615,11 @@ class Settings(BaseModel):
     @classmethod
     def _chosen_model(cls, data: Any) -> Any:
         return apply_model_choice(data) if isinstance(data, dict) else data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _kind_defaults(cls, data: Any) -> Any:
+        return with_kind_defaults(data) if isinstance(data, dict) else data
 
     @field_validator("models")
     @classmethod
@@ -1252,6 +1257,43 @@ def _server_interface(info: ValidationInfo) -> server_interface.ServerInterface 
         return None
 
 
+# Settings whose null means "what the runtime kind installs": the upstream kind's release pins them in its wheel's
+# METADATA (and its tool-call parser is the first setup's); the fork's are fork_interface.OWN_SETTINGS.
+KIND_DEFAULTED = (
+    "torch_version",
+    "torchvision_version",
+    "torchaudio_version",
+    "flashinfer_version",
+    "tool_call_parser",
+)
+# vLLM 0.27.1's tool_parsers/__init__.py registers qwen3_coder and qwen3_xml to one class (Qwen3EngineToolParser,
+# lines 161-168), as 0.26.0 does: the first setup's own spelling serves the same parser.
+UPSTREAM_TOOL_CALL_PARSER = "qwen3_coder"
+
+
+def kind_defaults(kind: Any, version: Any) -> dict[str, str]:
+    """What KIND_DEFAULTED settings left null become for this runtime kind and release ({} when the kind or the
+    release is not valid: their own lines say why)."""
+    if kind == "fork":
+        return dict(fork_interface.OWN_SETTINGS)
+    if kind != "upstream" or not isinstance(version, str):
+        return {}
+    try:
+        pins = upstream_release_pins(version)
+    except ValueError:
+        return {}
+    return {**pins, "tool_call_parser": UPSTREAM_TOOL_CALL_PARSER}
+
+
+def with_kind_defaults(data: Mapping[str, Any]) -> dict[str, Any]:
+    """Host data with each null KIND_DEFAULTED setting replaced by its kind's value."""
+    # An invalid kind or release has its own line; the default release's values keep it the only one.
+    own = kind_defaults(data.get("runtime_kind"), data.get("vllm_version")) or kind_defaults(
+        "upstream", upstream_releases.DEFAULT
+    )
+    return {**data, **{key: own[key] for key in KIND_DEFAULTED if data.get(key) is None and key in own}}
+
+
 def upstream_release_pins(version: str) -> dict[str, str]:
     """The settings the upstream kind holds to a release's own wheel pins (its METADATA), by setting name."""
     r = upstream_releases.release(version)
@@ -1369,6 +1411,8 @@ def _cross_rule_problems(s: Settings):
         )
         yield ("flashinfer_version" if unfixable else "flashinfer_sm75_fix"), str(err)
     yield from _patch_data_problems(s)
+    if not fix_problem:
+        yield from _fp8_kv_problems(s)
     known = s.flashinfer_requirement_overrides
     listed = any(Version(key) == Version(s.flashinfer_version) for key in known)
     if s.runtime_kind == "fork" and not fix_problem and not listed:
@@ -1404,6 +1448,29 @@ def _lan_problems(s: Settings):
     elif s.lan_tls == "own" and s.lan_serving == "proxy" and len(given) < 2:
         missing = next(key for key in ("lan_tls_cert_file", "lan_tls_key_file") if key not in given)
         yield missing, "must be set when lan_tls is own (the certificate and its private key, PEM files)"
+
+
+def _fp8_kv_problems(s: Settings):
+    """An FP8 KV cache needs a FlashInfer whose head-size-256 prefill fits SM75 with 1-byte KV (flashinfer_fix)."""
+    if not s.kv_cache_dtype.startswith("fp8") or flashinfer_fix.fp8_kv_fits(s.flashinfer_version, s.flashinfer_patch()):
+        return
+    why = (
+        f"FlashInfer {s.flashinfer_version}'s head-size-256 prefill does not fit SM75's 64 KiB shared memory with an "
+        f"FP8 KV cache (kv_cache_dtype {s.kv_cache_dtype}): PR 3621 shrinks its tile to one the release refuses for "
+        "FP8 KV"
+    )
+    if s.runtime_kind == "upstream":
+        yield (
+            "vllm_version",
+            f"{s.vllm_version} cannot serve an FP8 KV cache on a 2080 Ti: its pin, {why}; use vllm_version "
+            f"{upstream_releases.DEFAULT} (FlashInfer with the merged SM75 fix), or kv_cache_dtype auto (FP16 KV)",
+        )
+    else:
+        yield (
+            "flashinfer_version",
+            f"cannot serve an FP8 KV cache on a 2080 Ti: {why}; use a FlashInfer from 0.6.16 (the merged SM75 fix, "
+            "null for the fork's default), or kv_cache_dtype auto (FP16 KV)",
+        )
 
 
 def _patch_data_problems(s: Settings):

@@ -468,7 +468,7 @@ def _torch_build(tmp_path: Path, installed: dict[str, str]) -> tuple[rb.Build, l
     from vllm_rig.stages.runtime.plan import TORCH_LANE_PACKAGES, runtime_pins, torch_exact_versions
     from vllm_rig.validation import load_settings
 
-    s = load_settings(profile_data())
+    s = load_settings({**profile_data(), "runtime_kind": "fork"})  # the fork's torch step: the torch index's lane
     spec = {"runtime": str(tmp_path / "rt"), "cache": str(tmp_path / "cache"), "fingerprint": "f" * 64}
     spec |= {
         "pins": runtime_pins(s),

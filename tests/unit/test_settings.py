@@ -19,6 +19,7 @@ _FIXED = {
 _PR3621 = {"patch": "pr3621", "files": {_PREFILL: _FIXED}}
 _PR3526 = {**_PR3621, "patch": "pr3526"}
 _NO_FIX = {"flashinfer_version": "0.6.16"}
+_FI14 = {"flashinfer_version": "0.6.14", "kv_cache_dtype": "auto"}  # PR 3621's release (FP16 KV only)
 
 _FC = {"repo": "https://github.com/vllm-project/FlashMLA.git", "ref": "a" * 40, "env": "FLASH_MLA_SRC_DIR"}
 
@@ -58,15 +59,15 @@ RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
     ("flashinfer_version", "0.6.12", "0.6.8.post1", {}),  # 0.6.10-0.6.13: no fix applies
     ("flashinfer_version", "0.6.13", "0.6.15", {}),  # auto picks PR 3526 for 0.6.15
     ("flashinfer_version", "0.6.17", "0.6.16", {}),  # no fix needed, but no resolved requirement set for it
-    ("flashinfer_requirement_overrides", {"0.6.14": {"nvidia-cutlass-dsl": "4.5.2"}}, {"0.6.14": {}}, {}),
-    ("flashinfer_requirement_overrides", {"0.6.14": {"not a name": "==1"}}, {"0.6.14": {"a-b": ">=1,<2"}}, {}),
-    ("flashinfer_requirement_overrides", {"latest": {}}, {"0.6.14": {}}, {}),
+    ("flashinfer_requirement_overrides", {"0.6.14": {"nvidia-cutlass-dsl": "4.5.2"}}, {"0.6.14": {}}, _FI14),
+    ("flashinfer_requirement_overrides", {"0.6.14": {"not a name": "==1"}}, {"0.6.14": {"a-b": ">=1,<2"}}, _FI14),
+    ("flashinfer_requirement_overrides", {"latest": {}}, {"0.6.14": {}}, _FI14),
     ("torchvision_version", "latest", "0.26.0", {}),
     ("torchaudio_version", "two", "2.11.0", {}),
     ("flashinfer_sm75_fix", "pr3621", "upstream", {"flashinfer_version": "0.6.15"}),  # PR 3621 is 0.6.14 only
-    ("flashinfer_sm75_fix", "upstream", "pr3621", {}),  # PR 3526 does not apply to 0.6.14
-    ("flashinfer_sm75_fix", "none", "auto", {}),  # 0.6.14 fails on SM75 without its fix
-    ("flashinfer_sm75_fix", "patch", "pr3621", {}),
+    ("flashinfer_sm75_fix", "upstream", "pr3621", _FI14),  # PR 3526 does not apply to 0.6.14
+    ("flashinfer_sm75_fix", "none", "auto", _FI14),  # 0.6.14 fails on SM75 without its fix
+    ("flashinfer_sm75_fix", "patch", "pr3621", _FI14),
     ("fork_repo", "github.com/weicj/x", "https://github.com/weicj/vLLM-2080Ti-Definitive.git", {}),
     ("fork_ref", "v0.1.17", "0123456789abcdef0123456789abcdef01234567", {}),
     ("flashqla_ref", "main", "3ab27d77d8ca01d7a4718903b726add1a8886c0e", {}),
@@ -74,8 +75,8 @@ RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
     ("cutlass_ref", "main", "v4.4.2", {}),  # a branch moves; a tag or a commit does not
     ("triton_src_repo", "triton-lang/triton", "https://github.com/triton-lang/triton.git", {}),
     ("triton_src_ref", "release/3.6.x", "0123456789abcdef0123456789abcdef01234567", {}),
-    ("flashinfer_sm75_patches", {"0.6.14": {"patch": "pr3621"}}, {"0.6.14": _PR3621}, {}),  # no files
-    ("flashinfer_sm75_patches", {"0.6.14": {**_PR3621, "url": _FIXED["url"]}}, {"0.6.14": _PR3621}, {}),  # old form
+    ("flashinfer_sm75_patches", {"0.6.14": {"patch": "pr3621"}}, {"0.6.14": _PR3621}, _FI14),  # no files
+    ("flashinfer_sm75_patches", {"0.6.14": {**_PR3621, "url": _FIXED["url"]}}, {"0.6.14": _PR3621}, _FI14),  # old form
     ("flashinfer_sm75_patches", {"0.6.14": {**_PR3621, "files": {_PREFILL: {**_FIXED, "url": None}}}}, {}, _NO_FIX),
     (  # a diff is not the fixed file
         "flashinfer_sm75_patches",
@@ -89,8 +90,8 @@ RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
         {},
         _NO_FIX,
     ),
-    ("flashinfer_sm75_patches", {"0.6.14": {**_PR3621, "patch": "pr3526"}}, {"0.6.14": _PR3621}, {}),  # wrong fix
-    ("flashinfer_sm75_patches", {"0.6.15": _PR3526}, {"0.6.14": _PR3621}, {}),  # nothing for the chosen 0.6.14
+    ("flashinfer_sm75_patches", {"0.6.14": {**_PR3621, "patch": "pr3526"}}, {"0.6.14": _PR3621}, _FI14),  # wrong fix
+    ("flashinfer_sm75_patches", {"0.6.15": _PR3526}, {"0.6.14": _PR3621}, _FI14),  # nothing for the chosen 0.6.14
     ("flashinfer_sm75_patches", {"0.6.14": {**_PR3621, "files": {"/etc/x": _FIXED}}}, {}, _NO_FIX),
     ("fetchcontent_sources", {"x": {**_FC, "ref": "main"}}, {"x": _FC}, {}),  # a branch moves
     ("fetchcontent_sources", {"x": {**_FC, "env": "flash mla"}}, {"x": {**_FC, "min_arch": "9.0"}}, {}),
@@ -251,7 +252,9 @@ RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
         {"vllm": {"url": "https://x/p", "sha256": "0" * 64}, "flashqla": {"url": "https://x/q", "sha256": "1" * 64}},
         {},
     ),
-    ("torch_version", "2.10.0", "2.11.0", {"runtime_kind": "upstream"}),  # vLLM 0.26.0's wheel pins 2.11.0
+    ("torch_version", "2.10.0", "2.13.0", {"runtime_kind": "upstream"}),  # vLLM 0.27.1's wheel pins 2.13.0
+    ("vllm_version", "0.26.0", "0.27.1", {"runtime_kind": "upstream"}),  # 0.26.0's FlashInfer: no FP8 KV on SM75
+    ("flashinfer_version", "0.6.14", "0.6.15", {"kv_cache_dtype": "fp8_e4m3"}),  # PR 3621: no FP8 KV
     ("vllm_extra_args", ["--device-ids=0,1"], ["--seed=1"], {}),  # the fork's line has no --device-ids
     ("reasoning_config", {"default_thinking_token_budget": 10}, {}, {"runtime_kind": "upstream"}),
     ("fork_update_margin_pct", 80.0, 0.0, {}),

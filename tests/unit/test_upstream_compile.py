@@ -26,7 +26,8 @@ from vllm_rig.validation import SettingsError, load_settings
 
 
 def _settings(**changes: Any) -> Settings:
-    return load_settings({**profile_data(), "runtime_kind": "upstream", "upstream_build": "compile", **changes})
+    base = {**profile_data(), "runtime_kind": "upstream", "upstream_build": "compile", "vllm_version": "0.26.0"}
+    return load_settings({**base, "kv_cache_dtype": "auto", **changes})  # 0.26.0 serves FP16 KV only
 
 
 def test_a_release_without_a_recorded_source_archive_is_refused_in_one_line() -> None:

@@ -58,11 +58,13 @@ def test_a_file_the_release_shares_with_the_target_patches_to_the_same_post_imag
                 assert after == post[path][1], f"{r.version}: {path}"
 
 
-def test_the_default_release_is_supported_and_pins_pr3621s_flashinfer() -> None:
+def test_the_default_release_is_supported_and_its_flashinfer_needs_no_fix_and_serves_fp8_kv() -> None:
     r = upstream_releases.release(upstream_releases.DEFAULT)
-    assert r.supported and r.patch == "clean"
-    assert flashinfer_fix.resolve(r.flashinfer, "auto") == "pr3621" == r.flashinfer_fix()
-    assert upstream_releases.release("0.27.1").flashinfer_fix() is None
+    assert r.version == "0.27.1" and r.supported and r.patch == "clean"
+    assert flashinfer_fix.resolve(r.flashinfer, "auto") is None is r.flashinfer_fix()
+    assert flashinfer_fix.fp8_kv_fits(r.flashinfer, None)
+    older = upstream_releases.release("0.26.0")
+    assert older.flashinfer_fix() == "pr3621" and not flashinfer_fix.fp8_kv_fits(older.flashinfer, "pr3621")
     with pytest.raises(ValueError, match="0.6.12 overflows SM75 shared memory"):
         ROWS["0.24.0"].flashinfer_fix()
 

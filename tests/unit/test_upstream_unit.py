@@ -17,13 +17,14 @@ from tests.unit.groupdata import profile_data
 from tests.unit.test_unit_parity import _argv, _directives, _env, _pairs
 from vllm_rig.known import fork_interface, server_interface, sm75_patch, upstream_releases
 from vllm_rig.paths import Layout, RuntimeDirs
-from vllm_rig.settings import Settings, upstream_release_pins
+from vllm_rig.settings import Settings
 from vllm_rig.stages.runtime import plan, upstream
 from vllm_rig.stages.service.unit import render_unit
 from vllm_rig.validation import SettingsError, load_settings
 
-ON_PURPOSE = {"--tool-call-parser": "qwen3_xml"}
 PATHS = {"--model"}
+# A release whose FlashInfer serves FP16 KV only (flashinfer_fix.fp8_kv_fits) renders the line with FP16 KV.
+FP16_KV = {"0.26.0": "auto"}
 
 
 def _settings(**changes: Any) -> Settings:
@@ -37,7 +38,7 @@ def _unit(s: Settings) -> str:
 def test_the_first_seeds_flags_render_literally_in_its_order() -> None:
     s = _settings(lan_serving="direct")  # the seed served the LAN itself, on 0.0.0.0
     rendered = _pairs(_argv(_unit(s)))
-    expected = [(flag, ON_PURPOSE.get(flag, value)) for flag, value in seed_units.SEED1_ARGS]
+    expected = list(seed_units.SEED1_ARGS)  # qwen3_coder as written: 0.27.1 maps it to qwen3_xml's class
     assert [flag for flag, _ in rendered] == [flag for flag, _ in expected]
     for (flag, got), (_, want) in zip(rendered, expected, strict=True):
         if flag not in PATHS:
@@ -71,7 +72,7 @@ def test_every_rendered_flag_and_reasoning_key_is_one_the_patched_release_accept
 
 @pytest.mark.parametrize("version", upstream_releases.supported_versions())
 def test_every_supported_release_takes_the_default_profiles_whole_line(version: str) -> None:
-    s = _settings(vllm_version=version, **upstream_release_pins(version))
+    s = _settings(vllm_version=version, kv_cache_dtype=FP16_KV.get(version, "fp8_e4m3"))
     argv = _argv(_unit(s))
     server = server_interface.upstream(version)
     assert server.flags_file.name == f"upstream-{version}-cli-flags.txt"
@@ -82,22 +83,23 @@ def test_every_supported_release_takes_the_default_profiles_whole_line(version: 
 def test_a_flag_only_the_older_release_has_is_refused_on_the_newer_one() -> None:
     """0.27.1's real parser dropped --max-num-partial-prefills (its dump against 0.26.0's): the check is per release."""
     flag = ["--max-num-partial-prefills=2"]
-    assert _settings(vllm_version="0.26.0", vllm_extra_args=flag).vllm_version == "0.26.0"
+    assert _settings(vllm_version="0.26.0", kv_cache_dtype="auto", vllm_extra_args=flag).vllm_version == "0.26.0"
     with pytest.raises(SettingsError) as err:
-        _settings(vllm_version="0.27.1", vllm_extra_args=flag, **upstream_release_pins("0.27.1"))
+        _settings(vllm_version="0.27.1", vllm_extra_args=flag)
     assert len(err.value.lines) == 1, err.value.lines
     line = err.value.lines[0]
     assert "--max-num-partial-prefills" in line and "vLLM 0.27.1 with the SM75 patch" in line
 
 
 def test_a_flag_the_patched_release_lacks_is_refused_with_one_line_naming_it() -> None:
-    upstream_flags = server_interface.upstream("0.26.0").flags()
-    assert server_interface.FORK.flags() <= upstream_flags  # 0.26.0 still takes every flag of the fork's 0.21.0 base
+    upstream_flags = server_interface.upstream("0.27.1").flags()
+    gone = {"--max-num-partial-prefills", "--max-long-partial-prefills"}  # 0.27.1 dropped them
+    assert server_interface.FORK.flags() - upstream_flags == gone
     assert "--device-ids" in upstream_flags - server_interface.FORK.flags()
     with pytest.raises(SettingsError) as err:
         _settings(vllm_extra_args=["--enable-sm75-magic"])
     assert len(err.value.lines) == 1, err.value.lines
-    assert "--enable-sm75-magic" in err.value.lines[0] and "vLLM 0.26.0 with the SM75 patch" in err.value.lines[0]
+    assert "--enable-sm75-magic" in err.value.lines[0] and "vLLM 0.27.1 with the SM75 patch" in err.value.lines[0]
 
 
 def test_the_fork_kind_keeps_its_own_spellings() -> None:
@@ -112,14 +114,16 @@ def test_the_fork_kind_keeps_its_own_spellings() -> None:
 def test_the_plan_names_the_kind_the_release_the_patch_and_the_lane() -> None:
     s = _settings()
     inputs = plan.build_inputs(s)
-    release = upstream_releases.release("0.26.0")
-    assert inputs["kind"] == "upstream-wheel" and inputs["vllm"] == "0.26.0"
+    release = upstream_releases.release("0.27.1")
+    assert inputs["kind"] == "upstream-wheel" and inputs["vllm"] == "0.27.1"
     assert inputs["vllm_wheel_sha256"] == release.sha256
     assert inputs["sm75_patch"] == sm75_patch.VLLM_PATCH.sha256
     assert inputs["flashqla_patch"] == sm75_patch.FLASHQLA_PATCH.sha256
     assert inputs["pins"]["torch"] == release.torch and inputs["pins"]["flashinfer-python"] == release.flashinfer
-    assert inputs["torch_lane"] == "PyPI (CUDA toolkit 13.0.2)"
-    assert inputs["flashinfer_fix"]["patch"] == "pr3621"  # 0.26.0 pins FlashInfer 0.6.14
+    assert inputs["torch_lane"] == "PyPI (CUDA toolkit 13.0.3)"
+    assert inputs["flashinfer_fix"] is None  # 0.27.1 pins FlashInfer 0.6.16.post3: the merged fix is in it
+    older = plan.build_inputs(_settings(vllm_version="0.26.0", kv_cache_dtype="auto"))
+    assert older["flashinfer_fix"]["patch"] == "pr3621" and older["torch_lane"] == "PyPI (CUDA toolkit 13.0.2)"
     fork = load_settings({**profile_data(), "runtime_kind": "fork"})
     assert plan.fingerprint(inputs) != plan.fingerprint(plan.build_inputs(fork))  # a switch is a runtime change
 
@@ -130,7 +134,7 @@ def test_the_spec_downloads_known_bytes_and_checks_out_flashqla_only() -> None:
     assert [label for label, *_ in plan.git_sources(s, dirs)] == ["FlashQLA"]
     spec = plan.build_spec(s, dirs, "f" * 64, plan.build_inputs(s), 4)
     assert (
-        spec["kind"] == "upstream-wheel" and spec["vllm_wheel"]["sha256"] == upstream_releases.release("0.26.0").sha256
+        spec["kind"] == "upstream-wheel" and spec["vllm_wheel"]["sha256"] == upstream_releases.release("0.27.1").sha256
     )
     patches = spec["sm75_patches"]
     assert patches["vllm"] == {
@@ -139,10 +143,41 @@ def test_the_spec_downloads_known_bytes_and_checks_out_flashqla_only() -> None:
     }
     assert patches["vllm"]["url"].startswith("https://mirror.example/https://")
     assert spec["cuda_home"] == upstream.cuda_home(f"{dirs.dir}/venv", s.python_version)
-    assert spec["torch_exact"] == {"torch": "2.11.0", "torchvision": "0.26.0", "torchaudio": "2.11.0"}
+    assert spec["torch_exact"] == {"torch": "2.13.0", "torchvision": "0.28.0", "torchaudio": "2.11.0"}
 
 
 def test_the_releases_own_pins_are_required() -> None:
     with pytest.raises(SettingsError) as err:
         _settings(flashinfer_version="0.6.8.post1")
-    assert any("flashinfer_version" in line and "0.6.14" in line for line in err.value.lines), err.value.lines
+    assert any("flashinfer_version" in line and "0.6.16.post3" in line for line in err.value.lines), err.value.lines
+
+
+def test_a_release_that_cannot_prefill_with_an_fp8_kv_cache_is_refused_in_one_line() -> None:
+    """0.26.0 pins FlashInfer 0.6.14: with PR 3621 its FP8 head-size-256 tile is one the release refuses."""
+    with pytest.raises(SettingsError) as err:
+        _settings(vllm_version="0.26.0")  # the default profile's FP8 KV cache
+    assert len(err.value.lines) == 1, err.value.lines
+    line = err.value.lines[0]
+    assert "vllm_version='0.26.0'" in line and "FlashInfer 0.6.14" in line and "64 KiB" in line
+    assert "use vllm_version 0.27.1" in line and "kv_cache_dtype auto" in line
+    assert _settings(vllm_version="0.26.0", kv_cache_dtype="auto").flashinfer_patch() == "pr3621"  # FP16 KV: kept
+
+
+def test_the_fork_with_a_flashinfer_that_cannot_prefill_fp8_is_refused_and_serves_fp16() -> None:
+    fork = {**profile_data(), "runtime_kind": "fork", "flashinfer_version": "0.6.14"}
+    with pytest.raises(SettingsError) as err:
+        load_settings(fork)
+    assert len(err.value.lines) == 1 and "flashinfer_version='0.6.14'" in err.value.lines[0], err.value.lines
+    assert load_settings({**fork, "kv_cache_dtype": "auto"}).flashinfer_patch() == "pr3621"
+    assert load_settings({**fork, "flashinfer_version": "0.6.15"}).flashinfer_patch() == "pr3526"  # = 0.6.16's headers
+
+
+def test_null_pins_are_the_kinds_own() -> None:
+    upstream = _settings()
+    assert (upstream.torch_version, upstream.flashinfer_version) == ("2.13.0", "0.6.16.post3")
+    assert upstream.tool_call_parser == "qwen3_coder"  # the first setup's spelling
+    fork = load_settings({**profile_data(), "runtime_kind": "fork"})
+    own = {key: getattr(fork, key) for key in fork_interface.OWN_SETTINGS}
+    assert own == fork_interface.OWN_SETTINGS and fork.flashinfer_patch() is None
+    assert load_settings(profile_data("qwen38")).flashinfer_version == "0.6.16"
+    assert load_settings(profile_data("fork_validated")).flashinfer_version == "0.6.8.post1"

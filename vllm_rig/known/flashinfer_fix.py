@@ -18,6 +18,12 @@ FIRST_FIXED = Version("0.6.16")
 PR3621_RELEASE = Version("0.6.14")
 PR3526_RELEASE = Version("0.6.15")
 
+# sizeof(SharedStorageQKVO<1, 64, 32, 256, 256, half, KV, half>), the head-size-256 prefill tile SM75 uses, against
+# the 65,536-byte opt-in limit: compiled for sm_75 with nvcc 13.0 from each PyPI wheel's own headers
+# (tests/real/test_real_flashinfer_smem.py; docs/upstream-facts.md). 0.6.14 and 0.6.15: 65,616 B (FP16 KV) and
+# 65,600 B (FP8 KV); 0.6.16.post3 to 0.7.4: 65,536 B both.
+SMEM_LIMIT = 65536
+
 # What `flashinfer_sm75_fix` may say.
 CHOICES = ("auto", "pr3621", "upstream", "none")
 
@@ -35,6 +41,18 @@ def patch_for(version: str) -> str | None:
     if release == PR3526_RELEASE:
         return "pr3526"
     return None
+
+
+def fp8_kv_fits(version: str, patch: str | None) -> bool:
+    """True when the head-size-256 prefill with an FP8 (1-byte) KV cache runs on SM75 with this release and fix.
+
+    A release without the overflow fits. PR 3526 (0.6.15 + its headers = 0.6.16's) fits. PR 3621 does not: it
+    shrinks the KV tile from the real sizeof to NUM_MMA_KV = 1, and the release's own prefill.cuh refuses that for
+    1-byte KV (`NUM_MMA_KV * 2 % NUM_WARPS_Q != 0` with NUM_WARPS_Q = 4), the "Invalid configuration ...
+    NUM_MMA_KV=1 NUM_WARPS_Q=4" owners of 2080 Ti pairs reported on flashinfer-ai/flashinfer#3621. FP16 KV has no
+    such clause and runs there with the half-size tile.
+    """
+    return not needs_fix(version) or patch == "pr3526"
 
 
 def resolve(version: str, choice: str) -> str | None:

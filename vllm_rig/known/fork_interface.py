@@ -26,5 +26,20 @@ FORK_LINE = "v0.1.x (vLLM 0.21.0 base)"
 # a chat request that sends no thinking_token_budget gets it. Empty or not an integer: no default.
 THINKING_BUDGET_ENV = "VLLM_DEFAULT_THINKING_TOKEN_BUDGET"
 
+# What the fork kind installs unless a setting names another: the torch index's cu128 lane of the fork's validated
+# torch (its requirements/cuda.txt), and FlashInfer 0.6.16, the first release with the SM75 fix upstream merged
+# (PR 3526): its head-size-256 prefill fits SM75's 64 KiB with FP16 and FP8 KV alike, so one release serves both
+# profiles (the fork's own pin, 0.6.8.post1, is the fork_validated profile's). Its requirement overrides beside the
+# fork's pins: group_data/all.py flashinfer_requirement_overrides (resolved by tests/real/test_real_resolver.py).
+# The tool-call parser is the fork launcher's default: in the fork's vLLM 0.21.0 base qwen3_coder and qwen3_xml are
+# two classes, and qwen3_coder drops streamed calls with reasoning on (peers-day-two notes, club-3090).
+OWN_SETTINGS = {
+    "torch_version": "2.11.0",
+    "torchvision_version": "0.26.0",
+    "torchaudio_version": "2.11.0",
+    "flashinfer_version": "0.6.16",
+    "tool_call_parser": "qwen3_xml",
+}
+
 # culyun/vLLM-2080Ti-Definitive@399bb74d (the v0.1.17 state):pyproject.toml, [project] requires-python.
 REQUIRES_PYTHON = SpecifierSet(">=3.10,<3.15")

@@ -324,7 +324,7 @@ RELEASES: tuple[Release, ...] = (
         ),
         supported=True,
         reason="every hunk applies (7 of its 9 files differ from the pre-images, 5 take an offset);"
-        " its own FlashInfer pin, 0.6.14, takes PR 3621",
+        " its own FlashInfer pin, 0.6.14, takes PR 3621, which serves an FP16 KV cache only (kv_cache_dtype auto)",
     ),
     Release(
         version="0.27.1",
@@ -390,11 +390,12 @@ RELEASES: tuple[Release, ...] = (
     ),
 )
 
-# The release a profile gets unless it names one: the closest to the first box's 0.24.0 that is supported.
-# 0.24.0 itself and 0.25.x pin a FlashInfer no public SM75 fix exists for; 0.26.0 keeps 0.24.0's torch 2.11.0
-# and pins FlashInfer 0.6.14, PR 3621's own release, so the user's "FlashInfer PR 3621 patch" needs no
-# requirement override; the whole patch applies there.
-DEFAULT = "0.26.0"
+# The release a profile gets unless it names one: the one the first box's owner runs now (zyYuc's README:
+# v0.27.1 + the patch, FlashInfer 0.6.16.post3, torch 2.13.0+cu130), the patch's own target (all 19 hunks apply
+# exactly). Its FlashInfer pin carries the SM75 fix upstream merged (PR 3526), whose head-size-256 prefill fits
+# SM75's 64 KiB with an FP8 KV cache; 0.26.0's FlashInfer 0.6.14 + PR 3621 does not (flashinfer_fix.fp8_kv_fits).
+# 0.28.0 rejects 2 hunks; from 0.29.0 Model Runner V2 is the default, where the patch's budget hunk does nothing.
+DEFAULT = "0.27.1"
 
 
 def supported_versions() -> list[str]:
