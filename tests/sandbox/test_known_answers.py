@@ -1,5 +1,6 @@
 """The rig's known-answer checks (vllm_rig/host/service_probe.py) against the stand-in server's HTTP side,
 in process: right answers pass, each fault knob fails the check it should, with the answer in the detail.
+The server is the default profile's: thinking on by default, a thinking budget of 4000 tokens.
 The same pair meets for real (systemd, the deployed unit) in tests/e2e/test_day_two.py."""
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import pytest
 from tests.sandbox.fixtures import forge
 from vllm_rig.host import service_probe
 
+BUDGET = 4000  # group_data/all.py default_thinking_token_budget
+
 
 @pytest.fixture(scope="module")
 def knob_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -30,6 +33,7 @@ def server(knob_file: Path) -> Iterator[str]:
     mp.setenv("VLLM_STANDIN_KNOBS", str(knob_file))
     mp.setenv("VLLM_STANDIN_DECODE_TPS", "5000")
     mp.setenv("VLLM_STANDIN_PREFILL_TPS", "500000")
+    mp.setenv("VLLM_DEFAULT_THINKING_TOKEN_BUDGET", str(BUDGET))  # group_data/all.py, the fork's variable
     sys.path.insert(0, str(forge.FORK_TREE))
     try:
         from vllm.entrypoints.openai import protocol
@@ -105,3 +109,30 @@ def test_the_key_is_needed(server: str, knob_file: Path) -> None:
     knobs(knob_file)
     result = service_probe.check_arithmetic(server, "wrong", "m", timeout=30)
     assert not result.ok and "HTTP 401 (the API key was refused)" in result.detail
+
+
+def _thinks_to_the_budget(knob_file: Path) -> None:
+    """A model that, left to think, thinks past the budget: its reasoning ends only where the budget cuts it."""
+    knobs(knob_file, thinking_tokens=2 * BUDGET)
+
+
+def test_the_thinking_knob_sets_how_long_a_thinking_request_thinks(server: str, knob_file: Path) -> None:
+    """Without the knob the stand-in thinks natural_tokens / 3; with it as long as the knob says, up to the
+    server's budget; a request's own budget or enable_thinking false still wins."""
+
+    def reasoning_tokens(**extra: object) -> int:
+        body = {"model": "m", "messages": [{"role": "user", "content": "Explain NVLink."}], **extra}
+        status, text = service_probe.request(server, "/v1/chat/completions", "k", body, timeout=30)
+        assert status == 200, text
+        message = json.loads(text)["choices"][0]["message"]
+        return sum(-(-len(word) // 4) for word in (message.get("reasoning_content") or "").split())
+
+    knobs(knob_file)
+    assert 0 < reasoning_tokens() < 40
+    knobs(knob_file, thinking_tokens=300)
+    assert 300 <= reasoning_tokens() < 310
+    _thinks_to_the_budget(knob_file)
+    assert reasoning_tokens() == BUDGET
+    assert reasoning_tokens(thinking_token_budget=100) == 100
+    assert reasoning_tokens(chat_template_kwargs={"enable_thinking": False}) == 0
+    assert reasoning_tokens(chat_template_kwargs={"enable_thinking": None}) == BUDGET  # None keeps the default
