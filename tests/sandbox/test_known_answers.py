@@ -136,3 +136,36 @@ def test_the_thinking_knob_sets_how_long_a_thinking_request_thinks(server: str, 
     assert reasoning_tokens(thinking_token_budget=100) == 100
     assert reasoning_tokens(chat_template_kwargs={"enable_thinking": False}) == 0
     assert reasoning_tokens(chat_template_kwargs={"enable_thinking": None}) == BUDGET  # None keeps the default
+
+
+def test_every_proof_passes_against_a_model_that_thinks_to_the_budget(server: str, knob_file: Path) -> None:
+    """The start check's whole proof (generate, warm-up, the known answers) on a model that would think for
+    the server's whole budget: every request turns thinking off for itself, so each answer comes."""
+    _thinks_to_the_budget(knob_file)
+    said: list[str] = []
+    result = service_probe.prove(server, "k", "m", timeout=30, warmup=2, needle_words=3000, say=said.append)
+    assert result.ok and result.check == "tool_call", (result, said)
+    assert [line.split(":")[0] for line in said if line.startswith("check ")] == [
+        f"check {name}" for name in service_probe.CHECKS
+    ]
+
+
+def test_the_old_tool_call_request_fails_against_a_model_that_thinks_to_the_budget(
+    server: str, knob_file: Path
+) -> None:
+    """The request shape the tool-call check sent before (the server's thinking default, max_tokens 2048): the
+    reasoning fills max_tokens before the call, so no tool_calls come and the start check would fail."""
+    _thinks_to_the_budget(knob_file)
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "What is the weather in Paris right now? Use the tool."}],
+        "tools": [service_probe.WEATHER_TOOL],
+        "tool_choice": "auto",
+        "max_tokens": 2048,
+        "stream": True,
+    }
+    status, events, _ = service_probe.stream_events(server, "k", body, timeout=30)
+    deltas = [choice.get("delta") or {} for event in events for choice in event.get("choices") or []]
+    finishes = [choice.get("finish_reason") for event in events for choice in event.get("choices") or []]
+    assert status == 200 and not any(delta.get("tool_calls") for delta in deltas)
+    assert "length" in finishes
