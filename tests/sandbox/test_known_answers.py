@@ -1,5 +1,6 @@
 """The rig's known-answer checks (vllm_rig/host/service_probe.py) against the stand-in server's HTTP side,
 in process: right answers pass, each fault knob fails the check it should, with the answer in the detail.
+The server is the default profile's: thinking on by default, a thinking budget of 4000 tokens.
 The same pair meets for real (systemd, the deployed unit) in tests/e2e/test_day_two.py."""
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import pytest
 from tests.sandbox.fixtures import forge
 from vllm_rig.host import service_probe
 
+BUDGET = 4000  # group_data/all.py default_thinking_token_budget
+
 
 @pytest.fixture(scope="module")
 def knob_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -30,6 +33,7 @@ def server(knob_file: Path) -> Iterator[str]:
     mp.setenv("VLLM_STANDIN_KNOBS", str(knob_file))
     mp.setenv("VLLM_STANDIN_DECODE_TPS", "5000")
     mp.setenv("VLLM_STANDIN_PREFILL_TPS", "500000")
+    mp.setenv("VLLM_DEFAULT_THINKING_TOKEN_BUDGET", str(BUDGET))  # group_data/all.py, the fork's variable
     sys.path.insert(0, str(forge.FORK_TREE))
     try:
         from vllm.entrypoints.openai import protocol
@@ -105,3 +109,63 @@ def test_the_key_is_needed(server: str, knob_file: Path) -> None:
     knobs(knob_file)
     result = service_probe.check_arithmetic(server, "wrong", "m", timeout=30)
     assert not result.ok and "HTTP 401 (the API key was refused)" in result.detail
+
+
+def _thinks_to_the_budget(knob_file: Path) -> None:
+    """A model that, left to think, thinks past the budget: its reasoning ends only where the budget cuts it."""
+    knobs(knob_file, thinking_tokens=2 * BUDGET)
+
+
+def test_the_thinking_knob_sets_how_long_a_thinking_request_thinks(server: str, knob_file: Path) -> None:
+    """Without the knob the stand-in thinks natural_tokens / 3; with it as long as the knob says, up to the
+    server's budget; a request's own budget or enable_thinking false still wins."""
+
+    def reasoning_tokens(**extra: object) -> int:
+        body = {"model": "m", "messages": [{"role": "user", "content": "Explain NVLink."}], **extra}
+        status, text = service_probe.request(server, "/v1/chat/completions", "k", body, timeout=30)
+        assert status == 200, text
+        message = json.loads(text)["choices"][0]["message"]
+        return sum(-(-len(word) // 4) for word in (message.get("reasoning_content") or "").split())
+
+    knobs(knob_file)
+    assert 0 < reasoning_tokens() < 40
+    knobs(knob_file, thinking_tokens=300)
+    assert 300 <= reasoning_tokens() < 310
+    _thinks_to_the_budget(knob_file)
+    assert reasoning_tokens() == BUDGET
+    assert reasoning_tokens(thinking_token_budget=100) == 100
+    assert reasoning_tokens(chat_template_kwargs={"enable_thinking": False}) == 0
+    assert reasoning_tokens(chat_template_kwargs={"enable_thinking": None}) == BUDGET  # None keeps the default
+
+
+def test_every_proof_passes_against_a_model_that_thinks_to_the_budget(server: str, knob_file: Path) -> None:
+    """The start check's whole proof (generate, warm-up, the known answers) on a model that would think for
+    the server's whole budget: every request turns thinking off for itself, so each answer comes."""
+    _thinks_to_the_budget(knob_file)
+    said: list[str] = []
+    result = service_probe.prove(server, "k", "m", timeout=30, warmup=2, needle_words=3000, say=said.append)
+    assert result.ok and result.check == "tool_call", (result, said)
+    assert [line.split(":")[0] for line in said if line.startswith("check ")] == [
+        f"check {name}" for name in service_probe.CHECKS
+    ]
+
+
+def test_the_old_tool_call_request_fails_against_a_model_that_thinks_to_the_budget(
+    server: str, knob_file: Path
+) -> None:
+    """The request shape the tool-call check sent before (the server's thinking default, max_tokens 2048): the
+    reasoning fills max_tokens before the call, so no tool_calls come and the start check would fail."""
+    _thinks_to_the_budget(knob_file)
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "What is the weather in Paris right now? Use the tool."}],
+        "tools": [service_probe.WEATHER_TOOL],
+        "tool_choice": "auto",
+        "max_tokens": 2048,
+        "stream": True,
+    }
+    status, events, _ = service_probe.stream_events(server, "k", body, timeout=30)
+    deltas = [choice.get("delta") or {} for event in events for choice in event.get("choices") or []]
+    finishes = [choice.get("finish_reason") for event in events for choice in event.get("choices") or []]
+    assert status == 200 and not any(delta.get("tool_calls") for delta in deltas)
+    assert "length" in finishes

@@ -10,6 +10,7 @@
 4. warm-up requests, so the first user's request does not pay for JIT compilation;
 5. known-answer checks (CHECKS), with the server as configured (MTP on): a sum, a needle from a long
    prompt, and a streamed tool call that must arrive parsed as a tool call.
+Every one of these requests turns thinking off for itself (NO_THINKING), whatever the server's default.
 Exit 0 serving, 1 answering wrongly (HTTP error, empty generation, model missing, a wrong answer), 2 not up
 in time. The deploy's proof runs this; the start check (start_check.py) and the watchdog (watchdog.py)
 import it from the same host package, so every start and every watchdog round asks the same questions.
@@ -43,7 +44,16 @@ WEATHER_TOOL = {
         },
     },
 }
-NO_THINKING = {"enable_thinking": False}  # short answers; the tool-call check keeps the server's default
+# The chat_template_kwargs of every proof request: thinking off, so the answer comes within max_tokens even
+# where the server thinks by default (--default-chat-template-kwargs enable_thinking true) up to a budget of
+# thousands of tokens. Both kinds lay a request's kwargs over the server's default key by key (vLLM 0.27.1
+# renderers/params.py ChatParams.with_defaults -> merge_kwargs; the fork's chat_completion/serving.py makes the
+# same call). A small thinking_token_budget would keep reasoning on for the tool call (club-3090 saw qwen3_coder
+# drop streamed calls only with reasoning on), but it is not honoured everywhere with MTP: 0.27.1 refuses a
+# request's budget with HTTP 400 on the V2 model runner (VLLM_USE_V2_MODEL_RUNNER=1) and without a reasoning
+# parser (v1/engine/input_processor.py); V2 runners that take it skip it under speculative decoding (vLLM
+# #54906), V1 runners of 0.19 did too (#39573), and the fork (0.21.0 base) was not shown to enforce it with MTP.
+NO_THINKING = {"enable_thinking": False}
 
 
 @dataclass(frozen=True)
@@ -124,7 +134,7 @@ def completion(
 
 
 def chat(base: str, key: str | None, model: str, prompt: str, max_tokens: int) -> tuple[bool, str]:
-    ok, detail, message = completion(base, key, model, prompt, max_tokens)
+    ok, detail, message = completion(base, key, model, prompt, max_tokens, kwargs=NO_THINKING)
     if not ok:
         return False, f"chat completion answered {detail}"
     generated = "".join(message.get(key) or "" for key in MESSAGE_TEXT_KEYS)
@@ -195,6 +205,7 @@ def check_tool_call(base: str, key: str | None, model: str, timeout: float = 600
         "tool_choice": "auto",
         "max_tokens": 2048,
         "stream": True,
+        "chat_template_kwargs": NO_THINKING,
     }
     status, events, error = stream_events(base, key, body, timeout)
     if status != 200:
