@@ -177,6 +177,29 @@ models = {  # the catalogue: name -> repo, revision, dir, served name and the se
             "override_generation_config": {"temperature": 0.1},
         },
     },
+    # The int4 checkpoint dual-2080 Ti owners serve (Aiakos1818's 256K profile): compressed-tensors W4A16, group
+    # 32, asymmetric, ~21.0 GB in 5 shards (vllm_rig/known/checkpoints.py: sizes, source, what is belief).
+    "qwen38-awq": {
+        "repo": "cyankiwi/Qwen3.8-27B-AWQ-INT4",
+        "revision": "main",  # the commit its file list was read at is not known
+        "dir": "/opt/vllm-rig/models/Qwen3.8-27B-AWQ-INT4",
+        "served_name": "qwen38-27b-awq",
+        "flags": {
+            "dtype": "half",  # SM75 has no BF16 tensor cores; the W4A16 kernels take FP16 activations
+            "quantization": None,  # no --quantization: vLLM reads compressed-tensors from config.json ("fp8" clashes)
+            # 262,144 (the model's own limit) fits with FP8 KV: 4.99e9 bytes per card against ~8.3e9 of room at
+            # 0.92; FP16 KV would stop at 227,200 (vllm_rig/known/kv_room.py, tests/unit/test_kv_room.py)
+            "kv_cache_dtype": "fp8_e4m3",
+            "max_model_len": 262144,
+            "gpu_memory_utilization": 0.92,
+            "mamba_cache_mode": "align",  # prefix caching on the hybrid GDN model (the KV estimate assumes it)
+            "max_num_batched_tokens": 2048,  # half the default's activation peak at 262K (~346 MiB per card)
+            # MTP stays on (3 tokens): the checkpoint keeps mtp.* unquantized (Aiakos: linear_attn and mtp not
+            # quantized, MTP accepted ~79%); a quantization without mtp.* would accept nothing
+            "num_speculative_tokens": 3,
+            "tool_call_parser": "qwen3_xml",
+        },
+    },
 }
 models_keep = 1  # models served before the current one that stay on disk; older ones are removed (space printed)
 

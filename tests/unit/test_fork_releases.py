@@ -7,8 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.groupdata import profile_data
 from vllm_rig.host import fork_releases as fr
-from vllm_rig.stages.update.releases import release_lines
+from vllm_rig.known import fork_lines
+from vllm_rig.stages.update.releases import line_notes, release_lines
+from vllm_rig.validation import load_settings
 
 ENV = {"GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
        "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin"}  # fmt: skip
@@ -101,3 +104,31 @@ def test_the_lines_name_the_update_command_for_each_newer_release(remote) -> Non
     text = "\n".join(release_lines(out))
     assert "is v0.1.17" in text and "fork_ref is past it" in text
     assert f"tasks/update_fork.py --data fork_ref={remote['v0.1.18']}" in text and "newer releases: v0.1.18" in text
+
+
+@pytest.mark.parametrize("profile", [None, "qwen38", "fork_validated"], ids=["default", "qwen38", "fork_validated"])
+def test_every_profile_is_told_its_line_and_what_the_newer_line_asks(profile: str | None) -> None:
+    """`bin/rig releases`: the default profile serves an upstream vLLM release; qwen38 and fork_validated the
+    fork's v0.1.x line, which the fork's README calls no longer maintained; every profile hears what 0.2 needs."""
+    s = load_settings(profile_data(profile))
+    text = "\n".join(line_notes(s))
+    if profile is None:
+        assert text.startswith(f"line: upstream vLLM release {s.vllm_version} (runtime_kind upstream), not the fork")
+    else:
+        assert s.runtime_kind == "fork" and s.fork_release_line == "v0.1" and s.fork_ref.startswith("63cfe89")
+        first = text.splitlines()[0]
+        assert first.startswith("line: the fork's v0.1.x line at fork_ref 63cfe89659bc (vLLM 0.21.0 base, CUDA 12.8")
+        assert 'legacy: "no longer actively maintained"' in first
+    for need in ("v0.2.2-post3", "vLLM 0.29.1rc0 nightly", "CUDA 13.0", "torch 2.13.0+cu130", "GCC 15", "kernel >= 7"):
+        assert need in text, need
+    assert "ALLOW_HOST_MISMATCH=1" in text and ", uv" in text
+    assert "on Ubuntu 24.04: not as it stands: stock 24.04 has GCC 13" in text and "(belief)" in text
+
+
+def test_a_host_on_the_newer_line_is_not_told_about_it_twice() -> None:
+    s = load_settings({**profile_data("qwen38"), "fork_release_line": "v0.2"})
+    notes = line_notes(s)
+    assert notes == [
+        f"line: the fork's v0.2.x line at fork_ref {s.fork_ref[:12]} (vLLM 0.29.1rc0 nightly (b23433088bf2) base, "
+        f"CUDA 13.0, torch 2.13.0+cu130, latest release {fork_lines.V0_2.latest}): {fork_lines.V0_2.status}"
+    ]

@@ -208,8 +208,10 @@ _LOGS_DOC = """Read-only: the last lines of a log on each box, through pyinfra's
 _SWITCH_DOC = """Serve another entry of the models catalogue (tasks/switch_model.py): its download beside the
 running model, the unit, a restart and a real completion. The next deploy goes back to the model setting:
 put `model: <name>` in the host's settings to keep it."""
-_RELEASES_DOC = """Read-only: the newer releases on the fork's release line (tasks/fork_releases.py), each with
-the `bin/rig update <commit>` that tries it."""
+_RELEASES_DOC = """Read-only: which line each box is on (upstream vLLM's release, or the fork's v0.1.x line,
+legacy per the fork's README) and what the fork's newer 0.2 line would need (CUDA 13.0, torch 2.13.0+cu130,
+GCC 15, kernel >= 7, uv); then the newer releases on the fork's release line (tasks/fork_releases.py), each
+with the `bin/rig update <commit>` that tries it."""
 _UPDATE_DOC = """A guarded fork update (tasks/update_fork.py): build the release beside the running runtime,
 prove it, benchmark both, switch only when decode and prefill are not worse than fork_update_margin_pct;
 else the old runtime stays."""

@@ -19,7 +19,7 @@ from pyinfra.api import FunctionCommand, StringCommand, deploy, operation
 from vllm_rig.core.become import sudo_args
 from vllm_rig.core.host_package import host_programs
 from vllm_rig.core.run import host_failed
-from vllm_rig.known import upstream_releases
+from vllm_rig.known import fork_lines, upstream_releases
 from vllm_rig.paths import Layout
 from vllm_rig.settings import Settings
 from vllm_rig.stages.runtime.plan import cache_name
@@ -45,6 +45,35 @@ def release_lines(result: dict) -> list[str]:
     lines.append(f"newer releases: {', '.join(newer)}" if newer else "no newer release on this line")
     if result.get("error"):
         lines.append(f"note: {result['error']}")
+    return lines
+
+
+def line_notes(s: Settings) -> list[str]:
+    """Which line this host's settings are on, and what the fork's newer line would ask of it."""
+    if s.runtime_kind == "upstream":
+        lines = [f"line: upstream vLLM release {s.vllm_version} (runtime_kind upstream), not the fork"]
+    else:
+        ours = fork_lines.LINES.get(s.fork_release_line)
+        if ours is None:
+            lines = [
+                f"line: the fork's {s.fork_release_line} line at fork_ref {s.fork_ref[:12]} (not one the rig knows)"
+            ]
+        else:
+            lines = [
+                f"line: the fork's {ours.line}.x line at fork_ref {s.fork_ref[:12]} ({ours.base} base, CUDA "
+                f"{ours.cuda}, torch {ours.torch}, latest release {ours.latest}): {ours.status}"
+            ]
+    newer = fork_lines.V0_2
+    if s.runtime_kind == "fork" and s.fork_release_line == newer.line:
+        return lines
+    lines += [
+        f"the fork's newer line {newer.line}.x ({newer.latest}, not listed below and not built by the rig): "
+        f"{newer.base} base, CUDA {newer.cuda}, torch {newer.torch}, Python {newer.python}, GCC {newer.gcc}, "
+        f"kernel {newer.kernel}, uv",
+        f"  its build.sh asks for {newer.host_check}",
+        f"  on Ubuntu 24.04: {newer.ubuntu_2404}",
+        f"  source: {fork_lines.SOURCE}",
+    ]
     return lines
 
 
@@ -78,6 +107,8 @@ def _list(state, host, command: str) -> bool:  # noqa: ARG001 - pyinfra passes t
 def fork_releases(s: Settings) -> None:
     if host_failed():
         return
+    for line in line_notes(s):
+        logger.info(f"[{host.name}] {line}")
     if s.runtime_kind == "upstream":
         logger.info(
             f"[{host.name}] releases: this host runs vLLM {s.vllm_version} (runtime_kind upstream, upstream_build "
