@@ -72,7 +72,11 @@ def test_changed_patch_hashes_change_the_fingerprint() -> None:
             },
         },
     }
-    pr3621 = {"flashinfer_version": "0.6.14", "kv_cache_dtype": "auto"}  # the release PR 3621 fixes, FP16 KV
+    pr3621 = {
+        "flashinfer_version": "0.6.14",
+        "kv_cache_dtype": "auto",
+        "models": {},
+    }  # the release PR 3621 fixes, FP16 KV
     assert _fp(**pr3621, flashinfer_sm75_patches=altered) != _fp(**pr3621)
 
 
@@ -186,7 +190,8 @@ def test_rolled_back_message_says_what_differs() -> None:
 
 
 def test_spec_carries_pins_sources_and_the_mirrored_fix() -> None:
-    s = _settings(git_mirror_prefix="https://gh-proxy.example/", flashinfer_version="0.6.14", kv_cache_dtype="auto")
+    pr3621 = {"flashinfer_version": "0.6.14", "kv_cache_dtype": "auto", "models": {}}  # FP16 KV only
+    s = _settings(git_mirror_prefix="https://gh-proxy.example/", **pr3621)
     inputs = runtime.build_inputs(s)
     dirs = runtime.RuntimeDirs(s.install_root, "x")
     spec = runtime.build_spec(s, dirs, FP, inputs, 5)

@@ -24,7 +24,7 @@ from vllm_rig.validation import SettingsError, load_settings
 
 PATHS = {"--model"}
 # A release whose FlashInfer serves FP16 KV only (flashinfer_fix.fp8_kv_fits) renders the line with FP16 KV.
-FP16_KV = {"0.26.0": "auto"}
+FP16_KV = {"0.26.0": {"kv_cache_dtype": "auto", "models": {}}}  # FP8-KV catalogue entries: not there
 
 
 def _settings(**changes: Any) -> Settings:
@@ -72,7 +72,7 @@ def test_every_rendered_flag_and_reasoning_key_is_one_the_patched_release_accept
 
 @pytest.mark.parametrize("version", upstream_releases.supported_versions())
 def test_every_supported_release_takes_the_default_profiles_whole_line(version: str) -> None:
-    s = _settings(vllm_version=version, kv_cache_dtype=FP16_KV.get(version, "fp8_e4m3"))
+    s = _settings(vllm_version=version, **FP16_KV.get(version, {}))
     argv = _argv(_unit(s))
     server = server_interface.upstream(version)
     assert server.flags_file.name == f"upstream-{version}-cli-flags.txt"
@@ -83,7 +83,7 @@ def test_every_supported_release_takes_the_default_profiles_whole_line(version: 
 def test_a_flag_only_the_older_release_has_is_refused_on_the_newer_one() -> None:
     """0.27.1's real parser dropped --max-num-partial-prefills (its dump against 0.26.0's): the check is per release."""
     flag = ["--max-num-partial-prefills=2"]
-    assert _settings(vllm_version="0.26.0", kv_cache_dtype="auto", vllm_extra_args=flag).vllm_version == "0.26.0"
+    assert _settings(vllm_version="0.26.0", **FP16_KV["0.26.0"], vllm_extra_args=flag).vllm_version == "0.26.0"
     with pytest.raises(SettingsError) as err:
         _settings(vllm_version="0.27.1", vllm_extra_args=flag)
     assert len(err.value.lines) == 1, err.value.lines
@@ -122,7 +122,7 @@ def test_the_plan_names_the_kind_the_release_the_patch_and_the_lane() -> None:
     assert inputs["pins"]["torch"] == release.torch and inputs["pins"]["flashinfer-python"] == release.flashinfer
     assert inputs["torch_lane"] == "PyPI (CUDA toolkit 13.0.3)"
     assert inputs["flashinfer_fix"] is None  # 0.27.1 pins FlashInfer 0.6.16.post3: the merged fix is in it
-    older = plan.build_inputs(_settings(vllm_version="0.26.0", kv_cache_dtype="auto"))
+    older = plan.build_inputs(_settings(vllm_version="0.26.0", **FP16_KV["0.26.0"]))
     assert older["flashinfer_fix"]["patch"] == "pr3621" and older["torch_lane"] == "PyPI (CUDA toolkit 13.0.2)"
     fork = load_settings({**profile_data(), "runtime_kind": "fork"})
     assert plan.fingerprint(inputs) != plan.fingerprint(plan.build_inputs(fork))  # a switch is a runtime change
@@ -155,16 +155,16 @@ def test_the_releases_own_pins_are_required() -> None:
 def test_a_release_that_cannot_prefill_with_an_fp8_kv_cache_is_refused_in_one_line() -> None:
     """0.26.0 pins FlashInfer 0.6.14: with PR 3621 its FP8 head-size-256 tile is one the release refuses."""
     with pytest.raises(SettingsError) as err:
-        _settings(vllm_version="0.26.0")  # the default profile's FP8 KV cache
+        _settings(vllm_version="0.26.0", models={})  # the default profile's FP8 KV cache
     assert len(err.value.lines) == 1, err.value.lines
     line = err.value.lines[0]
     assert "vllm_version='0.26.0'" in line and "FlashInfer 0.6.14" in line and "64 KiB" in line
     assert "use vllm_version 0.27.1" in line and "kv_cache_dtype auto" in line
-    assert _settings(vllm_version="0.26.0", kv_cache_dtype="auto").flashinfer_patch() == "pr3621"  # FP16 KV: kept
+    assert _settings(vllm_version="0.26.0", **FP16_KV["0.26.0"]).flashinfer_patch() == "pr3621"  # FP16 KV: kept
 
 
 def test_the_fork_with_a_flashinfer_that_cannot_prefill_fp8_is_refused_and_serves_fp16() -> None:
-    fork = {**profile_data(), "runtime_kind": "fork", "flashinfer_version": "0.6.14"}
+    fork = {**profile_data(), "runtime_kind": "fork", "flashinfer_version": "0.6.14", "models": {}}
     with pytest.raises(SettingsError) as err:
         load_settings(fork)
     assert len(err.value.lines) == 1 and "flashinfer_version='0.6.14'" in err.value.lines[0], err.value.lines
