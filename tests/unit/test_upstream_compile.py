@@ -4,6 +4,7 @@ the host build's handling of the source archive (every member checked before any
 from __future__ import annotations
 
 import io
+import json
 import os
 import sys
 import tarfile
@@ -11,13 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from packaging.requirements import Requirement
 
 from tests.unit.groupdata import profile_data
 from tests.unit.test_unit_parity import _argv, _env
 from vllm_rig.host import upstream_compile as host_compile
 from vllm_rig.host.runtime_build import BuildError, relane
 from vllm_rig.host.upstream_build import build_for
-from vllm_rig.known import upstream_compile
+from vllm_rig.known import upstream_compile, upstream_releases
 from vllm_rig.paths import Layout, RuntimeDirs
 from vllm_rig.settings import Settings, upstream_release_pins
 from vllm_rig.stages.runtime import plan
@@ -31,13 +33,64 @@ def _settings(**changes: Any) -> Settings:
     return load_settings({**base, "kv_cache_dtype": "auto", "models": {}, **changes})
 
 
-def test_a_release_without_a_recorded_source_archive_is_refused_in_one_line() -> None:
+def test_a_release_without_a_recorded_source_archive_is_refused_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every supported release has its archive recorded today; one without a row is refused before any host."""
+    monkeypatch.setattr(upstream_compile, "SDISTS", {"0.26.0": upstream_compile.SDISTS["0.26.0"]})
     with pytest.raises(SettingsError) as err:
         _settings(vllm_version="0.27.1", **upstream_release_pins("0.27.1"))
     assert len(err.value.lines) == 1, err.value.lines
     line = err.value.lines[0]
     assert line.startswith("settings: upstream_build='compile'") and "0.27.1's source archive" in line
     assert "supports 0.26.0" in line
+
+
+def test_an_unsupported_release_has_no_recorded_archive() -> None:
+    with pytest.raises(ValueError) as err:
+        upstream_compile.sdist("0.25.1")
+    assert "supports 0.26.0, 0.27.1;" in str(err.value) and "\n" not in str(err.value)
+
+
+REQUIREMENTS = Path(__file__).resolve().parents[1] / "sandbox/fixtures/pkg_index/upstream"
+
+
+@pytest.mark.parametrize("version", sorted(upstream_compile.SDISTS))
+def test_each_rows_build_requirements_are_its_archives(version: str) -> None:
+    """The row's build requirements are its pyproject.toml's [build-system] requires as read from the archive
+    (tests/sandbox/fixtures/pkg_index/upstream/vllm-V-sdist-requirements.json), torch left out; its torch is the
+    wheel row's pin."""
+    real = json.loads((REQUIREMENTS / f"vllm-{version}-sdist-requirements.json").read_text())
+    assert upstream_compile.SDISTS[version].sha256 in real["source"]
+    requires = [Requirement(line) for line in real["build_system"]["requires"]]
+    torch = [r for r in requires if r.name == "torch"]
+    assert [str(r.specifier) for r in torch] == [f"=={upstream_releases.release(version).torch}"]
+    row = [Requirement(line) for line in upstream_compile.SDISTS[version].build_requires]
+    assert [(r.name, r.specifier) for r in row] == [(r.name, r.specifier) for r in requires if r.name != "torch"]
+
+
+def test_0_27_1_compiles_with_its_own_pins_and_nine_sources() -> None:
+    """0.27.1's archive: torch 2.13.0 from the cu128 lane, FlashInfer 0.6.16.post3 with no fix, and FlashKDA beside
+    the eight sources 0.26.0 has, each handed to CMake by its variable."""
+    s = _settings(vllm_version="0.27.1", **upstream_release_pins("0.27.1"), triton_version="3.7.1")
+    sdist = upstream_compile.sdist("0.27.1")
+    inputs = plan.build_inputs(s)
+    assert inputs["vllm_sdist_sha256"] == sdist.sha256 and inputs["vllm"] == "0.27.1"
+    assert inputs["pins"]["torch"] == "2.13.0" and inputs["pins"]["flashinfer-python"] == "0.6.16.post3"
+    assert inputs["flashinfer_fix"] is None
+    assert set(inputs["sources"]) == set(upstream_compile.SOURCES_0_26_0) | {"flashkda"}
+    assert inputs["sources"]["deepgemm"] == "e21c821f39a2056d68067a466c64ddc942200106"
+    assert plan.fingerprint(inputs) != plan.fingerprint(plan.build_inputs(_settings()))
+    dirs = RuntimeDirs(s.install_root, "abc")
+    spec = plan.build_spec(s, dirs, "f" * 64, inputs, 4)
+    assert spec["vllm_sdist"] == {
+        "version": "0.27.1",
+        "sha256": "eec2d54d137ac1e59cb4c39226dfee1943eefc8f4788f5821d7300d6acbdb646",
+        "filename": "vllm-0.27.1.tar.gz",
+        "expected_version": "0.27.1+cu129",
+    }
+    assert spec["torch_exact"] == {"torch": "2.13.0+cu128", "torchvision": "0.28.0+cu128", "torchaudio": "2.11.0+cu128"}
+    assert spec["fetchcontent"]["flashkda"] == {"env": "FLASH_KDA_SRC_DIR", "dir": dirs.dep("flashkda")}
+    urls = {url for _, url, *_ in plan.git_sources(s, dirs)}
+    assert s.git_mirror_prefix + "https://github.com/vllm-project/FlashKDA.git" in urls
 
 
 def test_a_torch_lane_the_card_cannot_compile_for_is_refused() -> None:

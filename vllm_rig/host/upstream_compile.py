@@ -1,15 +1,15 @@
 """The upstream kind's compile build (runtime_build.py runs it for a spec whose "kind" is "upstream-compile"):
 the first box's own way, vLLM's release compiled for SM75 on the card's CUDA 12.9 with the SM75 patch.
 
-Steps: the venv; the torch index's CUDA 12 lane (2.11.0+cu128) as the fork kind installs it; the release's build
-requirements; vLLM's source archive through pip with --require-hashes (pip checks the sha256 before any of its
-code runs, then prepares its metadata: setup.py runs, so the toolkit and the arch list are set by then), checked
-again, every member checked, unpacked beside and renamed into place; zyYuc's SM75 patch applied to the tree;
-the tree's requirements with the release's pins on top; FlashInfer's SM75 fix; FlashQLA with the owner's patch;
-the compile (`pip install --no-build-isolation --no-deps <tree>`, FetchContent disconnected, every source the
-release's CMake fetches checked out ahead); then the checks: the version setup.py gives a CUDA 12.9 build, the
-patch in the installed files, the release's extensions imported from a neutral directory, the FlashInfer
-check, FlashQLA's extension.
+Steps: the venv; the torch index's CUDA 12 lane (the release's torch +cu128: 2.11.0, or 2.13.0 for 0.27.1) as the
+fork kind installs it; the release's build requirements; vLLM's source archive through pip with --require-hashes
+(pip checks the sha256 before any of its code runs, then prepares its metadata: setup.py runs, so the toolkit and
+the arch list are set by then), checked again, every member checked, unpacked beside and renamed into place; zyYuc's
+SM75 patch applied to the tree; the tree's requirements with the release's pins on top; FlashInfer's SM75 fix;
+FlashQLA with the owner's patch; the compile (`pip install --no-build-isolation --no-deps <tree>`, FetchContent
+disconnected, every source the release's CMake fetches checked out ahead); then the checks: the version setup.py
+gives a CUDA 12.9 build, the patch in the installed files, the release's extensions imported from a neutral
+directory, the FlashInfer check, FlashQLA's extension.
 """
 
 from __future__ import annotations

@@ -1,12 +1,13 @@
 """The upstream kind's compile build (upstream_build: compile): the first box's own way. vLLM's source archive
 from PyPI (pinned by its sha256, through pip_index_url), zyYuc's SM75 patch applied to the tree, the release's
-requirements under the torch index's CUDA 12 lane (2.11.0+cu128, as the fork kind installs it), FlashInfer at
+requirements under the torch index's CUDA 12 lane (the release's torch pin +cu128: 2.11.0 for 0.26.0, 2.13.0 for
+0.27.1, installed as the fork kind installs it), FlashInfer at
 the release's pin with its SM75 fix, FlashQLA with the owner's patch off the resolver, then the compile for
 gpu_compute_capability with the card's CUDA toolkit and every source the release's CMake would fetch checked
 out ahead (FetchContent disconnected). The service's CUDA_HOME is the card's toolkit, as the first seed's unit.
 
 Why CUDA 12: torch's cpp_extension refuses an nvcc whose major version differs from torch's CUDA, and the card's
-toolkit is 12.9; PyPI's torch 2.11.0 is a CUDA 13 build, the torch index's cu128 lane a CUDA 12 one.
+toolkit is 12.9; PyPI's torch 2.11.0 and 2.13.0 are CUDA 13 builds, the torch index's cu128 lane a CUDA 12 one.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def pins(s: Settings) -> dict[str, str]:
 
 
 def needed_sources(s: Settings) -> dict[str, dict[str, Any]]:
-    """The CMake sources a build for gpu_compute_capability fetches (0.26.0: all of them)."""
+    """The CMake sources a build for gpu_compute_capability fetches (0.26.0's eight, 0.27.1's nine: all of them)."""
     arch = s.gpu_compute_capability
     return {name: e for name, e in sorted(s.compile_sources().items()) if fetched_for(e, arch)}
 
