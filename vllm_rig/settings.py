@@ -235,7 +235,10 @@ class Settings(BaseModel):
         "torchaudio; None: the kind's (the release's pin; fork 2.11.0)",
         "null (the runtime kind's own) or a PEP 440 version",
     )
-    triton_version: str = _setting("triton, pinned to the seed's", "a PEP 440 version")
+    triton_version: str = _setting(
+        "triton; None: the kind's (the pin of the release's torch; fork 3.6.0, the seed's)",
+        "null (the runtime kind's own) or a PEP 440 version",
+    )
     transformers_version: str = _setting("transformers, pinned to the seed's", "a PEP 440 version")
     numpy_version: str = _setting("numpy, pinned to the seed's", "a PEP 440 version")
     flashinfer_version: str = _setting(
@@ -1264,6 +1267,7 @@ KIND_DEFAULTED = (
     "torchvision_version",
     "torchaudio_version",
     "flashinfer_version",
+    "triton_version",
     "tool_call_parser",
 )
 # vLLM 0.27.1's tool_parsers/__init__.py registers qwen3_coder and qwen3_xml to one class (Qwen3EngineToolParser,
@@ -1295,14 +1299,17 @@ def with_kind_defaults(data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def upstream_release_pins(version: str) -> dict[str, str]:
-    """The settings the upstream kind holds to a release's own wheel pins (its METADATA), by setting name."""
+    """The settings the upstream kind holds to a release's own wheel pins (its METADATA, and its torch's triton),
+    by setting name."""
     r = upstream_releases.release(version)
-    return {
+    pins = {
         "torch_version": r.torch,
         "torchvision_version": r.torchvision,
         "torchaudio_version": r.torchaudio,
         "flashinfer_version": r.flashinfer,
     }
+    triton = cuda_toolkit.TRITON_FOR_TORCH.get(r.torch)
+    return {**pins, "triton_version": triton} if triton else pins
 
 
 def _upstream_problems(s: Settings):

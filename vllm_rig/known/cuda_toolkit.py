@@ -12,3 +12,7 @@ from __future__ import annotations
 DISTRIBUTION = "cuda-toolkit"
 PARTS = ("nvcc", "crt", "cccl", "cudart", "nvvm")
 FOR_TORCH = {"2.11.0": "13.0.2", "2.13.0": "13.0.3"}
+
+# The triton each PyPI torch release pins (`triton==X` in its METADATA's Requires-Dist, read with pip's --report:
+# tests/sandbox/fixtures/pkg_index/closure.json for 2.11.0; docs/upstream-facts.md section 5c for 2.13.0).
+TRITON_FOR_TORCH = {"2.11.0": "3.6.0", "2.13.0": "3.7.1"}

@@ -38,6 +38,7 @@ OWN_SETTINGS = {
     "torchvision_version": "0.26.0",
     "torchaudio_version": "2.11.0",
     "flashinfer_version": "0.6.16",
+    "triton_version": "3.6.0",
     "tool_call_parser": "qwen3_xml",
 }
 
