@@ -13,31 +13,57 @@ import pytest
 
 from vllm_rig.host import flashinfer_smem as fs
 
-FIXED = fs.Sizes(65_536, 65_536)  # 0.6.16.post3, measured
-BROKEN = fs.Sizes(65_616, 65_600)  # 0.6.14, measured
+
+def sizes(fp16_base: int, fp8_base: int, fp8_row: int = 1024) -> fs.Sizes:
+    """A size table as the real wheels' is: a fixed part plus a cost per KV row (FP16 KV: 1,024 B a row)."""
+    rows = {"fp16": (fp16_base, 1024), "fp8": (fp8_base, fp8_row)}
+    return fs.Sizes({(kv, tile): base + tile * row for kv, (base, row) in rows.items() for tile in fs.TILES})
 
 
-def test_the_probe_prints_both_sizes_at_the_sm75_tile() -> None:
-    assert "SharedStorageQKVO<1, 64, 32, 256, 256, half, KV, half>" in fs.PROBE_SOURCE
-    assert "Tile<half>" in fs.PROBE_SOURCE and "Tile<__nv_fp8_e4m3>" in fs.PROBE_SOURCE
+# Measured (nvcc 13.0.88, the PyPI wheels): the fixed part is the 32,768 B Q tile plus each release's padding.
+V0_6_8 = sizes(32_768, 32_768, fp8_row=512)  # FP8 KV kept as 1 byte: the dispatcher picks 64 rows
+V0_6_12 = sizes(32_800, 32_800, fp8_row=512)  # the 1-byte k_sf_smem placeholder, padded to 32 B
+V0_6_14 = sizes(32_848, 32_832)  # FP8 repack staging: FP8 KV costs what FP16 does, 32 rows
+V0_6_16 = sizes(32_768, 32_768)
+
+
+def _lines(s: fs.Sizes) -> str:
+    return "".join(f"{kv} {tile} {size}\n" for (kv, tile), size in s.table.items())
+
+
+def test_the_probe_prints_every_dispatchable_tile_at_the_sm75_shape() -> None:
+    assert "SharedStorageQKVO<1, 64, CTA_TILE_KV, 256, 256, half, KV, half>" in fs.PROBE_SOURCE
+    assert 'print<half>("fp16")' in fs.PROBE_SOURCE and 'print<__nv_fp8_e4m3>("fp8")' in fs.PROBE_SOURCE
+    assert all(f"Tile<KV, {tile}>" in fs.PROBE_SOURCE for tile in fs.TILES)
     assert "#include <flashinfer/attention/prefill.cuh>" in fs.PROBE_SOURCE
 
 
+def test_parse_sizes_reads_the_table_in_any_order_among_other_lines() -> None:
+    lines = _lines(V0_6_14).splitlines()
+    assert fs.parse_sizes("a warning\n" + "\n".join(reversed(lines)) + "\n") == V0_6_14
+
+
 @pytest.mark.parametrize(
-    ("output", "sizes"),
+    ("s", "fp16", "fp8", "tiles"),
     [
-        ("fp16 65616\nfp8 65600\n", fs.Sizes(65_616, 65_600)),
-        ("fp8 49152\nfp16 65536\n", fs.Sizes(65_536, 49_152)),  # any order
-        ("a warning\nfp16 65536\nfp8 65536\n", FIXED),  # other lines are passed over
+        (V0_6_8, 65_536, 65_536, (32, 64)),
+        (V0_6_12, 65_568, 65_568, (32, 64)),  # at a fixed 32 rows its FP8 tile would read 49,184
+        (V0_6_14, 65_616, 65_600, (32, 32)),
+        (V0_6_16, 65_536, 65_536, (32, 32)),
     ],
 )
-def test_parse_sizes(output: str, sizes: fs.Sizes) -> None:
-    assert fs.parse_sizes(output) == sizes
+def test_the_size_that_counts_is_at_the_tile_the_dispatcher_picks(
+    s: fs.Sizes, fp16: int, fp8: int, tiles: tuple[int, int]
+) -> None:
+    assert (s.fp16, s.fp8) == (fp16, fp8)
+    assert (s.tile("fp16"), s.tile("fp8")) == tiles
 
 
-@pytest.mark.parametrize("output", ["", "fp16 65536\n", "fp16 x\nfp8 1\n", "FP16 1\nFP8 1\n"])
-def test_parse_sizes_refuses_what_is_not_both(output: str) -> None:
-    with pytest.raises(fs.ProbeError, match="no fp16/fp8 sizes"):
+@pytest.mark.parametrize(
+    "output", ["", "fp16 32 65536\nfp8 32 65536\n", _lines(V0_6_16).replace("fp8 128", "fp8 x"), "FP16 16 1\n"]
+)
+def test_parse_sizes_refuses_an_incomplete_table(output: str) -> None:
+    with pytest.raises(fs.ProbeError, match="no complete fp16/fp8 size table"):
         fs.parse_sizes(output)
 
 
@@ -55,22 +81,59 @@ def test_kv_kind_refuses_int8() -> None:
 
 @pytest.mark.parametrize("kv", ["fp16", "fp8"])
 def test_exactly_the_limit_fits(kv: str) -> None:
-    assert fs.verdict("0.6.16.post3", FIXED, kv) is None
-    assert fs.verdict("0.6.8.post1", fs.Sizes(65_536, 49_152), kv) is None
+    assert fs.verdict("0.6.16.post3", V0_6_16, kv) is None
+    assert fs.verdict("0.6.8.post1", V0_6_8, kv) is None
 
 
-def test_one_byte_over_does_not_fit() -> None:
-    assert fs.verdict("x", fs.Sizes(65_537, 65_536), "fp8") is None  # only the served KV cache's size counts
-    assert fs.verdict("x", fs.Sizes(65_537, 65_536), "fp16") is not None
-    assert fs.verdict("x", fs.Sizes(65_536, 65_537), "fp8") is not None
+@pytest.mark.parametrize("kv", ["fp16", "fp8"])
+def test_padding_over_the_limit_does_not_fit(kv: str) -> None:
+    assert fs.verdict("0.6.12", V0_6_12, kv) is not None
+    assert fs.verdict("0.6.14", V0_6_14, kv) is not None
+
+
+def test_only_the_served_kv_caches_size_counts() -> None:
+    s = sizes(32_769, 32_768)  # FP16 one byte over, FP8 exactly at the limit
+    assert fs.verdict("x", s, "fp8") is None
+    assert fs.verdict("x", s, "fp16") is not None
+
+
+def test_pr_3621_sizes_from_samples_a_16_row_tile_fine_for_fp16_invalid_for_fp8() -> None:
+    """0.6.14 + PR 3621 keeps the 0.6.14 struct (measured: the same sizes) but sizes its tile from the struct:
+    base 32,848 / 32,832 B + 16,384 B a step leaves room for one step."""
+    assert (V0_6_14.tile("fp16", exact=True), V0_6_14.tile("fp8", exact=True)) == (16, 16)
+    assert (V0_6_14.of("fp16", exact=True), V0_6_14.of("fp8", exact=True)) == (49_232, 49_216)
+    assert fs.verdict("0.6.14", V0_6_14, "fp16", exact=True) is None
+    line = fs.verdict("0.6.14", V0_6_14, "fp8", exact=True)
+    assert line is not None and "invalid FP8 configuration" in line
+    assert fs.verdict("0.6.16.post3", V0_6_16, "fp8", exact=True) is None  # no padding: the same tile either way
+
+
+def test_the_ok_line_names_the_tile() -> None:
+    assert fs.ok_line("0.6.8.post1", V0_6_8, "fp8") == (
+        "FlashInfer 0.6.8.post1's head-dim-256 prefill tile for the FP8 KV cache is 65,536 B (64 KV rows), "
+        "within SM75's 65,536 B per block"
+    )
+
+
+def test_a_one_step_fp8_tile_is_invalid_even_when_it_fits() -> None:
+    s = sizes(32_768, 32_768, fp8_row=1536)  # (65,536 - 32,768) / 24,576: one step, 16 rows
+    assert s.tile("fp8") == 16 and s.fp8 <= fs.LIMIT
+    line = fs.verdict("x", s, "fp8")
+    assert line is not None and "only tile that fits (16 rows) is an invalid FP8 configuration" in line
+
+
+def test_no_tile_at_all_does_not_fit() -> None:
+    s = sizes(32_768, 32_768, fp8_row=4096)  # 65,536 B a step: not one fits beside the Q tile
+    assert s.tile("fp8") == 0
+    assert fs.verdict("x", s, "fp8") is not None
 
 
 def test_the_error_line_says_version_sizes_limit_and_what_to_do() -> None:
-    line = fs.verdict("0.6.14", BROKEN, "fp8")
+    line = fs.verdict("0.6.14", V0_6_14, "fp8")
     assert line is not None and "\n" not in line
     assert "FlashInfer 0.6.14" in line
     assert "65,616 B (FP16 KV)" in line and "65,600 B (FP8 KV)" in line
-    assert "65,536 B" in line and "FP8 KV cache served" in line
+    assert "SM75 allows 65,536 B per block" in line and "with the FP8 KV cache served" in line
     assert "0.6.8.post1 or >= 0.6.16" in line
 
 
@@ -124,7 +187,7 @@ def _python(tmp_path: Path, site: Path) -> Path:
     return path
 
 
-def _nvcc(tmp_path: Path, printed: str = "fp16 65536\nfp8 65536\n", rc: int = 0) -> Path:
+def _nvcc(tmp_path: Path, printed: str = _lines(V0_6_16), rc: int = 0) -> Path:
     """An nvcc that checks the probe's flags and writes, as `-o`, a program printing `printed`."""
     nvcc = tmp_path / "cu13" / "bin" / "nvcc"
     nvcc.parent.mkdir(parents=True)
@@ -145,10 +208,10 @@ def _nvcc(tmp_path: Path, printed: str = "fp16 65536\nfp8 65536\n", rc: int = 0)
 
 def test_probe_finds_the_package_compiles_and_reads_both_sizes(tmp_path: Path) -> None:
     site = _site(tmp_path / "site")
-    nvcc = _nvcc(tmp_path, "fp16 65616\nfp8 65600\n")
-    installed, sizes = fs.probe(_python(tmp_path, site), nvcc)
+    nvcc = _nvcc(tmp_path, _lines(V0_6_14))
+    installed, found = fs.probe(_python(tmp_path, site), nvcc)
     assert installed == fs.Installed(site / "flashinfer", "0.6.16.post3")
-    assert sizes == BROKEN
+    assert found == V0_6_14
     args = json.loads((tmp_path / "nvcc-args.json").read_text())
     assert args[:3] == ["-std=c++17", "-arch=sm_75", f"-I{site / 'flashinfer' / 'data' / 'include'}"]
     assert args[-3].endswith("probe.cu")
@@ -156,14 +219,15 @@ def test_probe_finds_the_package_compiles_and_reads_both_sizes(tmp_path: Path) -
 
 def test_record_keeps_what_the_start_check_compares(tmp_path: Path) -> None:
     site = _site(tmp_path / "site")
-    installed, sizes = fs.probe(_python(tmp_path, site), _nvcc(tmp_path))
-    rec = fs.record(installed, sizes, "fp8")
+    installed, found = fs.probe(_python(tmp_path, site), _nvcc(tmp_path))
+    rec = fs.record(installed, found, "fp8")
     assert rec == {
         "flashinfer_version": "0.6.16.post3",
         "prefill_cuh_sha256": fs.sha256_of(site / "flashinfer" / "data" / fs.HEADER),
         "kv": "fp8",
         "sizeof_fp16_kv": 65_536,
         "sizeof_fp8_kv": 65_536,
+        "cta_tile_kv": {"fp16": 32, "fp8": 32},
         "limit": 65_536,
         "fits": True,
     }
@@ -195,10 +259,10 @@ def test_a_missing_compiler_is_one_line(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("printed", "kv", "rc", "says"),
     [
-        ("fp16 65536\nfp8 65536\n", "fp8_e4m3", 0, "ok: FlashInfer 0.6.16.post3"),
-        ("fp16 65616\nfp8 65600\n", "fp8", 1, "FAIL: FlashInfer 0.6.16.post3's head-dim-256 prefill tile"),
-        ("fp16 65616\nfp8 65600\n", "auto", 1, "for the FP16 KV cache served"),
-        ("fp16 65536\nfp8 65536\n", "int8", 1, "no shared-memory probe for KV cache dtype 'int8'"),
+        (_lines(V0_6_16), "fp8_e4m3", 0, "ok: FlashInfer 0.6.16.post3"),
+        (_lines(V0_6_14), "fp8", 1, "FAIL: FlashInfer 0.6.16.post3's head-dim-256 prefill tile"),
+        (_lines(V0_6_14), "auto", 1, "with the FP16 KV cache served"),
+        (_lines(V0_6_16), "int8", 1, "no shared-memory probe for KV cache dtype 'int8'"),
     ],
 )
 def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str], printed: str, kv: str, rc: int, says: str) -> None:

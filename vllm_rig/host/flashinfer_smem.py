@@ -2,10 +2,10 @@
 """Prove that FlashInfer's head-dim-256 prefill tile fits SM75's shared memory, by compiling the installed headers.
 
 FlashInfer JIT-compiles its FA2 prefill from the headers in its package (flashinfer/data/include). On SM75
-(2080 Ti) a thread block may opt in to 65,536 B of shared memory; when SharedStorageQKVO at head dim 256
-(the tile SM75 uses: 1 KV warp, CTA_TILE_Q 64, CTA_TILE_KV 32) is larger, the kernel cannot launch
-(0.6.10 to 0.6.15.post1: 65,568 to 65,616 B; 0.6.8.post1 and 0.6.16+: 65,536 B). Marker strings in the
-header only say which fix is there; this measures the struct itself, with the compiler the runtime uses:
+(2080 Ti) a thread block may opt in to 65,536 B of shared memory; when SharedStorageQKVO at head dim 256 (1 KV
+warp, CTA_TILE_Q 64, the CTA_TILE_KV the dispatcher picks) is larger, the kernel cannot launch (0.6.10 to
+0.6.15.post1: 65,568 to 65,616 B; 0.6.8.post1 and 0.6.16+: 65,536 B). Marker strings in the header only say
+which fix is there; this measures the struct itself, with the compiler the runtime uses:
 
     python3 vllm-rig-host.pyz flashinfer_smem --python <venv>/bin/python --nvcc <cuda_home>/bin/nvcc [--kv fp8]
 
@@ -33,25 +33,38 @@ HEADER = "include/flashinfer/attention/prefill.cuh"  # relative to the package's
 CCCL_DIRS = ("cccl/libcudacxx/include", "cccl/cub", "cccl/thrust")
 COMPILE_TIMEOUT_S = 600
 
-# One program prints both sizes, so one compile answers for either KV cache. Every release's template has
-# these eight parameters first; later ones (kEnableVOSplitOpt, 0.7's ENABLE_FP4_REPACK, ...) have defaults,
-# and the defaults are the configuration measured (the paged variant gives the same sizes).
+# One program prints every size, so one compile answers for either KV cache. Every release's template has these
+# eight parameters first; later ones (kEnableVOSplitOpt, 0.7's ENABLE_FP4_REPACK, ...) have defaults, and the
+# defaults are the configuration measured (the paged variant gives the same sizes).
 PROBE_SOURCE = """\
 #include <cstdio>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <flashinfer/attention/prefill.cuh>
 
+template <typename KV, unsigned CTA_TILE_KV>
+using Tile = flashinfer::SharedStorageQKVO<1, 64, CTA_TILE_KV, 256, 256, half, KV, half>;
+
 template <typename KV>
-using Tile = flashinfer::SharedStorageQKVO<1, 64, 32, 256, 256, half, KV, half>;
+void print(const char* kv) {
+  std::printf("%s 16 %zu\\n", kv, sizeof(Tile<KV, 16>));
+  std::printf("%s 32 %zu\\n", kv, sizeof(Tile<KV, 32>));
+  std::printf("%s 64 %zu\\n", kv, sizeof(Tile<KV, 64>));
+  std::printf("%s 128 %zu\\n", kv, sizeof(Tile<KV, 128>));
+}
 
 int main() {
-  std::printf("fp16 %zu\\n", sizeof(Tile<half>));
-  std::printf("fp8 %zu\\n", sizeof(Tile<__nv_fp8_e4m3>));
+  print<half>("fp16");
+  print<__nv_fp8_e4m3>("fp8");
   return 0;
 }
 """
-SIZE_LINE = re.compile(r"^(fp16|fp8) (\d+)$", re.M)
+SIZE_LINE = re.compile(r"^(fp16|fp8) (\d+) (\d+)$", re.M)
+KINDS = ("fp16", "fp8")
+# CTA_TILE_KV for NUM_MMA_KV 1, 2, 4, 8 with one KV warp: the only values DISPATCH_NUM_MMA_KV instantiates.
+TILES = (16, 32, 64, 128)
+MAX_MMA_KV = 8  # the register cap, 8 / NUM_MMA_Q, at CTA_TILE_Q 64
+Q_TILE_BYTES = 64 * 256 * 2  # CTA_TILE_Q * HEAD_DIM_QK * sizeof(half): what the dispatcher sets aside first
 
 # Where the package is and which release, without importing it (that would load torch and CUDA).
 LOCATE = """\
@@ -85,11 +98,38 @@ class Installed:
 
 @dataclass(frozen=True)
 class Sizes:
-    fp16: int  # sizeof(SharedStorageQKVO) with FP16 (half) KV
-    fp8: int  # with FP8 (__nv_fp8_e4m3) KV; fp8_e5m2 is the same size
+    """sizeof(SharedStorageQKVO) per (KV kind, CTA_TILE_KV), and the tile FlashInfer's dispatcher picks."""
 
-    def of(self, kv: str) -> int:
-        return self.fp16 if kv == "fp16" else self.fp8
+    table: dict[tuple[str, int], int]
+
+    def step_cost(self, kv: str) -> int:
+        """Bytes one more NUM_MMA_KV step costs: the dispatcher's own per-step estimate (<= 0.6.12: K+V at the KV
+        dtype; 0.6.13+: kKVSmemPerMmaKV, with FP8's repack staging), read off how the struct grows."""
+        return (self.table[(kv, 128)] - self.table[(kv, 64)]) // 4
+
+    def tile(self, kv: str, exact: bool = False) -> int:
+        """The CTA_TILE_KV the dispatcher launches on SM75: (65,536 - its fixed part) / the per-step cost, capped
+        at 8 and taken down to 8, 4, 2 or 1 steps; 0 when not even one fits. Every release's dispatcher takes the
+        Q tile alone as the fixed part and so leaves out the struct's padding, which is how 0.6.10-0.6.15
+        overflow: the size that counts is the struct's at that tile. (FP8 KV on <= 0.6.12 gets 64 rows, not
+        32: a fixed-tile probe would miss its overflow.) `exact`: the dispatcher measures the fixed part from
+        sizeof samples instead (PR 3621 on 0.6.14), padding included, and picks a smaller tile that fits."""
+        fixed = self.table[(kv, 64)] - 4 * self.step_cost(kv) if exact else Q_TILE_BYTES
+        most = min((LIMIT - fixed) // max(self.step_cost(kv), 1), MAX_MMA_KV)
+        steps = next((n for n in (8, 4, 2, 1) if n <= most), 0)
+        return 16 * steps
+
+    def of(self, kv: str, exact: bool = False) -> int:
+        """The struct's size at the tile the dispatcher picks (at the smallest tile when none fits)."""
+        return self.table[(kv, self.tile(kv, exact) or TILES[0])]
+
+    @property
+    def fp16(self) -> int:
+        return self.of("fp16")
+
+    @property
+    def fp8(self) -> int:  # __nv_fp8_e4m3; fp8_e5m2 is the same size
+        return self.of("fp8")
 
 
 def kv_kind(kv_cache_dtype: str) -> str:
@@ -127,11 +167,11 @@ def compile_command(nvcc: Path, data: Path, source: Path, exe: Path) -> list[str
 
 
 def parse_sizes(output: str) -> Sizes:
-    """The probe's two lines ("fp16 N", "fp8 N"), in any order, among anything else it printed."""
-    found = dict(SIZE_LINE.findall(output))
-    if set(found) != {"fp16", "fp8"}:
-        raise ProbeError(f"the probe printed no fp16/fp8 sizes: {output.strip()[-200:]!r}")
-    return Sizes(int(found["fp16"]), int(found["fp8"]))
+    """The probe's lines ("<kv> <CTA_TILE_KV> <bytes>"), in any order, among anything else it printed."""
+    table = {(kv, int(tile)): int(size) for kv, tile, size in SIZE_LINE.findall(output)}
+    if set(table) != {(kv, tile) for kv in KINDS for tile in TILES}:
+        raise ProbeError(f"the probe printed no complete fp16/fp8 size table: {output.strip()[-200:]!r}")
+    return Sizes(table)
 
 
 def measure(nvcc: str | Path, data: Path, env: dict[str, str] | None = None) -> Sizes:
@@ -168,29 +208,44 @@ def probe(python: str | Path, nvcc: str | Path, env: dict[str, str] | None = Non
     return installed, measure(nvcc, installed.data, env)
 
 
-def verdict(version: str, sizes: Sizes, kv: str) -> str | None:
-    """None when the tile the served KV cache (`kv`: "fp16" or "fp8") uses fits; else one line saying what
-    does not fit and what to do."""
-    if sizes.of(kv) <= LIMIT:
+def verdict(version: str, sizes: Sizes, kv: str, exact: bool = False) -> str | None:
+    """None when the tile the served KV cache (`kv`: "fp16" or "fp8") launches with fits; else one line saying
+    what does not fit and what to do. `exact`: see Sizes.tile."""
+    tile = sizes.tile(kv, exact)
+    if tile and sizes.of(kv, exact) <= LIMIT and not (kv == "fp8" and tile // 16 % 2):
         return None
+    if kv == "fp8" and tile // 16 == 1:
+        # KernelTraits::IsInvalid: 1-byte KV needs NUM_MMA_KV * 2 % NUM_WARPS_Q == 0 (4 Q warps here)
+        why = "its only tile that fits (16 rows) is an invalid FP8 configuration"
+    else:
+        why = "its prefill kernels cannot launch on a 2080 Ti"
     return (
-        f"FlashInfer {version}'s head-dim-256 prefill tile needs {sizes.fp16:,} B (FP16 KV) / {sizes.fp8:,} B "
-        f"(FP8 KV) of shared memory, over SM75's {LIMIT:,} B per block for the {kv.upper()} KV cache served: "
-        "its prefill kernels cannot launch on a 2080 Ti; use flashinfer-python 0.6.8.post1 or >= 0.6.16 "
-        "(vLLM >= 0.27.0 pins 0.6.16.post3)"
+        f"FlashInfer {version}'s head-dim-256 prefill tile is {sizes.of('fp16', exact):,} B (FP16 KV) / "
+        f"{sizes.of('fp8', exact):,} B "
+        f"(FP8 KV) of shared memory, SM75 allows {LIMIT:,} B per block: with the {kv.upper()} KV cache served "
+        f"{why}; use flashinfer-python 0.6.8.post1 or >= 0.6.16 (vLLM >= 0.27.0 pins 0.6.16.post3)"
     )
 
 
-def record(installed: Installed, sizes: Sizes, kv: str) -> dict[str, object]:
+def ok_line(version: str, sizes: Sizes, kv: str, exact: bool = False) -> str:
+    tile = sizes.tile(kv, exact)
+    return (
+        f"FlashInfer {version}'s head-dim-256 prefill tile for the {kv.upper()} KV cache is {sizes.of(kv, exact):,} B "
+        f"({tile} KV rows), within SM75's {LIMIT:,} B per block"
+    )
+
+
+def record(installed: Installed, sizes: Sizes, kv: str, exact: bool = False) -> dict[str, object]:
     """What runtime.json keeps, so the start check can tell that the installed headers are the ones proven."""
     return {
         "flashinfer_version": installed.version,
         "prefill_cuh_sha256": sha256_of(installed.header),
         "kv": kv,
-        "sizeof_fp16_kv": sizes.fp16,
-        "sizeof_fp8_kv": sizes.fp8,
+        "sizeof_fp16_kv": sizes.of("fp16", exact),
+        "sizeof_fp8_kv": sizes.of("fp8", exact),
+        "cta_tile_kv": {k: sizes.tile(k, exact) for k in KINDS},
         "limit": LIMIT,
-        "fits": verdict(installed.version, sizes, kv) is None,
+        "fits": verdict(installed.version, sizes, kv, exact) is None,
     }
 
 
@@ -200,6 +255,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nvcc", required=True, help="the runtime's nvcc")
     parser.add_argument("--kv", default="auto", help="the served --kv-cache-dtype (auto, fp8, fp8_e4m3, ...)")
     parser.add_argument("--json", action="store_true", help="print the runtime.json record instead of a line")
+    parser.add_argument(
+        "--exact", action="store_true", help="the headers' dispatcher sizes its tile from sizeof samples (PR 3621)"
+    )
     args = parser.parse_args(argv)
     try:
         kv = kv_kind(args.kv)
@@ -207,14 +265,11 @@ def main(argv: list[str] | None = None) -> int:
     except (ProbeError, ValueError) as err:
         print(f"flashinfer_smem: FAIL: {err}", file=sys.stderr)
         return 1
-    failed = verdict(installed.version, sizes, kv)
+    failed = verdict(installed.version, sizes, kv, args.exact)
     if args.json:
-        print(json.dumps(record(installed, sizes, kv), sort_keys=True))
+        print(json.dumps(record(installed, sizes, kv, args.exact), sort_keys=True))
     elif failed is None:
-        print(
-            f"flashinfer_smem: ok: FlashInfer {installed.version}'s head-dim-256 prefill tile is {sizes.fp16:,} B "
-            f"(FP16 KV) / {sizes.fp8:,} B (FP8 KV), within SM75's {LIMIT:,} B for the {kv.upper()} KV cache"
-        )
+        print(f"flashinfer_smem: ok: {ok_line(installed.version, sizes, kv, args.exact)}")
     if failed is not None:
         print(f"flashinfer_smem: FAIL: {failed}", file=sys.stderr)
         return 1
