@@ -7,6 +7,7 @@ import sys
 
 PROGRAMS = (
     "bench",
+    "flashinfer_smem",
     "fork_releases",
     "gpu_verdict",
     "gpu_wait",
