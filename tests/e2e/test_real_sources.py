@@ -120,7 +120,8 @@ def test_a_runtime_without_torchvision_fails_to_start_like_transformers_says(ser
 
 def test_flashinfer_0614_with_the_forks_unmodified_pins_fails_the_build_naming_the_conflict(serving: Rig) -> None:
     current = serving.ssh("rig1", "readlink /opt/vllm-rig/current").strip()
-    run = deploy(serving, "deploy.py", data={"flashinfer_requirement_overrides": {"0.6.14": {}}})
+    fp16 = {"flashinfer_version": "0.6.14", "kv_cache_dtype": "auto", "models": {}}  # PR 3621: FP16 KV only
+    run = deploy(serving, "deploy.py", data={**fp16, "flashinfer_requirement_overrides": {"0.6.14": {}}})
     assert not run.ok
     assert "ResolutionImpossible" in run.log
     assert "flashinfer-python 0.6.14 depends on nvidia-cutlass-dsl>=4.5.0" in run.log

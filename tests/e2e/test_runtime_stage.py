@@ -5,6 +5,8 @@ not the known result, a rollback.
 
 The tests run in order on one machine (each builds on the state the one before left). Runtimes:
 R1 = fork v0.1.17 + FlashInfer 0.6.14 (PR 3621), R2 = fork main + 0.6.14, R3 = fork main + 0.6.8.post1.
+PR 3621 serves an FP16 KV cache only (flashinfer_fix.fp8_kv_fits), so every run here is on FP16 KV, with the
+catalogue (whose entries use FP8 KV) left out; the fork's own default FlashInfer, 0.6.16, needs no fix.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import Rig
-from tests.e2e.deploys import DeployRun, deploy, fresh
+from tests.e2e.deploys import DeployRun, fresh
+from tests.e2e.deploys import deploy as deploy_with
 from tests.sandbox import paths
 from tests.sandbox.fixtures import forge, pkg_index
 from tests.sandbox.fixtures.pkg_index import fixes
@@ -40,6 +43,14 @@ PREFILL = "include/flashinfer/attention/prefill.cuh"
 SITE = f"venv/lib/python3.11/site-packages/flashinfer/data/{PREFILL}"
 HOME = "/var/lib/vllm"
 SWITCH = "Runtime | current -> {}, the one before kept as previous, older ones removed"
+
+
+PR3621 = {"flashinfer_version": "0.6.14", "kv_cache_dtype": "auto", "models": {}}
+
+
+def deploy(rig: Rig, *files: str, data: dict[str, Any] | None = None, **kwargs: Any) -> DeployRun:
+    """Every run of this module on R1's FlashInfer and FP16 KV unless its data says otherwise."""
+    return deploy_with(rig, *files, data={**PR3621, **(data or {})}, **kwargs)
 
 
 def _fork(ref: str) -> str:

@@ -508,18 +508,19 @@ def test_default_runtime_set_resolves_to_the_pins(server: str, tmp_path: Path) -
         "triton": "3.6.0",
         "transformers": "5.12.1",
         "numpy": "2.3.5",
-        "flashinfer-python": "0.6.14",
+        "flashinfer-python": "0.6.16",  # the fork's default (PR 3526 merged)
         "nvidia-cutlass-dsl": "4.5.2",
     }
     assert {name: got[name].split("+", 1)[0] for name in pins} == pins
-    real = closure.resolved("runtime, flashinfer 0.6.14", "3.11")
+    real = closure.resolved("runtime, flashinfer 0.6.16", "3.11")
     assert set(got) == set(real)  # the same distributions as pip against PyPI
     differ = {n: (got[n], real[n]) for n in got if got[n].split("+", 1)[0] != real[n]}
     assert not differ, differ
 
 
 def test_fork_cutlass_pin_is_impossible_with_flashinfer_0614(server: str, tmp_path: Path) -> None:
-    requirements = [r for r in _runtime_set() if not r.startswith("nvidia-cutlass-dsl")]
+    fp16 = {"flashinfer_version": "0.6.14", "kv_cache_dtype": "auto", "models": {}}  # PR 3621: FP16 KV only
+    requirements = [r for r in _runtime_set(**fp16) if not r.startswith("nvidia-cutlass-dsl")]
     rc, _, out = _resolve_from_index(server, [*requirements, "nvidia-cutlass-dsl==4.4.2"], tmp_path)
     assert rc != 0
     assert "ResolutionImpossible" in out and "flashinfer-python==0.6.14" in out, out[-3000:]
@@ -605,4 +606,4 @@ def test_default_runtime_set_installs_into_a_fresh_venv(server: str, tmp_path: P
     elapsed = time.monotonic() - start
     print(f"\ndefault runtime set installed from the sandbox index in {elapsed:.1f}s")
     freeze = _ok([venv / "bin" / "python", "-m", "pip", "list", "--format=freeze"])
-    assert "flashinfer-python==0.6.14" in freeze and "transformers==5.12.1" in freeze
+    assert "flashinfer-python==0.6.16" in freeze and "transformers==5.12.1" in freeze
