@@ -10,24 +10,20 @@ from packaging.version import Version
 
 from tests.real import real_pip
 from tests.unit.groupdata import profile_data
-from vllm_rig.known import upstream_releases
+from vllm_rig.known import flashinfer_fix, upstream_releases
 from vllm_rig.paths import RuntimeDirs
 from vllm_rig.settings import Settings
 from vllm_rig.stages.runtime import plan
 from vllm_rig.validation import SettingsError, load_settings
 
 
-def _accepted(version: str) -> Settings | None:
+def _accepted(version: str, profile: str | None = None) -> Settings | None:
+    """The profile's settings on the upstream kind at `version` (null pins: the release's own); a release whose
+    FlashInfer serves FP16 KV only (flashinfer_fix.fp8_kv_fits) with FP16 KV and without the FP8-KV catalogue."""
+    data = {**profile_data(profile), "runtime_kind": "upstream", "vllm_version": version}
     release = upstream_releases.release(version)
-    data = {
-        **profile_data(),
-        "runtime_kind": "upstream",
-        "vllm_version": version,
-        "torch_version": release.torch,
-        "torchvision_version": release.torchvision,
-        "torchaudio_version": release.torchaudio,
-        "flashinfer_version": release.flashinfer,
-    }
+    if not flashinfer_fix.fp8_kv_fits(release.flashinfer, release.flashinfer_fix()):
+        data |= {"kv_cache_dtype": "auto", "models": {}}
     try:
         return load_settings(data)
     except SettingsError:
@@ -35,6 +31,9 @@ def _accepted(version: str) -> Settings | None:
 
 
 ACCEPTED = [v for v in upstream_releases.supported_versions() if _accepted(v) is not None]
+# The profiles a host of the upstream kind can have: fork_validated names the fork's own FlashInfer pin, which the
+# upstream kind refuses (its release pins its own).
+PROFILES = [None, "qwen38"]
 
 
 def _requirements(s: Settings) -> list[str]:
@@ -46,8 +45,21 @@ def _requirements(s: Settings) -> list[str]:
     return [*(f"{n}=={pins[n]}" for n in names), f"cuda-toolkit[{','.join(toolkit['parts'])}]=={toolkit['version']}"]
 
 
-def test_the_default_release_is_accepted() -> None:
-    assert "0.26.0" in ACCEPTED
+def test_the_default_release_is_accepted_in_every_profile() -> None:
+    assert upstream_releases.DEFAULT == "0.27.1" and {"0.26.0", "0.27.1"} <= set(ACCEPTED)
+    for profile in PROFILES:
+        s = _accepted(upstream_releases.DEFAULT, profile)
+        assert s is not None and s.kv_cache_dtype in ("fp8_e4m3", "auto"), profile
+    assert _accepted(upstream_releases.DEFAULT, "fork_validated") is None
+
+
+@pytest.mark.parametrize("profile", PROFILES[1:], ids=str)
+def test_every_profile_on_the_upstream_kind_resolves_the_default_releases_set(profile: str) -> None:
+    """The requirement set follows the release, not the profile: each profile's settings name the same one."""
+    s = _accepted(upstream_releases.DEFAULT, profile)
+    default = _accepted(upstream_releases.DEFAULT)
+    assert s is not None and default is not None
+    assert _requirements(s) == _requirements(default)
 
 
 @pytest.mark.parametrize("version", ACCEPTED)
