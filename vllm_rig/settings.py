@@ -1331,6 +1331,17 @@ def _upstream_problems(s: Settings):
                 f"must be {pin} with runtime_kind upstream: vLLM {r.version}'s wheel pins it (its METADATA), "
                 f"got {getattr(s, key)}",
             )
+    if s.default_thinking_token_budget is not None and (s.vllm_env or {}).get(V2_RUNNER_ENV, "0") not in ("", "0"):
+        yield (
+            "vllm_env",
+            f"sets {V2_RUNNER_ENV}, but the SM75 patch's default_thinking_token_budget applies on the V1 model runner "
+            f"only (vLLM {r.version}'s input_processor.py; V2 also refuses a request's own budget): leave "
+            f"{V2_RUNNER_ENV} unset, or set default_thinking_token_budget: null",
+        )
+
+
+# vLLM 0.27.x picks Model Runner V2 for this hybrid model only when this variable asks (config/vllm.py:651-654).
+V2_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
 
 
 CUDA12_LANE = re.compile(r"/cu12\d+/?$")

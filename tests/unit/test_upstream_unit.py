@@ -181,3 +181,13 @@ def test_null_pins_are_the_kinds_own() -> None:
     assert own == fork_interface.OWN_SETTINGS and fork.flashinfer_patch() is None
     assert load_settings(profile_data("qwen38")).flashinfer_version == "0.6.16"
     assert load_settings(profile_data("fork_validated")).flashinfer_version == "0.6.8.post1"
+
+
+def test_the_v2_runner_is_refused_where_it_would_drop_the_servers_thinking_budget() -> None:
+    """0.27.1 runs this model on the V1 runner; the patch's default budget is a V1-only hunk."""
+    env = {**profile_data()["vllm_env"], "VLLM_USE_V2_MODEL_RUNNER": "1"}
+    with pytest.raises(SettingsError) as err:
+        _settings(vllm_env=env)
+    assert len(err.value.lines) == 1 and "V1 model runner" in err.value.lines[0], err.value.lines
+    assert _settings(vllm_env=env, default_thinking_token_budget=None).vllm_env == env
+    assert _settings(vllm_env={**env, "VLLM_USE_V2_MODEL_RUNNER": "0"}).default_thinking_token_budget == 4000
