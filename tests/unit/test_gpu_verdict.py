@@ -229,6 +229,15 @@ def test_nccl_transports_from_info_lines(tmp_path: Path) -> None:
     assert gv.nccl_transports(sorted(tmp_path.glob("nccl.*.log"))) == ["P2P/IPC", "SHM/direct/direct"]
 
 
+def test_nccl_transports_read_the_shared_memory_lines_without_a_slash_n() -> None:
+    """nccl-shm/ (issue 36): real SHM lines print "Channel 00 : 0[0] -> 1[1] via SHM/direct/direct", no "/N";
+    beside NET lines with it, and an older NCCL's bus-id ranks."""
+    real = Path(__file__).parent / "fixtures" / "tool_outputs" / "nccl-shm"
+    assert gv.nccl_transports([real / "nccl-1609_info.out"]) == ["SHM/direct/direct"]
+    assert gv.nccl_transports([real / "nccl-tests-166_info.out"]) == ["NET/Socket/0", "SHM/direct/direct"]
+    assert gv.nccl_transports([real / "code-search-busid_info.out"]) == ["SHM/direct/direct"]
+
+
 # --- one GPU (the real H200 box) -------------------------------------------------------------------------
 def test_single_gpu_passes_and_says_not_applicable(capsys: pytest.CaptureFixture) -> None:
     probe = FakeProbe(devices=1, capability="9.0")

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.unit.groupdata import profile_data
+from vllm_rig.host.nvidia_smi import parse_nvlink_status
 from vllm_rig.stages.preflight import checks as preflight
 from vllm_rig.stages.preflight import facts
 from vllm_rig.stages.preflight.facts import HostState
@@ -259,6 +260,14 @@ def test_small_card_and_wrong_arch() -> None:
     gpus = {"rc": 0, "error": None, "gpus": [_gpu(0), _gpu(1, memory_mib=11264, compute_cap="8.6")]}
     failed = [c for c in preflight.verdict(_host(), gpus, TOPO, SETTINGS) if c.status == "fail"]
     assert [c.detail for c in failed] == ["11264 MiB", "compute capability 8.6"]
+    # The default profile runs the upstream kind: the line names it, not "the fork" (issue 36).
+    assert (
+        failed[1].way_out
+        == f"runtime_kind upstream (vLLM {SETTINGS.vllm_version}) is set up here for compute capability 7.5"
+    )
+    fork = load_settings({**profile_data(), "runtime_kind": "fork"})
+    [wrong] = [c for c in preflight.verdict(_host(), gpus, TOPO, fork) if c.detail == "compute capability 8.6"]
+    assert wrong.way_out.startswith("runtime_kind fork (the SM75 fork, ") and "the fork targets" not in wrong.way_out
 
 
 def test_small_bar1_fails_only_with_the_open_modules() -> None:
@@ -496,3 +505,40 @@ def test_secure_boot_that_nothing_reports_is_a_warning_with_a_way_out() -> None:
     assert check.status == "warn" and check.detail.startswith("not reported")
     assert "apt-get install mokutil" in check.way_out
     assert not preflight.has_failures([check])
+
+
+# --- issue 36: shim's validation off, GPUs without NVLink ----------------------------------------------------
+def test_shim_validation_disabled_needs_no_mok() -> None:
+    """mokutil-shim/mokutil_sb.out: "SecureBoot enabled" then "SecureBoot validation is disabled in shim"; the
+    kernel enforces no signature, so preflight passes without asking for an enrollment and the driver stage
+    stages none."""
+    from vllm_rig.stages.driver.mok import needs_staging
+    from vllm_rig.stages.preflight.facts import secure_boot_state
+
+    state = secure_boot_state(_real("mokutil-shim/mokutil_sb"), [])
+    assert state == {
+        "secure_boot": False,
+        "secure_boot_source": "mokutil --sb-state: SecureBoot validation is disabled in shim",
+    }
+    host = _host(**state, mok=_mok(state="not_enrolled"))
+    check = {c.name: c for c in preflight.verdict(host, None, None, SETTINGS)}["secure boot"]
+    assert check.status == "ok" and "validation is disabled" in check.detail and "no MOK enrollment" in check.detail
+    assert not needs_staging(host)
+
+
+def test_no_nvlink_answer_is_a_verdict_and_keeps_the_p2p_line() -> None:
+    """no-nvlink/: "Device does not have or support Nvlink" under each GPU is no NVLink, not output the
+    rig did not understand; preflight says no NVLink and still reads the P2P grant."""
+    for name in ("no-nvlink/nvidia-smi_nvlink_s_checkbox-2727", "no-nvlink/nvidia-smi_nvlink_s_a100-vm"):
+        status = parse_nvlink_status(_real(name))
+        assert status.problem is None and status.gpus[0].no_nvlink and not status.any_links
+    pair = [
+        "GPU 0: NVIDIA GeForce RTX 2080 Ti (UUID: GPU-1)",
+        "Device does not have or support Nvlink",
+        "GPU 1: NVIDIA GeForce RTX 2080 Ti (UUID: GPU-2)",
+        "Device does not have or support Nvlink",
+    ]
+    topo = _topology(_real("rtx50-epyc/nvidia-smi_topo_m"), _real("rtx50-epyc/nvidia-smi_topo_p2p_p"), pair)
+    links = _links(preflight.check_links(GPUS, topo, SETTINGS))
+    assert links["nvlink"].status == "warn" and links["nvlink"].detail == "GPU0-GPU1 connected by NODE, no NVLink"
+    assert links["p2p"].status == "ok"

@@ -155,7 +155,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--user", help="the SSH login, root or a user with passwordless sudo (default ubuntu)")
     p.add_argument("--key", help="the private SSH key on this machine (default ~/.ssh/id_ed25519)")
     p.add_argument("--port", type=int, help="the SSH port (default 22)")
-    p.add_argument("--profile", help="default (the first seed's setup) or another group_data/<profile>.py")
+    p.add_argument("--profile", help="default (the reference box's setup) or another group_data/<profile>.py")
     p.add_argument("--force", action="store_true", help="replace an existing file (kept as hosts.yml.bak)")
     p.add_argument("--file", default=HOSTS, help=argparse.SUPPRESS)
 
@@ -173,7 +173,7 @@ def parser() -> argparse.ArgumentParser:
     p = _sub(sub, "update", "try a newer fork release; switch only if not slower", _UPDATE_DOC, opts)
     p.add_argument("ref", help="the commit `bin/rig releases` printed for the release")
     _sub(sub, "rollback", "put the previous runtime back and restart the service", _ROLLBACK_DOC, opts)
-    p = _sub(sub, "bench", "the first seed's benchmark against the running service", _BENCH_DOC, opts)
+    p = _sub(sub, "bench", "the reference setup's benchmark against the running service", _BENCH_DOC, opts)
     p.add_argument("--label", help="a label stored with the results, e.g. FP8-KV (default: the bench_label setting)")
     _sub(sub, "triage", "a redacted bundle per box for a bug report (= bin/triage)", _TRIAGE_DOC, opts)
     p = _sub(sub, "remove", "remove what the deploy installed", _REMOVE_DOC, opts)
@@ -218,7 +218,7 @@ else the old runtime stays."""
 _ROLLBACK_DOC = """Swap the runtime `current` and `previous` on each box and restart the service (the
 vllm-rig-rollback script the runtime stage installs; tasks/rollback.py). Running it again rolls forward.
 The next deploy does not switch back to the runtime rolled back from."""
-_BENCH_DOC = """The first seed's benchmark against the running service (tasks/bench.py): its table, JSON and a
+_BENCH_DOC = """The reference setup's benchmark against the running service (tasks/bench.py): its table, JSON and a
 chart under bench-results/."""
 _TRIAGE_DOC = """One archive per box for a bug report, secrets redacted, fetched to triage/ (tasks/triage.py)."""
 _REMOVE_DOC = """Remove what the deploy installed (tasks/remove.py): the service, the watchdog timer, the GPU

@@ -405,11 +405,13 @@ def _allreduce_one(torch: Any, dist: Any, size: int, iters: int, world: int) -> 
 
 
 def nccl_transports(logs: Any) -> list[str]:
-    """Transports NCCL chose between ranks, from its INFO lines ("Channel 00/0 : 0[0] -> 1[1] via P2P/IPC")."""
+    """Transports NCCL chose between ranks, from its INFO lines: "Channel 00/0 : 0[0] -> 1[1] via P2P/IPC",
+    and the shared-memory ones without the "/N" ("Channel 00 : 0[0] -> 1[1] via SHM/direct/direct", what a
+    2080 Ti pair without NVLink gets; older NCCL names the ranks by bus id, "1[c3000] -> 0[3000]")."""
     found: set[str] = set()
     for path in logs:
         for line in Path(path).read_text(errors="replace").splitlines():
-            if match := re.search(r"Channel \d+/\d+ : .* via (\S+)", line):
+            if match := re.search(r"Channel \d+(?:/\d+)? : .* via (\S+)", line):
                 found.add(match.group(1))
     return sorted(found)
 

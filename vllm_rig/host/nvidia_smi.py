@@ -317,6 +317,7 @@ class GpuLinks:
     name: str = ""
     links: tuple[Link, ...] = ()
     all_inactive: bool = False
+    no_nvlink: bool = False  # "Device does not have or support Nvlink": no NVLink on this GPU, a verdict
 
     @property
     def down(self) -> list[int]:
@@ -354,6 +355,8 @@ NVLINK_GPU = re.compile(r"^GPU (\d+): (.*?)\s*(?:\(UUID: [^)]*\))?\s*$")
 NVLINK_LINK = re.compile(r"^\s*Link (\d+): (.+?)\s*$")
 NVLINK_SPEED = re.compile(r"^([\d.]+) GB/s")
 ALL_INACTIVE = re.compile(r"all links are inactive", re.IGNORECASE)
+# Newer drivers (595 on, and 580.x on some boxes) answer for a GPU without NVLink (canonical/checkbox PR 2727).
+NO_NVLINK = re.compile(r"^\s*Device does not have or support Nvlink\.?\s*$", re.IGNORECASE)
 
 
 def parse_nvlink_status(lines: list[str], rc: int = 0) -> NvlinkStatus:
@@ -365,15 +368,19 @@ def parse_nvlink_status(lines: list[str], rc: int = 0) -> NvlinkStatus:
     for raw in lines:
         line = ANSI.sub("", raw).rstrip()
         if match := NVLINK_GPU.match(line):
-            current = blocks.setdefault(int(match.group(1)), {"name": match.group(2), "links": [], "all": False})
+            current = blocks.setdefault(
+                int(match.group(1)), {"name": match.group(2), "links": [], "all": False, "none": False}
+            )
         elif current is not None and (match := NVLINK_LINK.match(line)):
             speed = NVLINK_SPEED.match(match.group(2))
             current["links"].append(Link(int(match.group(1)), float(speed.group(1)) if speed else None, match.group(2)))
         elif current is not None and ALL_INACTIVE.search(line):
             current["all"] = True
+        elif current is not None and NO_NVLINK.match(line):
+            current["none"] = True
         elif line.strip():
             unread.append(line.strip())
-    gpus = {i: GpuLinks(i, b["name"], tuple(b["links"]), b["all"]) for i, b in blocks.items()}
+    gpus = {i: GpuLinks(i, b["name"], tuple(b["links"]), b["all"], b["none"]) for i, b in blocks.items()}
     problem = f"nvidia-smi nvlink -s: not understood: {unread[0]}" if unread else None
     return NvlinkStatus(gpus, problem)
 

@@ -48,8 +48,51 @@ FALLEN_OFF_LONG = re.compile(
 RM_INIT_FAILED = re.compile(rf"NVRM: (?:GPU {BUS}: )?RmInitAdapter failed! \(([0-9A-Fa-fx:]+)\)")
 PROBE_FAILED = re.compile(r"NVRM: The NVIDIA probe routine failed for (\d+) device\(s\)")
 
+# Why a GPU did not come up, in the driver's own words; each message spans lines that the driver breaks
+# where its version pleases, every line starting "NVRM: " (after dmesg's or the journal's prefix):
+#   "NVRM: The NVIDIA GPU 0000:01:00.0 (PCI ID: 10de:25a0)\nNVRM: installed in this system is not supported
+#    by the\nNVRM: NVIDIA 520.56.06 driver release." (the release dropped or does not know the card)
+#   "... installed in this system is not supported by open\nNVRM: nvidia.ko because it does not include the
+#    required GPU\nNVRM: System Processor (GSP)." (the open module on a card older than Turing)
+#   "NVRM: This PCI I/O region assigned to your NVIDIA device is invalid:\nNVRM: BAR0 is 0M @ 0x0
+#    (PCI:0000:06:00.0)" (the firmware left the BAR unassigned)
+#   "NVRM: GPU 0000:13:00.0: GPU does not have the necessary power cables connected."
+GAP = r"\s+(?:NVRM:\s+)?"  # between two words of one message: a space or a line break and its "NVRM: "
+
+
+def _words(text: str) -> str:
+    return GAP.join(re.escape(word) for word in text.split())
+
+
+GPU_HEAD = rf"NVRM: The NVIDIA GPU {BUS}{GAP}\(PCI ID: ([0-9A-Fa-f]{{4}}:[0-9A-Fa-f]{{4}})\){GAP}"
+UNSUPPORTED = re.compile(
+    GPU_HEAD
+    + _words("installed in this system is not supported by the")
+    + rf"{GAP}NVIDIA{GAP}([0-9][0-9.]*){GAP}driver{GAP}release"
+)
+NO_GSP = re.compile(
+    GPU_HEAD
+    + _words(
+        "installed in this system is not supported by open nvidia.ko because it does not include the required GPU "
+        "System Processor"
+    )
+)
+BAR_INVALID = re.compile(
+    _words("NVRM: This PCI I/O region assigned to your NVIDIA device is invalid:")
+    + rf"{GAP}BAR(\d) is (\d+)M @ (0x[0-9A-Fa-f]+) \({BUS}\)"
+)
+NO_POWER = re.compile(rf"NVRM: GPU {BUS}: GPU does not have the necessary power cables connected")
+
 # The same lines for `grep -E` on the journal (the boot-time guard): one line of each event.
 GUARD_PATTERN = "NVRM: Xid |has fallen off the bus|NVRM: fallen off the bus|RmInitAdapter failed|probe routine failed"
+
+
+def normal(text: str) -> str:
+    """The kernel's lines as `journalctl -o cat` prints them, whatever printed them: a line break that a
+    log kept escaped (rsyslog's "#012", /dev/kmsg's "\x0a") made real, and the prefix before "NVRM:" (a
+    dmesg time stamp, a journal or syslog date in any format and locale, a host name, "kernel:") cut off."""
+    text = text.replace("#012", "\n").replace("\\x0a", "\n")
+    return re.sub(r"(?m)^[^\n]*?(?=NVRM:)", "", text)
 
 
 def xid_events(text: str) -> list[tuple[str, int]]:
@@ -58,6 +101,7 @@ def xid_events(text: str) -> list[tuple[str, int]]:
 
 def events(text: str) -> list[tuple[int, str]]:
     """(offset, phrase) of every event in the text, Xid or not, in the order the kernel logged them."""
+    text = normal(text)
     found = [(m.start(), xid_phrase(m.group(1), int(m.group(2)))) for m in XID_LINE.finditer(text)]
     xid79 = [m.group(1) for m in XID_LINE.finditer(text) if m.group(2) == "79"]
     covered = []
@@ -77,7 +121,24 @@ def events(text: str) -> list[tuple[int, str]]:
         )
     for m in PROBE_FAILED.finditer(text):
         found.append((m.start(), f"the driver's probe failed for {m.group(1)} GPU(s)"))
+    for m in UNSUPPORTED.finditer(text):
+        found.append(
+            (m.start(), f"GPU {m.group(1)} (PCI ID {m.group(2)}) is not supported by the NVIDIA {m.group(3)} release")
+        )
+    for m in NO_GSP.finditer(text):
+        found.append((m.start(), f"GPU {m.group(1)} (PCI ID {m.group(2)}) has no GSP, which the open module needs"))
+    for m in BAR_INVALID.finditer(text):
+        bar, mib, at, bus = m.groups()
+        found.append((m.start(), f"BAR{bar} of {bus} is {mib}M @ {at}: the firmware left it unassigned"))
+    for m in NO_POWER.finditer(text):
+        found.append((m.start(), f"GPU {m.group(1)} does not have the necessary power cables connected"))
     return sorted(found)
+
+
+def quoted(pattern: re.Pattern[str], text: str) -> str | None:
+    """The kernel's message that `pattern` matches, on one line, as the owner would grep for it."""
+    m = pattern.search(normal(text))
+    return re.sub(rf"{GAP}", " ", m.group(0)).strip() if m else None
 
 
 def xid_phrase(bus: str, code: int) -> str:

@@ -58,16 +58,25 @@ class DriverState(SectionFact[Driver]):
         }
 
 
-# Kernel lines that say why nvidia.ko did not load or did not bring the GPUs up: module signature checks
-# (kernel/module/signing.c), modprobe's EKEYREJECTED, the open modules' static BAR1 check, and the driver's
-# own lines without an Xid (host/nvrm.py: RmInitAdapter failed, fallen off the bus, the probe failed).
+# Kernel lines that say why nvidia.ko did not load or did not bring the GPUs up: the kernel's refusals of an
+# unsigned module (kernel/module/signing.c; security/lockdown/lockdown.c's "Lockdown: modprobe: unsigned module
+# loading is restricted"), modprobe's and systemd-modules-load's failed insert (whatever errno, in whatever
+# language), the open modules' static BAR1 check, the driver's own lines without an Xid (host/nvrm.py:
+# RmInitAdapter failed, fallen off the bus, the probe failed, a GPU the release or the open module does not
+# support, a BAR the firmware left unassigned, no power cables) with the continuation lines of its
+# multi-line messages, and its Xid lines. "module verification failed: ... tainting kernel" is kept too, not
+# as a refusal (the kernel loaded that module) but so that its presence is never read as one.
 # Anchored at the message's start (journalctl -o cat), so that sudo's own log line of this very command,
 # which carries the pattern, never matches.
 REFUSAL_PATTERN = (
-    "^(Loading of .* is rejected|[a-z_-]+: ERROR: could not insert .*: Key was rejected by service|"
-    "Failed to insert module .*: Key was rejected by service|[a-z_]+: module verification failed|"
+    "^(Loading of .* is rejected|[a-z_-]+: ERROR: could not insert '?nvidia|Failed to insert module '?nvidia|"
+    "Lockdown: [^ ]+: (unsigned module loading|Loading of unsigned module) is restricted|"
+    "[a-z_]+: module verification failed|"
     "NVRM: kbusIsStaticBar1Supported|NVRM: (GPU .*: )?RmInitAdapter failed|NVRM: GPU .*has fallen off the bus|"
-    "NVRM: The NVIDIA GPU [0-9A-Fa-f:.]+$|NVRM: fallen off the bus|NVRM: The NVIDIA probe routine failed)"
+    "NVRM: GPU .*: GPU does not have the necessary power cables|NVRM: Xid |"
+    "NVRM: The NVIDIA GPU |NVRM: installed in this system|NVRM: (NVIDIA [0-9.]+ driver release|nvidia\\.ko because|"
+    "System Processor)|NVRM: This PCI I/O region|NVRM: BAR[0-9] is|"
+    "NVRM: fallen off the bus|NVRM: The NVIDIA probe routine failed)"
 )
 
 
@@ -92,7 +101,8 @@ class ModuleFailure(SectionFact[ModuleDiagnosis]):
             "dkms": f"dkms status -m nvidia -v {v} 2>&1 | head -n 3",
             "makelog": f'l=/var/lib/dkms/nvidia/{v}/build/make.log; [ -f "$l" ] && echo "$l" && tail -n 3 "$l"',
             "journal": (
-                f"journalctl -b --no-pager -o cat 2>/dev/null | grep -E {shlex.quote(REFUSAL_PATTERN)} | tail -n 6"
+                "LC_ALL=C journalctl -b --no-pager -o cat 2>/dev/null | "
+                f"grep -E {shlex.quote(REFUSAL_PATTERN)} | tail -n 60"
             ),
         }
         return section_command(parts)

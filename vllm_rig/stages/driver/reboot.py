@@ -13,6 +13,7 @@ changes.
 
 from __future__ import annotations
 
+import re
 import time
 
 from pyinfra import host, logger
@@ -39,22 +40,74 @@ def reboot_reasons(state: Driver, version: str) -> list[str]:
     return reasons
 
 
+# The kernel refusing an unsigned module, in every wording a real box printed (tests/unit/fixtures/tool_outputs/
+# kernel-log/README.md): signature enforcement's "Loading of unsigned module is rejected" / "... with unavailable
+# key is rejected", modprobe's and systemd-modules-load's EKEYREJECTED and ENOKEY, and a lockdown kernel's only
+# line. "module verification failed: ... tainting kernel" is NOT one: the kernel prints it for a module it loaded.
+SIGNATURE_REFUSAL = re.compile(
+    r"Loading of (?:unsigned )?module (?:with unavailable key )?is rejected|Key was rejected by service|"
+    r"Required key not available|Lockdown: [^ :]+: (?:unsigned module loading|Loading of unsigned module) is restricted"
+)
+# modprobe's own failure under lockdown is EPERM, in the box's language ("Operation not permitted",
+# "Vorgang nicht zulässig"): a refusal only beside the lockdown line.
+INSERT_FAILED = re.compile(r"(?:could not insert|Failed to insert module) '?nvidia[a-z_-]*'?: .+")
+
+
+def _message(line: str) -> str:
+    """The kernel's or modprobe's words of a journal line, its prefix (a date, a host, a time stamp) cut."""
+    starts = [m.start() for m in (SIGNATURE_REFUSAL.search(line), INSERT_FAILED.search(line)) if m]
+    return line[min(starts) :] if starts else line
+
+
+def _first(pattern: re.Pattern[str], lines: list[str]) -> str | None:
+    return next((line for line in lines if pattern.search(line)), None)
+
+
 def module_failure_reason(diag: dict, version: str) -> str:
-    """One line on why nvidia.ko is not there after a reboot, from ModuleFailure, with the way out."""
+    """One line on why nvidia.ko is not there after a reboot, from ModuleFailure, with the way out. The
+    kernel's journal lines are read whatever their prefix (a date in any format or locale, a host name)."""
     kernel = diag.get("kernel") or "the running kernel"
-    for line in diag.get("journal", []):
-        if "is rejected" in line or "Key was rejected" in line or "verification failed" in line:
-            return (
-                f"the kernel refused the module under Secure Boot ({line}): enroll the key dkms signs with "
-                "(the preflight's secure boot line gives the steps), or disable Secure Boot"
-            )
-    for line in diag.get("journal", []):
+    journal = [line.strip() for line in diag.get("journal", []) if line.strip()]
+    text = "\n".join(journal)
+    refused = _first(SIGNATURE_REFUSAL, journal)
+    if refused:
+        said = _message(refused)
+        if "Lockdown:" in said and (insert := _first(INSERT_FAILED, journal)):
+            said = f"{said}; {_message(insert)}"
+        return (
+            f"the kernel refused the module under Secure Boot ({said}): enroll the key dkms signs with "
+            "(the preflight's secure boot line gives the steps), or disable Secure Boot"
+        )
+    for line in journal:
         if "kbusIsStaticBar1Supported" in line:
             return (
                 f"the open module refused the GPUs ({line}): set nvidia_driver_flavor=proprietary, or enable "
                 "Resizable BAR / Above 4G decoding in the firmware"
             )
-    said = nvrm.describe("\n".join(diag.get("journal", [])))
+    xids = "; ".join(nvrm.xid_phrase(bus, code) for bus, code in dict.fromkeys(nvrm.xid_events(text)))
+    also = f" (the kernel also logged {xids})" if xids else ""
+    if quote := nvrm.quoted(nvrm.NO_GSP, text):
+        return (
+            f"the open kernel module does not support this GPU ({quote}): set "
+            f"nvidia_driver_flavor=proprietary and run the deploy again{also}"
+        )
+    if quote := nvrm.quoted(nvrm.UNSUPPORTED, text):
+        return (
+            f"the NVIDIA {version} driver release does not support a GPU in the box ({quote}): remove that card, or "
+            f"set nvidia_driver_version to a release whose README lists it (Appendix A){also}"
+        )
+    if quote := nvrm.quoted(nvrm.BAR_INVALID, text):
+        return (
+            f"the firmware left a GPU's PCI region unassigned ({quote}): not the cards or the driver. In the "
+            "firmware setup enable Above 4G decoding (and Resizable BAR where offered), update the BIOS if that "
+            "does not help, or boot Linux with pci=realloc (GRUB_CMDLINE_LINUX), then run the deploy again" + also
+        )
+    if quote := nvrm.quoted(nvrm.NO_POWER, text):
+        return (
+            f"a GPU has no power from its PCIe cables ({quote}): power the box off, connect both 8-pin PCIe power "
+            f"cables of every card (from the PSU, not a splitter), then run the deploy again{also}"
+        )
+    said = nvrm.describe(text)
     if said:  # the driver loaded but a GPU did not come up: hardware, power or firmware, not the packages
         return (
             f"the driver could not bring the GPUs up ({said}): power the box off (a cold boot, not a reboot), "

@@ -161,6 +161,12 @@ def check_secure_boot(host: Host, s: Settings) -> Check:
             "install mokutil (sudo apt-get install mokutil) and run preflight again, or check the firmware "
             "setup: with Secure Boot on, the DKMS-built module loads only once its key is enrolled",
         )
+    if state is False and source and "validation is disabled in shim" in source:
+        return ok(
+            "secure boot",
+            "enabled in the firmware, but shim's validation is disabled (mokutil --sb-state): module signatures "
+            "are not enforced, no MOK enrollment needed",
+        )
     if state is False:
         return ok("secure boot", f"disabled ({source})" if source else "disabled")
     if s.nvidia_keep_archive_driver and archive_modules(host.get("packages") or {}):
@@ -361,6 +367,14 @@ def check_driver_gpus(
     return checks
 
 
+def _runtime_named(s: Settings) -> str:
+    """The runtime the settings ask for, as the compute-capability line names it: the default profile runs
+    upstream vLLM, not the fork."""
+    if s.runtime_kind == "fork":
+        return f"runtime_kind fork (the SM75 fork, {s.fork_ref[:12]}) is built for compute capability"
+    return f"runtime_kind upstream (vLLM {s.vllm_version}) is set up here for compute capability"
+
+
 def _gpu_checks(gpu: GpuInfo, s: Settings) -> list[Check]:
     """One GPU's line(s). nvidia-smi answers [N/A] for what it cannot read (a riser's link width): that
     value is None here and is said, never compared."""
@@ -373,7 +387,7 @@ def _gpu_checks(gpu: GpuInfo, s: Settings) -> list[Check]:
         checks.append(fail(name, f"{memory} MiB", f"need {s.gpu_min_memory_mib} MiB (a 22 GB card)"))
     if gpu["compute_cap"] != s.gpu_compute_capability:
         cc = gpu["compute_cap"] or "not reported ([N/A])"
-        checks.append(fail(name, f"compute capability {cc}", f"the fork targets {s.gpu_compute_capability}"))
+        checks.append(fail(name, f"compute capability {cc}", f"{_runtime_named(s)} {s.gpu_compute_capability}"))
     bar1 = gpu.get("bar1_mib")
     if s.nvidia_driver_flavor == "open" and bar1 is not None and memory is not None and bar1 < memory:
         checks.append(

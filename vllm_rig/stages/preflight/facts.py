@@ -227,9 +227,18 @@ def parse_lspci(lines: list[str]) -> PciGpus:
     return {"available": True, "devices": devices}
 
 
+# mokutil --sb-state's second line when shim's MokSBState is set (`mokutil --disable-validation`): the
+# firmware's Secure Boot is on, but shim does not validate what it boots and tells the kernel so
+# (MokSBStateRT), so the kernel enforces no module signatures and a DKMS module loads without a MOK.
+SHIM_NOT_VALIDATING = "SecureBoot validation is disabled in shim"
+
+
 def parse_secure_boot(lines: list[str]) -> bool | None:
-    """True/False from `mokutil --sb-state`; None when it cannot tell (no mokutil, no EFI)."""
+    """True/False from `mokutil --sb-state`; None when it cannot tell (no mokutil, no EFI). On with shim's
+    validation off reads False: nothing checks a module's signature."""
     text = " ".join(lines)
+    if SHIM_NOT_VALIDATING.lower() in text.lower():
+        return False
     if "SecureBoot enabled" in text:
         return True
     if "SecureBoot disabled" in text:
@@ -253,7 +262,9 @@ def secure_boot_state(mokutil_lines: list[str], efi_lines: list[str]) -> SecureB
     is never read as "not reported")."""
     state = parse_secure_boot(mokutil_lines)
     if state is not None:
-        return {"secure_boot": state, "secure_boot_source": "mokutil --sb-state"}
+        said = " ".join(mokutil_lines).lower()
+        source = f"mokutil --sb-state: {SHIM_NOT_VALIDATING}" if SHIM_NOT_VALIDATING.lower() in said else None
+        return {"secure_boot": state, "secure_boot_source": source or "mokutil --sb-state"}
     state = parse_efi_secure_boot(efi_lines)
     if state is None:
         return {"secure_boot": None, "secure_boot_source": None}
