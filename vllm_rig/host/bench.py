@@ -201,10 +201,29 @@ def chat_body(model: str, prompt: str, max_tokens: int, ignore_eos: bool, stream
     return body
 
 
+def stream_error(chunk: dict) -> str | None:
+    """The server's words when a chunk is an error event, else None.
+
+    After HTTP 200 vLLM reports a failure as `data: {"error": {"message", "type", "param", "code"}}`, then
+    `data: [DONE]` (vLLM 0.27.1 entrypoints/generate/base/serving.py:153-168, chat_completion/serving.py:471-476
+    and :835-842): a stream can end without usage because it failed, and the failure is what to say."""
+    if "error" not in chunk:
+        return None
+    error = chunk["error"]
+    if not isinstance(error, dict):
+        return str(error)
+    kind = ", ".join(str(error[k]) for k in ("type", "code") if error.get(k) not in (None, ""))
+    message = str(error.get("message") or "(no message)")
+    return f"{message} ({kind})" if kind else message
+
+
 def stream_chat(server: Server, body: dict[str, Any]) -> Stream:
     stream = Stream(sent=time.perf_counter())
     with server.open("POST", "/v1/chat/completions", body) as resp:
         for at, chunk in sse_events(resp):
+            said = stream_error(chunk)
+            if said is not None:
+                raise BenchError(f"the server failed inside the stream: {said}")
             stream.see(at, chunk)
     if not stream.usage:
         raise BenchError("the stream ended without usage (does the server honour stream_options.include_usage?)")
