@@ -703,8 +703,11 @@ def test_measured_rates_match_the_knobs(seed000: Server) -> None:
     assert forge.rate_reads_back(prefill, RATES["prefill_tps"]), prefill
     assert forge.decode_reads_back(decode, RATES["decode_tps"], usage["completion_tokens"]), decode
     assert accepted / drafted == pytest.approx(RATES["mtp_acceptance"], rel=0.03)
-    t1, repeat, _ = stream_chat(seed000, prompt, 1)  # same prompt: the prefix cache skips most of the prefill
-    assert repeat[0][0] - t1 < ttft / 4
+    hits = metric(seed000.request("GET", "/metrics").read().decode(), "vllm:prefix_cache_hits_total")
+    stream_chat(seed000, prompt, 1)  # same prompt: the prefix cache serves most of it (counted, not timed)
+    time.sleep(0.2)
+    served = metric(seed000.request("GET", "/metrics").read().decode(), "vllm:prefix_cache_hits_total") - hits
+    assert served >= usage["prompt_tokens"] // 2, served
 
 
 def test_knobs_apply_without_restart(seed000: Server, runtime: Runtime) -> None:
