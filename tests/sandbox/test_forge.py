@@ -553,8 +553,8 @@ def test_seed_000_starts_with_the_real_log_lines(seed000: Server, runtime: Runti
     log = seed000.output()
     for line in (
         "Starting vLLM API server 0 on http://127.0.0.1:",
-        "Using FlashQLA legacy SM70/SM75 GDN prefill kernel",
-        "Using FLASHINFER attention backend out of potential backends: ['FLASHINFER','TRITON_ATTN']",
+        "Using FlashQLA legacy (SM70/SM75) GDN prefill kernel (requested=flashqla_legacy, head_k_dim=",
+        "Using FLASHINFER attention backend out of potential backends: ['FLASHINFER', 'TRITON_ATTN'].",
         "Route: /v1/chat/completions, Methods: POST",
         "Application startup complete.",
         "(APIServer pid=",
@@ -880,7 +880,7 @@ def test_without_flashinfer_it_falls_back_to_triton(runtime: Runtime) -> None:
     server = Server(launch(runtime, seed_argv(SEED_002, port, runtime.model), env, log), port, log)
     try:
         wait_ready(server.proc, log)
-        assert "Using TRITON_ATTN attention backend out of potential backends: ['TRITON_ATTN']" in server.output()
+        assert "Using TRITON_ATTN attention backend out of potential backends: ['TRITON_ATTN']." in server.output()
         assert "Using FLASHINFER" not in server.output()
     finally:
         stop(server)
