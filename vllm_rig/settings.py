@@ -58,6 +58,9 @@ MODEL_CONTEXT_LIMIT = 262144
 # Minimum driver per CUDA toolkit minor (NVIDIA's CUDA toolkit release notes, Linux x86_64).
 MIN_DRIVER_FOR_CUDA = {"12.8": Version("570.26"), "12.9": Version("575.51.03")}
 
+# What vLLM applies of --override-generation-config (ModelConfig.get_diff_sampling_param's available_params).
+GENERATION_OVERRIDE_KEPT = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_new_tokens")
+
 CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "int8")
 
@@ -505,7 +508,8 @@ class Settings(BaseModel):
         "--generation-config (auto or vllm); None omits", 'null, "auto" or "vllm"'
     )
     override_generation_config: dict[str, Any] | None = _setting(
-        "sampling defaults the server applies (the seed's)", "null or a JSON object"
+        "sampling defaults the server applies (the seed's; vLLM drops presence_penalty)",
+        "null or a JSON object; a non-zero presence_penalty is refused (the server would drop it)",
     )
     cpu_offload_gb: Annotated[float, Field(ge=0)] | None = _setting(
         "--cpu-offload-gb; None omits", "null or a number of GB, at least 0"
@@ -526,7 +530,7 @@ class Settings(BaseModel):
     lan_serving: Literal["proxy", "direct"] = _setting(
         "proxy: nginx serves the LAN, the server stays on loopback; direct: the server itself (0.0.0.0)",
         '"proxy" (nginx serves the LAN: the key on every path, TLS, client networks) or "direct" (the server '
-        "itself on vllm_host, 0.0.0.0 unless set: its key guards /v1 only)",
+        "itself on vllm_host, 0.0.0.0 unless set: its key guards only /v1, /v2, /inference)",
     )
     lan_port: Annotated[int, Field(ge=1, le=65535)] = _setting(
         "the proxy's HTTPS port on every address of the box", "an integer from 1 to 65535, not vllm_port"
@@ -652,6 +656,22 @@ class Settings(BaseModel):
             Version(value)
         except InvalidVersion:
             raise ValueError("must be a PEP 440 version such as 2.11.0") from None
+        return value
+
+    @field_validator("override_generation_config")
+    @classmethod
+    def _generation_override(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        """vLLM reads --override-generation-config into ModelConfig.get_diff_sampling_param, which keeps only
+        GENERATION_OVERRIDE_KEPT (0.27.1 config/model.py:1613-1622; 0.26.0 the same list, :1524-1531): any other
+        key is dropped without a word. presence_penalty 0.0 is vLLM's own default (chat_completion/protocol.py:228),
+        so only a non-zero one would be silently lost."""
+        penalty = (value or {}).get("presence_penalty")
+        if penalty not in (None, 0, 0.0):
+            raise ValueError(
+                f"presence_penalty {penalty!r} would be dropped: vLLM applies only "
+                f"{', '.join(GENERATION_OVERRIDE_KEPT)} from --override-generation-config; set it to 0.0 or leave it "
+                "out, and have clients send presence_penalty in their requests"
+            )
         return value
 
     @field_validator("nvidia_driver_version")

@@ -314,9 +314,10 @@ def test_streams_pass_through_as_they_are_written(rig: Rig, lan: str) -> None:
     finally:
         forge.write_knobs(decode_tps=85)
     assert status(answer) == 200 and answer["body"].startswith("data: "), answer
-    # 80 tokens at 40/s take about 2 s (fewer with MTP); the first chunk comes long before the last.
+    # The stand-in makes token i ready i / decode_tps after the first (standin/engine.py), MTP or not: at least
+    # 79/40 s between its first chunk and its last, by construction; a proxy that buffers hands both over at once.
     print(f"\nSSE through the proxy: first chunk {answer['first_s']} s, last {answer['total_s']} s")
-    assert answer["total_s"] > 0.8 and answer["first_s"] < answer["total_s"] / 3, answer
+    assert answer["total_s"] - answer["first_s"] > 0.5, answer
 
 
 def test_a_long_prompt_fits_and_an_absurd_body_is_refused(rig: Rig, lan: str, tmp_path: Path) -> None:

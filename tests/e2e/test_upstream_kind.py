@@ -27,6 +27,8 @@ from vllm_rig.paths import LOG_DIR
 pytestmark = pytest.mark.sandbox
 UPSTREAM = {"rig1": {"runtime_kind": "upstream"}}
 BUILD_UNIT = "vllm-rig-build-*"
+# The SM75 patch's GDN line (0.27.1 qwen_gdn_linear_attn.py:136-155, the patch's name "FlashQLA legacy (SM70/SM75)").
+FLASHQLA_LINE = "Using FlashQLA legacy (SM70/SM75) GDN prefill kernel (requested=flashqla_legacy, head_k_dim="
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +104,7 @@ def test_the_upstream_unit_is_the_first_setups_own(two_kinds: Rig, deployed: dic
     # What the patched release made of that line at start, by the service's own journal.
     journal = two_kinds.ssh("rig1", "sudo journalctl -b -u vllm.service -o cat")
     assert "Using FLASHINFER attention backend" in journal
-    assert "Using FlashQLA legacy SM70/SM75 GDN prefill kernel" in journal
+    assert FLASHQLA_LINE in journal
     assert "Unknown vLLM environment variable detected" not in journal
     # The fork's unit on rig2 keeps the fork's way of choosing GPUs (the qwen38 profile sets no budget).
     assert "--device-ids" not in _show(two_kinds, "rig2", "ExecStart")
@@ -190,7 +192,7 @@ def test_the_compile_build_replaces_the_wheels_runtime_and_serves(two_kinds: Rig
     assert "--device-ids 0,1" in _show(two_kinds, "rig1", "ExecStart")
     journal = two_kinds.ssh("rig1", "sudo journalctl -b -u vllm.service -o cat")
     last_start = journal.rsplit("Stopped vllm.service", 1)[-1]  # systemd says Started once the server is ready
-    assert "Using FlashQLA legacy SM70/SM75 GDN prefill kernel" in last_start
+    assert FLASHQLA_LINE in last_start
 
 
 def test_the_compile_builds_the_patched_archive_from_local_sources_only(two_kinds: Rig, compiled: dict) -> None:

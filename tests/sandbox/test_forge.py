@@ -553,8 +553,8 @@ def test_seed_000_starts_with_the_real_log_lines(seed000: Server, runtime: Runti
     log = seed000.output()
     for line in (
         "Starting vLLM API server 0 on http://127.0.0.1:",
-        "Using FlashQLA legacy SM70/SM75 GDN prefill kernel",
-        "Using FLASHINFER attention backend out of potential backends: ['FLASHINFER','TRITON_ATTN']",
+        "Using FlashQLA legacy (SM70/SM75) GDN prefill kernel (requested=flashqla_legacy, head_k_dim=",
+        "Using FLASHINFER attention backend out of potential backends: ['FLASHINFER', 'TRITON_ATTN'].",
         "Route: /v1/chat/completions, Methods: POST",
         "Application startup complete.",
         "(APIServer pid=",
@@ -703,8 +703,11 @@ def test_measured_rates_match_the_knobs(seed000: Server) -> None:
     assert forge.rate_reads_back(prefill, RATES["prefill_tps"]), prefill
     assert forge.decode_reads_back(decode, RATES["decode_tps"], usage["completion_tokens"]), decode
     assert accepted / drafted == pytest.approx(RATES["mtp_acceptance"], rel=0.03)
-    t1, repeat, _ = stream_chat(seed000, prompt, 1)  # same prompt: the prefix cache skips most of the prefill
-    assert repeat[0][0] - t1 < ttft / 4
+    hits = metric(seed000.request("GET", "/metrics").read().decode(), "vllm:prefix_cache_hits_total")
+    stream_chat(seed000, prompt, 1)  # same prompt: the prefix cache serves most of it (counted, not timed)
+    time.sleep(0.2)
+    served = metric(seed000.request("GET", "/metrics").read().decode(), "vllm:prefix_cache_hits_total") - hits
+    assert served >= usage["prompt_tokens"] // 2, served
 
 
 def test_knobs_apply_without_restart(seed000: Server, runtime: Runtime) -> None:
@@ -877,7 +880,7 @@ def test_without_flashinfer_it_falls_back_to_triton(runtime: Runtime) -> None:
     server = Server(launch(runtime, seed_argv(SEED_002, port, runtime.model), env, log), port, log)
     try:
         wait_ready(server.proc, log)
-        assert "Using TRITON_ATTN attention backend out of potential backends: ['TRITON_ATTN']" in server.output()
+        assert "Using TRITON_ATTN attention backend out of potential backends: ['TRITON_ATTN']." in server.output()
         assert "Using FLASHINFER" not in server.output()
     finally:
         stop(server)

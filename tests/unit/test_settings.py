@@ -203,6 +203,8 @@ RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
     ("cudagraph_capture_sizes", [4], [4, 8], {"max_num_seqs": 2}),  # 2 x (1 + 3) = 8
     ("generation_config", "model", "vllm", {}),
     ("override_generation_config", "temperature=0.1", {"temperature": 0.1}, {}),
+    # vLLM drops presence_penalty from --override-generation-config (settings._generation_override says where)
+    ("override_generation_config", {"presence_penalty": 0.5}, {"presence_penalty": 0.0, "temperature": 0.6}, {}),
     ("cpu_offload_gb", -2, 4, {}),
     ("omp_num_threads", 0, 4, {}),
     ("vllm_env", {"BAD NAME": "1"}, {"VLLM_LOGGING_LEVEL": "DEBUG"}, {}),

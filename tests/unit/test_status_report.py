@@ -4,6 +4,7 @@ is there: every field must come out filled or marked unknown with a reason."""
 
 from __future__ import annotations
 
+import datetime
 import importlib.util
 import json
 import subprocess
@@ -174,3 +175,44 @@ def test_result_lines_print_only_what_the_host_wrote() -> None:
     failed = result(False, "known-answer", "answered 'Lyon'")
     line = report._result_file(json.dumps(failed), "start check")
     assert line == f"FAILED at {failed['time']}: known-answer (answered 'Lyon')"
+
+
+def _timer(props: str) -> dict:
+    return {"commands": {"watchdog_timer": {"rc": 0, "out": props}}, "files": {}}
+
+
+def test_a_watchdog_timer_waiting_for_its_first_round_is_installed_not_missing() -> None:
+    """Right after a deploy the timer is loaded and active (OnBootSec/OnUnitInactiveSec: monotonic, so systemd
+    gives its next run as a timespan since boot) and no round has written a result yet."""
+    boot = datetime.datetime(2026, 12, 6, 7, 0, tzinfo=datetime.UTC).timestamp()
+    props = (
+        "LoadState=loaded\nActiveState=active\nNextElapseUSecRealtime=\n"
+        "NextElapseUSecMonotonic=1h 12min 30.5s\nLastTriggerUSec=\nUptime=4300.12\n"
+        f"Now={int(boot + 4300)}\n"
+    )
+    assert report.timer_first_check(_timer(props)) == "installed, first check at 08:12 UTC"
+    realtime = props.replace("NextElapseUSecRealtime=", f"NextElapseUSecRealtime=@{int(boot + 3 * 3600 + 5 * 60)}")
+    assert report.timer_first_check(_timer(realtime)) == "installed, first check at 10:05 UTC"
+    unread = props.replace("1h 12min 30.5s", "soon")
+    assert report.timer_first_check(_timer(unread)) == "installed, first check pending"
+
+
+@pytest.mark.parametrize(
+    "props",
+    [
+        "LoadState=not-found\nActiveState=inactive\n",  # no timer: the watchdog is not installed
+        "LoadState=loaded\nActiveState=inactive\n",  # watchdog_enabled false: stopped
+        "LoadState=loaded\nActiveState=active\nLastTriggerUSec=@1765000000\n",  # it ran: its result says
+    ],
+)
+def test_only_a_waiting_timer_reads_as_a_first_check(props: str) -> None:
+    assert report.timer_first_check(_timer(props)) is None
+
+
+def test_the_service_section_says_first_check_until_the_first_result() -> None:
+    props = "LoadState=loaded\nActiveState=active\nNextElapseUSecRealtime=@1765004400\nLastTriggerUSec=\n"
+    raw = _timer(props)
+    section = report.service_section(raw, load_settings(profile_data()))
+    assert section["watchdog"] == "installed, first check at 07:00 UTC"
+    raw["files"] = {"watchdog": json.dumps({"time": "2026-12-06T07:00:01+00:00", "ok": True})}
+    assert report.service_section(raw, load_settings(profile_data()))["watchdog"].startswith("ok at ")

@@ -8,7 +8,8 @@ The method of the reference setup's A/B test (seed 000, section 6):
 - measured: 20K tokens x3 at max_tokens=256, then 60K x2 at max_tokens=128, streamed;
 - per run: context tokens (usage, with stream_options.include_usage), TTFT, prefill tok/s =
   prompt_tokens / TTFT, decode tok/s = (completion_tokens - 1) / (last token time - first token time),
-  MTP acceptance = delta accepted / delta drafted tokens from /metrics around the run.
+  MTP acceptance = delta accepted / delta drafted tokens from /metrics around the run, and the prompt tokens
+  the prefix cache served (delta of its hit counter; a run with any is named in the log: not a cold prefill).
 Prompt length: tokenizers differ, so two short probes calibrate tokens per word first (prompt_tokens of
 the UUID alone and of the UUID plus known words), and every warm-up's real count refines it.
 
@@ -42,6 +43,11 @@ from typing import Any
 DEFAULT_SIZES = "20000:3:256,60000:2:128"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 DRAFTED = "vllm:spec_decode_num_draft_tokens_total"
+# Prompt tokens served from the prefix cache, counted by the engine whatever the request asked (vLLM 0.27.1
+# v1/metrics/loggers.py:595-598, a Counter, so exposed with _total). usage.prompt_tokens_details.cached_tokens
+# is null unless the server runs with --enable-prompt-tokens-details (chat_completion/serving.py:89-95), which the
+# unit never passes.
+CACHE_HITS = "vllm:prefix_cache_hits_total"
 SHORT_WORDS = 32  # words in a short warm-up request
 TEXT_KEYS = ("content", "reasoning_content", "reasoning", "tool_calls")  # a delta that carries tokens
 
@@ -201,10 +207,29 @@ def chat_body(model: str, prompt: str, max_tokens: int, ignore_eos: bool, stream
     return body
 
 
+def stream_error(chunk: dict) -> str | None:
+    """The server's words when a chunk is an error event, else None.
+
+    After HTTP 200 vLLM reports a failure as `data: {"error": {"message", "type", "param", "code"}}`, then
+    `data: [DONE]` (vLLM 0.27.1 entrypoints/generate/base/serving.py:153-168, chat_completion/serving.py:471-476
+    and :835-842): a stream can end without usage because it failed, and the failure is what to say."""
+    if "error" not in chunk:
+        return None
+    error = chunk["error"]
+    if not isinstance(error, dict):
+        return str(error)
+    kind = ", ".join(str(error[k]) for k in ("type", "code") if error.get(k) not in (None, ""))
+    message = str(error.get("message") or "(no message)")
+    return f"{message} ({kind})" if kind else message
+
+
 def stream_chat(server: Server, body: dict[str, Any]) -> Stream:
     stream = Stream(sent=time.perf_counter())
     with server.open("POST", "/v1/chat/completions", body) as resp:
         for at, chunk in sse_events(resp):
+            said = stream_error(chunk)
+            if said is not None:
+                raise BenchError(f"the server failed inside the stream: {said}")
             stream.see(at, chunk)
     if not stream.usage:
         raise BenchError("the stream ended without usage (does the server honour stream_options.include_usage?)")
@@ -225,6 +250,7 @@ def metric_total(text: str, name: str) -> float | None:
 class SpecCounters:
     accepted: float | None
     drafted: float | None
+    cache_hits: float | None = None
 
     @classmethod
     def read(cls, server: Server) -> SpecCounters:
@@ -232,7 +258,13 @@ class SpecCounters:
             text = server.metrics()
         except BenchError:  # no /metrics (a proxy in front?): no acceptance figure, the rest still counts
             return cls(None, None)
-        return cls(metric_total(text, ACCEPTED), metric_total(text, DRAFTED))
+        return cls(metric_total(text, ACCEPTED), metric_total(text, DRAFTED), metric_total(text, CACHE_HITS))
+
+    def cached_since(self, before: SpecCounters) -> int | None:
+        """Prompt tokens the prefix cache served between two readings; None without the counter."""
+        if self.cache_hits is None or before.cache_hits is None:
+            return None
+        return int(self.cache_hits - before.cache_hits)
 
     def since(self, before: SpecCounters) -> tuple[float | None, float | None]:
         accepted, drafted, accepted_before, drafted_before = (
@@ -343,12 +375,19 @@ def measure(server: Server, model: str, prompt: str, size: Size, run: int, settl
     stream = stream_chat(server, chat_body(model, prompt, size.max_tokens, ignore_eos, stream=True))
     done = time.perf_counter()
     time.sleep(settle)  # the server records a request's last step stats just after its last chunk
-    accepted, drafted = SpecCounters.read(server).since(before)
-    return _run_figures(stream, size, run, accepted, drafted, done)
+    after = SpecCounters.read(server)
+    accepted, drafted = after.since(before)
+    return _run_figures(stream, size, run, accepted, drafted, done, after.cached_since(before))
 
 
 def _run_figures(
-    stream: Stream, size: Size, run: int, accepted: float | None, drafted: float | None, done: float
+    stream: Stream,
+    size: Size,
+    run: int,
+    accepted: float | None,
+    drafted: float | None,
+    done: float,
+    cached: int | None = None,
 ) -> Run:
     usage = stream.usage
     prompt, completion = int(usage["prompt_tokens"]), int(usage.get("completion_tokens") or 0)
@@ -364,7 +403,7 @@ def _run_figures(
         max_tokens=size.max_tokens,
         prompt_tokens=prompt,
         completion_tokens=completion,
-        cached_tokens=(usage.get("prompt_tokens_details") or {}).get("cached_tokens"),
+        cached_tokens=cached if cached is not None else (usage.get("prompt_tokens_details") or {}).get("cached_tokens"),
         ttft_s=ttft,
         prefill_tps=prompt / ttft,
         decode_tps=(completion - 1) / decode_s if completion > 1 and decode_s > 0 else None,
@@ -411,6 +450,11 @@ class Bench:
             for i in range(1, size.runs + 1):
                 _, run = self.sized(size, i)
                 self.log(f"{size.label} run{i}: {run.prompt_tokens} tok, TTFT {run.ttft_s:.3f} s")
+                if run.cached_tokens:
+                    self.log(
+                        f"{size.label} run{i}: {run.cached_tokens} of its {run.prompt_tokens} prompt tokens came from "
+                        "the prefix cache: its TTFT and prefill are not a cold prefill's"
+                    )
                 runs.append(run)
         return runs
 

@@ -111,6 +111,33 @@ def _one_line(text: str, limit: int = 160) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
+def server_error(payload: object) -> str | None:
+    """The server's own words in an error object, else None.
+
+    vLLM sends `{"error": {"message", "type", "param", "code"}}` (ErrorResponse, vLLM 0.27.1
+    entrypoints/openai/engine/protocol.py:63-71): as the body of an HTTP error before a stream starts, and as a
+    `data:` event at HTTP 200 once it has (entrypoints/generate/base/serving.py:153-168; chat_completion/
+    serving.py:471-476 a parser that could not be made, :835-840 a generation error or any other exception).
+    The key middleware's 401 is `{"error": "Unauthorized"}` (serve/utils/server_utils.py:91)."""
+    if not isinstance(payload, dict) or "error" not in payload:
+        return None
+    error = payload["error"]
+    if not isinstance(error, dict):
+        return str(error)
+    message = str(error.get("message") or "(no message)")
+    kind = ", ".join(str(error[k]) for k in ("type", "code") if error.get(k) not in (None, ""))
+    return f"{message} ({kind})" if kind else message
+
+
+def error_text(text: str) -> str:
+    """An HTTP error body as one line: the server's message when the body is vLLM's error object."""
+    try:
+        said = server_error(json.loads(text))
+    except ValueError:
+        said = None
+    return _one_line(said if said is not None else text, 120)
+
+
 # Where a chat message carries generated text: upstream vLLM 0.21.0 names the thinking part "reasoning",
 # the fork's line "reasoning_content" (restored in its v0.1.10); a short thinking answer is in either.
 MESSAGE_TEXT_KEYS = ("content", "reasoning_content", "reasoning")
@@ -126,7 +153,7 @@ def completion(
     status, text = request(base, "/v1/chat/completions", key, body, timeout=timeout)
     if status != 200:
         hint = " (the API key was refused)" if status == 401 else ""
-        return False, f"HTTP {status}{hint}: {_one_line(text, 120)}", {}
+        return False, f"HTTP {status}{hint}: {error_text(text)}", {}
     answer = json.loads(text)
     message = answer["choices"][0]["message"]
     tokens = (answer.get("usage") or {}).get("completion_tokens", "?")
@@ -209,7 +236,11 @@ def check_tool_call(base: str, key: str | None, model: str, timeout: float = 600
     }
     status, events, error = stream_events(base, key, body, timeout)
     if status != 200:
-        return Result("tool_call", False, f"streamed request answered HTTP {status}: {_one_line(error, 120)}")
+        return Result("tool_call", False, f"streamed request answered HTTP {status}: {error_text(error)}")
+    for event in events:  # a failure after HTTP 200 comes as an error event (then [DONE]): the server's words
+        said = server_error(event)
+        if said is not None:
+            return Result("tool_call", False, f"the server failed inside the stream: {_one_line(said, 140)}")
     names: dict[int, str] = {}
     arguments: dict[int, str] = {}
     content, finish = "", None

@@ -1,10 +1,11 @@
 """LAN: how the LAN reaches the server.
 
 lan_serving: proxy (the default): the server binds loopback (service stage) and nginx from the distribution
-serves the LAN port: the API key on every path (vLLM's own --api-key guards /v1 only), /metrics only from
-loopback and lan_metrics_allow, clients only from lan_allow, TLS with a CA made on the host or the owner's
-certificate, limits sized for 100K-token prompts and long streams. lan_serving: direct: no proxy site, and one
-warning line that says what the server exposes by itself.
+serves the LAN port: the API key on every path (vLLM's own --api-key guards only paths under /v1, /v2,
+/inference and, from 0.27.1, /cohere), /metrics only from loopback and lan_metrics_allow, clients only from
+lan_allow, TLS with a CA made on the host or the owner's certificate, limits sized for 100K-token prompts and
+long streams. lan_serving: direct: no proxy site, and one warning line that says what the server exposes by
+itself.
 """
 
 from __future__ import annotations
@@ -116,5 +117,6 @@ def _direct(s: Settings) -> None:
     if s.server_host not in ("127.0.0.1", "::1"):
         logger.warning(
             f"[{host.name}] lan_serving is direct: the server itself listens on {s.server_host}:{s.vllm_port}, "
-            f"plain HTTP; its API key guards /v1 only, so {OPEN_PATHS} answer anyone who reaches the port"
+            f"plain HTTP; its API key guards only /v1, /v2, /inference (and /cohere), so {OPEN_PATHS} answer "
+            "anyone who reaches the port"
         )

@@ -20,6 +20,7 @@ from vllm_rig.paths import (
     MODEL_FETCH_UNIT,
     START_CHECK_RESULT,
     WATCHDOG_RESULT,
+    WATCHDOG_UNIT,
     Layout,
 )
 from vllm_rig.settings import Settings
@@ -40,6 +41,10 @@ GPU_FIELDS = (
     "memory.total",
 )
 SERVICE_PROPERTIES = ("LoadState", "ActiveState", "SubState", "Result", "ActiveEnterTimestamp", "NRestarts")
+# The watchdog timer: installed and waiting for its first round has no result file yet. The timer is monotonic
+# (OnBootSec/OnUnitInactiveSec), so systemd gives its next run as a time since boot (NextElapseUSecMonotonic, a
+# timespan); /proc/uptime and the clock read in the same command turn it into a wall time.
+TIMER_PROPERTIES = ("LoadState", "ActiveState", "NextElapseUSecRealtime", "NextElapseUSecMonotonic", "LastTriggerUSec")
 MARKER_KEYS = ["repo", "revision", "commit", "completed_at", "total_bytes", "endpoint"]
 RUNTIME_KEYS = ["name", "fingerprint", "built_at", "versions", "nvcc"]
 VERDICT_KEYS = ["verdict", "exit_code", "problems", "gates", "driver_version", "elapsed_s"]
@@ -73,6 +78,11 @@ def status_spec(s: Settings) -> dict[str, Any]:
             "fetch_unit": f"systemctl show {MODEL_FETCH_UNIT} -p ActiveState",
             "gpus": f"nvidia-smi --query-gpu={','.join(GPU_FIELDS)} --format=csv,noheader,nounits",
             "verdict_mtime": f"stat -c %Y {GPU_VERDICT}",
+            "watchdog_timer": (
+                f"systemctl show {WATCHDOG_UNIT}.timer --timestamp=unix "
+                + " ".join(f"-p {p}" for p in TIMER_PROPERTIES)
+                + "; echo Uptime=$(cut -d' ' -f1 /proc/uptime); echo Now=$(date +%s)"
+            ),
         },
         "files": {
             "driver_record": DRIVER_RECORD,

@@ -217,6 +217,46 @@ def _result_file(text: str | None, what: str) -> Any:
     return line
 
 
+# systemd's timespan units (`systemctl show` prints a *USec timespan as "1min 52.345s").
+TIMESPAN_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+
+
+def _timespan(text: str) -> float | None:
+    """Seconds of a systemd timespan ("1min 52.345s", "2h 3min", "0"); None when it is not one."""
+    text = text.strip()
+    if text in ("0", ""):
+        return 0.0 if text else None
+    total = 0.0
+    for word in text.split():
+        number = word.rstrip("abcdefghijklmnopqrstuvwxyz")
+        unit = word[len(number) :]
+        if unit not in TIMESPAN_UNITS:
+            return None
+        try:
+            total += float(number) * TIMESPAN_UNITS[unit]
+        except ValueError:
+            return None
+    return total
+
+
+def timer_first_check(raw: dict) -> str | None:
+    """ "installed, first check at HH:MM UTC" for a watchdog timer that is loaded and active but has never fired;
+    "installed, first check pending" when its next time cannot be read; None otherwise (not loaded, or it ran)."""
+    rc, lines = _command(raw, "watchdog_timer")
+    props = dict(line.partition("=")[::2] for line in lines if "=" in line)
+    if props.get("LoadState") != "loaded" or props.get("ActiveState") != "active":
+        return None
+    if _unix(props.get("LastTriggerUSec")):
+        return None  # it has run: what it found is in its result file
+    when = _unix(props.get("NextElapseUSecRealtime"))
+    mono, uptime = _timespan(props.get("NextElapseUSecMonotonic", "")), props.get("Uptime", "")
+    if not when and mono and uptime.replace(".", "", 1).isdigit() and props.get("Now", "").isdigit():
+        when = float(props["Now"]) - float(uptime) + mono  # boot time + the timer's time since boot
+    if not when:
+        return "installed, first check pending"
+    return f"installed, first check at {datetime.datetime.fromtimestamp(when, datetime.UTC):%H:%M} UTC"
+
+
 def service_section(raw: dict, s: Settings) -> dict[str, Any]:
     rc, lines = _command(raw, "service")
     props = dict(line.partition("=")[::2] for line in lines if "=" in line)
@@ -241,7 +281,8 @@ def service_section(raw: dict, s: Settings) -> dict[str, Any]:
             else Unknown("no NRestarts (systemd older than 235)")
         )
     out["last start check"] = _result_file(files.get("start_check"), "start check")
-    out["watchdog"] = _result_file(files.get("watchdog"), "watchdog")
+    waiting = timer_first_check(raw) if files.get("watchdog") is None else None
+    out["watchdog"] = waiting or _result_file(files.get("watchdog"), "watchdog")
     return out
 
 
