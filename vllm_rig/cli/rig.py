@@ -76,7 +76,10 @@ def plan(ns: argparse.Namespace, extra: Sequence[str], has_box: bool) -> list[St
         json_flag = ["--json"] if cmd == "status" and ns.json else []
         return [Step((f"bin/{cmd}", *fwd, *json_flag))]
     if cmd == "check":
-        return [_task("tasks/check.py", fwd, has_box, yes=True)]
+        # The address, the port and the login first, each failure one line with the next step (vllm_rig/reach.py).
+        task = _task("tasks/check.py", fwd, has_box, yes=True)
+        inventory = BOX_INVENTORY if has_box else SANDBOX_INVENTORY
+        return [Step((".venv/bin/python", "-m", "vllm_rig.cli.reach", inventory, *fwd), task.setup), Step(task.argv)]
     if cmd == "logs":
         data = _data("logs_source", ns.source) + _data("logs_lines", ns.lines) + _data("logs_follow", ns.follow)
         return [_task("tasks/logs.py", [*fwd, *data], has_box, yes=True)]
@@ -193,7 +196,9 @@ The file is checked as every run checks it, written 0600, and never replaced wit
   bin/rig init          (asks for each value)
 
 More boxes, ports and per-host settings: edit the file (see inventory/hosts.example.yml)."""
-_CHECK_DOC = """Read-only: connects to each box (SSH), says whether it is root or has passwordless sudo, which
+_CHECK_DOC = """Read-only: first tries each box's address, port and SSH login from this machine and, when one fails,
+says in one line what to do (is the box on, which port, ssh-copy-id, the private key, bin/rig sandbox up).
+Then connects through pyinfra, says whether it is root or has passwordless sudo, which
 python3 it has, then runs the preflight (tasks/preflight.py: OS, disk, GPUs, BAR1, Secure Boot, driver,
 model source) with its verdict table. Nothing on the box changes."""
 _DEPLOY_DOC = """The whole deploy: `pyinfra inventory.py deploy.py OPTIONS` (bin/deploy). pyinfra shows the
@@ -254,8 +259,16 @@ def init_answers(
     )
     for key, label, default in questions:
         given = getattr(ns, key)
-        if given is None and interactive:
-            given = _ask(label, default, ask)
+        if given is not None and str(given) != "":
+            problem = _init_problem(key, str(given))
+            if problem:
+                return f"init: --{key}: {problem}"
+        while (given is None or given == "") and interactive:
+            given = _ask(label, default, ask) or default
+            problem = _init_problem(key, str(given)) if given else None
+            if problem:
+                print(f"init: {problem}; again:", file=sys.stderr)
+                given = None
         if given is None or given == "":
             given = default
         if given is None:
@@ -275,6 +288,17 @@ def init_answers(
         return f"init: --port {port}: a TCP port number, 1 to 65535"
     values["port"] = port
     return values
+
+
+def _init_problem(key: str, value: str) -> str | None:
+    """What cannot be right in one answer (vllm_rig/reach.py's rules for the address and the key)."""
+    from vllm_rig.reach import address_problem, key_problem
+
+    if key == "address":
+        return address_problem(value)
+    if key == "key":
+        return key_problem(value)
+    return None
 
 
 def hosts_yaml(values: dict[str, object]) -> str:
