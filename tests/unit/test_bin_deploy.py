@@ -59,7 +59,8 @@ def test_works_through_a_symlink_from_another_directory(tmp_path: Path) -> None:
 
 
 def _repo_with_a_box(tmp_path: Path) -> Path:
-    """bin/deploy and bin/_venv.sh beside an inventory/hosts.yml, with a .venv whose pyinfra prints its argv."""
+    """bin/deploy and bin/_venv.sh beside an inventory/hosts.yml, with a .venv whose pyinfra (the wrapper
+    vllm_rig/cli/pyinfra_run.py, run by .venv's python) prints its argv."""
     repo = tmp_path / "repo"
     (repo / "bin").mkdir(parents=True)
     for name in ("deploy", "_venv.sh"):
@@ -68,7 +69,8 @@ def _repo_with_a_box(tmp_path: Path) -> Path:
     (repo / "inventory" / "hosts.yml").write_text("hosts:\n  gpubox: {ssh_hostname: h}\n")
     (repo / "requirements.txt").write_text("")
     (repo / ".venv" / "bin").mkdir(parents=True)
-    for tool, body in (("python", "exit 0"), ("pyinfra", 'echo "pyinfra $*"')):
+    wrapper = 'if [ "$1 $2" = "-m vllm_rig.cli.pyinfra_run" ]; then shift 2; echo "pyinfra $*"; fi'
+    for tool, body in (("python", wrapper), ("pyinfra", 'echo "pyinfra $*"')):
         (repo / ".venv" / "bin" / tool).write_text(f"#!/bin/bash\n{body}\n")
         (repo / ".venv" / "bin" / tool).chmod(0o755)
     return repo

@@ -58,7 +58,7 @@ def _plan(argv: list[str], has_box: bool = True) -> list[tuple[str, tuple[str, .
 
 BOX = "ensure_venv requirements.txt"
 SIM = "ensure_venv requirements-dev.txt"
-PYI = ".venv/bin/pyinfra"
+PYI = (".venv/bin/python", "-m", "vllm_rig.cli.pyinfra_run")
 
 
 @pytest.mark.parametrize(
@@ -71,43 +71,43 @@ PYI = ".venv/bin/pyinfra"
         (["triage", "--limit", "a"], True, [("", ("bin/triage", "--limit", "a"))]),
         # The address, the port and the login first (vllm_rig/reach.py), then pyinfra's check.
         (["check"], True, [(BOX, (".venv/bin/python", "-m", "vllm_rig.cli.reach", "inventory.py")),
-                           ("", (PYI, "-y", "inventory.py", "tasks/check.py"))]),
+                           ("", (*PYI, "-y", "inventory.py", "tasks/check.py"))]),
         (["check", "--limit", "a"], False, [
             (SIM, (".venv/bin/python", "-m", "vllm_rig.cli.reach", "inventory/sandbox.py", "--limit", "a")),
-            ("", (PYI, "-y", "inventory/sandbox.py", "tasks/check.py", "--limit", "a"))]),
+            ("", (*PYI, "-y", "inventory/sandbox.py", "tasks/check.py", "--limit", "a"))]),
         # A --limit value is never taken for the log's source.
-        (["logs", "--limit", "gpubox"], True, [(BOX, (PYI, "-y", "inventory.py", "tasks/logs.py", "--limit",
+        (["logs", "--limit", "gpubox"], True, [(BOX, (*PYI, "-y", "inventory.py", "tasks/logs.py", "--limit",
          "gpubox", "--data", "logs_source=service", "--data", "logs_lines=100", "--data", "logs_follow=false"))]),
-        (["logs", "build", "-f", "-n", "20"], True, [(BOX, (PYI, "-y", "inventory.py", "tasks/logs.py", "--data",
+        (["logs", "build", "-f", "-n", "20"], True, [(BOX, (*PYI, "-y", "inventory.py", "tasks/logs.py", "--data",
          "logs_source=build", "--data", "logs_lines=20", "--data", "logs_follow=true"))]),
         # Changes: pyinfra's change detection and Enter prompt stay on a box, unless -y.
-        (["switch-model", "qwen38"], True, [(BOX, (PYI, "inventory.py", "tasks/switch_model.py", "--data",
+        (["switch-model", "qwen38"], True, [(BOX, (*PYI, "inventory.py", "tasks/switch_model.py", "--data",
          "model=qwen38"))]),
-        (["switch-model", "qwen38", "-y"], True, [(BOX, (PYI, "-y", "inventory.py", "tasks/switch_model.py",
+        (["switch-model", "qwen38", "-y"], True, [(BOX, (*PYI, "-y", "inventory.py", "tasks/switch_model.py",
          "--data", "model=qwen38"))]),
-        (["update", "abc123"], True, [(BOX, (PYI, "inventory.py", "tasks/update_fork.py", "--data",
+        (["update", "abc123"], True, [(BOX, (*PYI, "inventory.py", "tasks/update_fork.py", "--data",
          "fork_ref=abc123"))]),
-        (["releases"], True, [(BOX, (PYI, "-y", "inventory.py", "tasks/fork_releases.py"))]),
-        (["rollback", "--limit", "gpubox"], True, [(BOX, (PYI, "inventory.py", "tasks/rollback.py", "--limit",
+        (["releases"], True, [(BOX, (*PYI, "-y", "inventory.py", "tasks/fork_releases.py"))]),
+        (["rollback", "--limit", "gpubox"], True, [(BOX, (*PYI, "inventory.py", "tasks/rollback.py", "--limit",
          "gpubox"))]),
-        (["bench", "--label", "FP16-KV"], True, [(BOX, (PYI, "-y", "inventory.py", "tasks/bench.py", "--data",
+        (["bench", "--label", "FP16-KV"], True, [(BOX, (*PYI, "-y", "inventory.py", "tasks/bench.py", "--data",
          "bench_label=FP16-KV"))]),
-        (["bench"], True, [(BOX, (PYI, "-y", "inventory.py", "tasks/bench.py"))]),
-        (["remove"], True, [(BOX, (PYI, "inventory.py", "tasks/remove.py", "--data", "remove_model=false",
+        (["bench"], True, [(BOX, (*PYI, "-y", "inventory.py", "tasks/bench.py"))]),
+        (["remove"], True, [(BOX, (*PYI, "inventory.py", "tasks/remove.py", "--data", "remove_model=false",
          "--data", "remove_driver=false"))]),
-        (["remove", "--with-model", "--with-driver", "--data", "x=1", "-vv"], True, [(BOX, (PYI, "inventory.py",
+        (["remove", "--with-model", "--with-driver", "--data", "x=1", "-vv"], True, [(BOX, (*PYI, "inventory.py",
          "tasks/remove.py", "--data", "x=1", "-vv", "--data", "remove_model=true", "--data", "remove_driver=true"))]),
         # The simulated rig is a throwaway: no prompt there.
-        (["remove"], False, [(SIM, (PYI, "-y", "inventory/sandbox.py", "tasks/remove.py", "--data",
+        (["remove"], False, [(SIM, (*PYI, "-y", "inventory/sandbox.py", "tasks/remove.py", "--data",
          "remove_model=false", "--data", "remove_driver=false"))]),
         # Options this CLI does not know go to pyinfra as they are.
-        (["rollback", "--serial"], True, [(BOX, (PYI, "inventory.py", "tasks/rollback.py", "--serial"))]),
+        (["rollback", "--serial"], True, [(BOX, (*PYI, "inventory.py", "tasks/rollback.py", "--serial"))]),
         (["sandbox", "up", "--machines", "2"], True, [("ensure_host_tools rig; " + SIM,
          (".venv/bin/python", "-m", "tests.sandbox", "up", "--machines", "2"))]),
         (["sandbox", "down", "--wipe"], True, [(SIM, (".venv/bin/python", "-m", "tests.sandbox", "down", "--wipe"))]),
         (["sandbox", "deploy", "--limit", "rig1"], True, [
             ("ensure_host_tools rig; " + SIM, (".venv/bin/python", "-m", "tests.sandbox", "up", "--machines", "1")),
-            ("", (PYI, "-y", "inventory/sandbox.py", "deploy.py", "--limit", "rig1")),
+            ("", (*PYI, "-y", "inventory/sandbox.py", "deploy.py", "--limit", "rig1")),
         ]),
     ],
     ids=lambda v: " ".join(v) if isinstance(v, list) and v and isinstance(v[0], str) else None,

@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -26,7 +27,8 @@ REPO = Path(__file__).resolve().parents[2]
 HOSTS = "inventory/hosts.yml"
 BOX_INVENTORY = "inventory.py"
 SANDBOX_INVENTORY = "inventory/sandbox.py"
-PYINFRA = ".venv/bin/pyinfra"
+# pyinfra with Ctrl-C as one line and exit 130, and the summary printed last (vllm_rig/cli/pyinfra_run.py)
+PYINFRA = (".venv/bin/python", "-m", "vllm_rig.cli.pyinfra_run")
 LOG_SOURCES = ("service", "build", "download", "watchdog")
 SANDBOX_ROOT = "the simulated rig needs root (systemd-nspawn): run it with sudo"
 HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
@@ -59,7 +61,7 @@ def _task(task: str, pyinfra_args: Sequence[str], has_box: bool, yes: bool = Fal
     args = [a for a in pyinfra_args if a not in ("-y", "--yes")]
     skip_prompt = yes or not has_box or len(args) < len(pyinfra_args)
     inventory, reqs = (BOX_INVENTORY, "requirements.txt") if has_box else (SANDBOX_INVENTORY, "requirements-dev.txt")
-    return Step((PYINFRA, *(["-y"] if skip_prompt else []), inventory, task, *args), f"ensure_venv {reqs}")
+    return Step((*PYINFRA, *(["-y"] if skip_prompt else []), inventory, task, *args), f"ensure_venv {reqs}")
 
 
 def _data(key: str, value: object) -> list[str]:
@@ -112,7 +114,7 @@ def _sandbox(ns: argparse.Namespace, fwd: list[str]) -> list[Step]:
     yes = [] if "-y" in fwd else ["-y"]
     return [
         Step((*python, "up", "--machines", str(ns.machines)), setup),
-        Step((PYINFRA, *yes, SANDBOX_INVENTORY, "deploy.py", *fwd)),
+        Step((*PYINFRA, *yes, SANDBOX_INVENTORY, "deploy.py", *fwd)),
     ]
 
 
@@ -372,7 +374,15 @@ def run(steps: list[Step]) -> int:
     """Each step in the repository, through bash with bin/_venv.sh sourced; the first that fails ends it."""
     for step in steps:
         script = f'set -euo pipefail; source bin/_venv.sh; {step.setup + ";" if step.setup else ""} exec "$@"'
-        rc = subprocess.run(["bash", "-c", script, PROG, *step.argv], cwd=REPO).returncode
+        # Ctrl-C reaches the step too (the terminal's process group): it says what goes on and exits 130;
+        # here it only ends the waiting, without a traceback. A handler, not SIG_IGN, which a child would inherit.
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: None)
+        try:
+            rc = subprocess.run(["bash", "-c", script, PROG, *step.argv], cwd=REPO).returncode
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        if rc in (130, -signal.SIGINT):
+            return 130
         if rc != 0:
             return rc
     return 0
