@@ -496,3 +496,21 @@ def test_secure_boot_that_nothing_reports_is_a_warning_with_a_way_out() -> None:
     assert check.status == "warn" and check.detail.startswith("not reported")
     assert "apt-get install mokutil" in check.way_out
     assert not preflight.has_failures([check])
+
+
+@pytest.mark.parametrize(
+    ("data", "free", "status", "line"),
+    [
+        # The default (the upstream kind's wheels) compiles nothing: 40 GB, not a compile's 110.
+        ({}, 45.0, "ok", "45.0 GB free under /opt/vllm-rig"),
+        ({}, 35.0, "fail", "35.0 GB free under /opt/vllm-rig, need 40 for the upstream wheels (~4) and the model "
+                           "(~29)"),
+        ({"runtime_kind": "fork"}, 45.0, "fail", "45.0 GB free under /opt/vllm-rig, need 110 for a compile (~80) and "
+                                                 "the model (~29)"),
+        ({"min_free_disk_gb": 50}, 45.0, "fail", "45.0 GB free under /opt/vllm-rig, need 50 for min_free_disk_gb"),
+    ],
+)  # fmt: skip
+def test_the_disk_floor_follows_the_runtime_kind(data: dict, free: float, status: str, line: str) -> None:
+    s = load_settings({**profile_data(), **data})
+    check = preflight.check_disk(_host(disk_free_gb=free), s)
+    assert (check.status, check.detail) == (status, line)
