@@ -15,7 +15,7 @@ ssh_tcp_nodelay = True  # TCP_NODELAY on SSH sockets: no ~40 ms stall per remote
 gpu_count = 2  # GPUs the box must show (lspci before the driver, nvidia-smi after)
 gpu_min_memory_mib = 22000  # least memory per GPU in MiB (a 22 GB 2080 Ti reports 22528)
 gpu_compute_capability = "7.5"  # compute capability every GPU must report (Turing = 7.5)
-min_free_disk_gb = 110  # free GB needed where the build (~80) and the model (~29) go
+min_free_disk_gb = None  # free GB needed under install_root; None: by runtime kind (compile 110, upstream wheels 40)
 min_ram_gb = 16  # least RAM in GB; the CUDA build needs about 3 GB per compile job
 preflight_report = "table"  # how the verdict is printed: table, or json (one line per host)
 
@@ -33,6 +33,7 @@ gpu_power_limit_w = None  # power limit in W set at every boot; None keeps the c
 gpu_power_limit_min_w = 100  # lowest limit the card accepts (stock 2080 Ti BIOS)
 gpu_power_limit_max_w = 320  # highest limit the card accepts (stock 2080 Ti FE BIOS)
 reboot_timeout_s = 600  # how long to wait for a rebooted host to come back
+driver_reboot = "auto"  # auto: reboot the box once when the driver needs it; ask: stop and let the owner reboot it
 
 # ---- cuda: the toolkit the fork and FlashInfer's JIT compile with
 cuda_version = "12.9"  # CUDA toolkit major.minor, pinned (cuda-toolkit-12-9)
@@ -150,6 +151,7 @@ runtime_artifacts_keep = 3  # how many runtime artifacts the store keeps (the ne
 
 # ---- model: the FP8 checkpoint through the HF endpoint
 hf_endpoint = "https://hf-mirror.com"  # Hugging Face endpoint or mirror (the seed's mirror)
+hf_verify_endpoint = None  # a second endpoint the model's file hashes must match when reachable; None: hf_endpoint only
 hf_token = None  # Hugging Face token for gated repos; kept secret, None sends none
 hf_disable_xet = True  # plain HTTP downloads (mirrors rarely serve Xet)
 model_repo = "nerkyor/Qwen3.6-27B-DSV4Pro-Thinking-Distill-FP8"  # closest public id to the seed's model

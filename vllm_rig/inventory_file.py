@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from vllm_rig.reach import address_problem, key_problem
 from vllm_rig.settings import Settings
 
 # Connection keys a host entry may carry (pyinfra's SSH connector names them so).
@@ -178,6 +179,9 @@ def _host_data(path: Path, name: str, entry: Any, profiles: set[str]) -> dict[st
             "move it up one level, beside ssh_hostname"
         )
     data = {key: entry[key] for key in SSH_KEYS if key in entry}
+    problem = address_problem(str(data.get("ssh_hostname") or name))
+    if problem:
+        raise InventoryError(f"{path}: host {name}: ssh_hostname {problem}")
     if "ssh_key" in data:
         data["ssh_key"] = _ssh_key(path, name, data["ssh_key"])
     # group_data/all.py runs everything through sudo; a root login needs none (and may have no sudo).
@@ -188,6 +192,9 @@ def _host_data(path: Path, name: str, entry: Any, profiles: set[str]) -> dict[st
 def _ssh_key(path: Path, name: str, value: Any) -> str:
     """The key file must exist here, on the control machine: else paramiko's error surfaces as a traceback."""
     key = Path(str(value)).expanduser()
+    problem = key_problem(str(value))
+    if problem:
+        raise InventoryError(f"{path}: host {name}: ssh_key {problem}")
     if not key.is_file():
         raise InventoryError(
             f"{path}: host {name}: ssh_key {value} is no file on this machine; point ssh_key at your private key "

@@ -136,8 +136,9 @@ class Settings(BaseModel):
     gpu_compute_capability: Literal["7.0", "7.5", "8.0", "8.6", "8.9", "9.0"] = _setting(
         "compute capability every GPU must report (Turing = 7.5)", 'one of "7.0", "7.5", "8.0", "8.6", "8.9", "9.0"'
     )
-    min_free_disk_gb: Annotated[int, Field(ge=1)] = _setting(
-        "free GB needed where the build (~80) and the model (~29) go", "a positive integer of GB"
+    min_free_disk_gb: Annotated[int, Field(ge=1)] | None = _setting(
+        "free GB needed under install_root; None: by runtime kind (compile 110, upstream wheels 40)",
+        "null (by the runtime kind) or a positive integer of GB",
     )
     min_ram_gb: Annotated[int, Field(ge=1)] = _setting(
         "least RAM in GB; the CUDA build needs about 3 GB per compile job", "a positive integer of GB"
@@ -182,6 +183,10 @@ class Settings(BaseModel):
     )
     reboot_timeout_s: Annotated[int, Field(ge=60, le=3600)] = _setting(
         "how long to wait for a rebooted host to come back", "seconds from 60 to 3600"
+    )
+    driver_reboot: Literal["auto", "ask"] = _setting(
+        "auto: reboot the box once when the driver needs it; ask: stop and let the owner reboot it",
+        '"auto" (the deploy reboots the box) or "ask" (the host stops with "reboot the box, then run again")',
     )
 
     # ---- cuda
@@ -336,6 +341,10 @@ class Settings(BaseModel):
     # ---- model
     hf_endpoint: str = _setting(
         "Hugging Face endpoint or mirror (the seed's mirror)", "an http(s) URL of a Hugging Face endpoint or mirror"
+    )
+    hf_verify_endpoint: str | None = _setting(
+        "a second endpoint the model's file hashes must match when reachable; None: hf_endpoint only",
+        "null or an http(s) URL of a Hugging Face endpoint or mirror",
     )
     hf_token: str | None = _setting(
         "Hugging Face token for gated repos; kept secret, None sends none", "null or a Hugging Face token"
@@ -814,7 +823,7 @@ class Settings(BaseModel):
     def _url(cls, value: str, info: ValidationInfo) -> str:
         return _check_url(value, info.field_name)
 
-    @field_validator("pip_index_url")
+    @field_validator("pip_index_url", "hf_verify_endpoint")
     @classmethod
     def _optional_url(cls, value: str | None, info: ValidationInfo) -> str | None:
         return None if value is None else _check_url(value, info.field_name)

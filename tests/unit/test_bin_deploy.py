@@ -47,9 +47,29 @@ def test_dry_without_a_box_is_one_line_and_starts_nothing(tmp_path: Path) -> Non
     )
     assert run.returncode == 1 and run.stdout == "" and not (tmp_path / "apt.log").exists()
     assert run.stderr.splitlines() == [
-        "deploy: --dry needs a box: copy inventory/hosts.example.yml to inventory/hosts.yml and put your box in it "
-        "(without one, bin/deploy starts the simulated rig, which --dry never does)"
+        "deploy: --dry shows the plan for your box or for the simulated rig once it is up: start it with 'sudo "
+        "bin/rig sandbox up', or put your box in inventory/hosts.yml (--dry never starts the rig)"
     ]
+
+
+def test_dry_on_the_simulated_rig_while_it_is_up_shows_the_plan(tmp_path: Path) -> None:
+    """The rig counts as up while a machine's supervisor holds its lock: pyinfra runs against inventory/sandbox.py
+    with --dry (here it finds no sshd on the machine's port: the point is that it ran)."""
+    _no_box()
+    import fcntl
+
+    env = {**_as_root_stub(tmp_path), "VLLM_RIG_SANDBOX_ROOT": str(tmp_path / "rig"), "VLLM_RIG_SANDBOX_SLOT": "7"}
+    lock = tmp_path / "rig" / "state" / "machine-rig1.lock"
+    lock.parent.mkdir(parents=True)
+    with lock.open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        run = subprocess.run(
+            ["bash", "bin/deploy", "--dry"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+        )
+    out = run.stdout + run.stderr
+    assert "--dry shows the plan for your box" not in out and "needs root" not in out, out
+    assert "--> Loading config..." in out and "rig1" in out, out[-2000:]
+    assert not (tmp_path / "apt.log").exists()
 
 
 def test_works_through_a_symlink_from_another_directory(tmp_path: Path) -> None:
@@ -59,7 +79,8 @@ def test_works_through_a_symlink_from_another_directory(tmp_path: Path) -> None:
 
 
 def _repo_with_a_box(tmp_path: Path) -> Path:
-    """bin/deploy and bin/_venv.sh beside an inventory/hosts.yml, with a .venv whose pyinfra prints its argv."""
+    """bin/deploy and bin/_venv.sh beside an inventory/hosts.yml, with a .venv whose pyinfra (the wrapper
+    vllm_rig/cli/pyinfra_run.py, run by .venv's python) prints its argv."""
     repo = tmp_path / "repo"
     (repo / "bin").mkdir(parents=True)
     for name in ("deploy", "_venv.sh"):
@@ -68,7 +89,8 @@ def _repo_with_a_box(tmp_path: Path) -> Path:
     (repo / "inventory" / "hosts.yml").write_text("hosts:\n  gpubox: {ssh_hostname: h}\n")
     (repo / "requirements.txt").write_text("")
     (repo / ".venv" / "bin").mkdir(parents=True)
-    for tool, body in (("python", "exit 0"), ("pyinfra", 'echo "pyinfra $*"')):
+    wrapper = 'if [ "$1 $2" = "-m vllm_rig.cli.pyinfra_run" ]; then shift 2; echo "pyinfra $*"; fi'
+    for tool, body in (("python", wrapper), ("pyinfra", 'echo "pyinfra $*"')):
         (repo / ".venv" / "bin" / tool).write_text(f"#!/bin/bash\n{body}\n")
         (repo / ".venv" / "bin" / tool).chmod(0o755)
     return repo

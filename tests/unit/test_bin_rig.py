@@ -58,7 +58,7 @@ def _plan(argv: list[str], has_box: bool = True) -> list[tuple[str, tuple[str, .
 
 BOX = "ensure_venv requirements.txt"
 SIM = "ensure_venv requirements-dev.txt"
-PYI = ".venv/bin/pyinfra"
+PYI = (".venv/bin/python", "-m", "vllm_rig.cli.pyinfra_run")
 
 
 @pytest.mark.parametrize(
@@ -69,41 +69,45 @@ PYI = ".venv/bin/pyinfra"
         (["deploy", "-y"], False, [("", ("bin/deploy", "-y"))]),
         (["status", "--json"], True, [("", ("bin/status", "--json"))]),
         (["triage", "--limit", "a"], True, [("", ("bin/triage", "--limit", "a"))]),
-        (["check"], True, [(BOX, (PYI, "-y", "inventory.py", "tasks/check.py"))]),
-        (["check"], False, [(SIM, (PYI, "-y", "inventory/sandbox.py", "tasks/check.py"))]),
+        # The address, the port and the login first (vllm_rig/reach.py), then pyinfra's check.
+        (["check"], True, [(BOX, (".venv/bin/python", "-m", "vllm_rig.cli.reach", "inventory.py")),
+                           ("", (*PYI, "-y", "inventory.py", "tasks/check.py"))]),
+        (["check", "--limit", "a"], False, [
+            (SIM, (".venv/bin/python", "-m", "vllm_rig.cli.reach", "inventory/sandbox.py", "--limit", "a")),
+            ("", (*PYI, "-y", "inventory/sandbox.py", "tasks/check.py", "--limit", "a"))]),
         # A --limit value is never taken for the log's source.
-        (["logs", "--limit", "gpubox"], True, [(BOX, (PYI, "-y", "inventory.py", "tasks/logs.py", "--limit",
+        (["logs", "--limit", "gpubox"], True, [(BOX, (*PYI, "-y", "inventory.py", "tasks/logs.py", "--limit",
          "gpubox", "--data", "logs_source=service", "--data", "logs_lines=100", "--data", "logs_follow=false"))]),
-        (["logs", "build", "-f", "-n", "20"], True, [(BOX, (PYI, "-y", "inventory.py", "tasks/logs.py", "--data",
+        (["logs", "build", "-f", "-n", "20"], True, [(BOX, (*PYI, "-y", "inventory.py", "tasks/logs.py", "--data",
          "logs_source=build", "--data", "logs_lines=20", "--data", "logs_follow=true"))]),
         # Changes: pyinfra's change detection and Enter prompt stay on a box, unless -y.
-        (["switch-model", "qwen38"], True, [(BOX, (PYI, "inventory.py", "tasks/switch_model.py", "--data",
+        (["switch-model", "qwen38"], True, [(BOX, (*PYI, "inventory.py", "tasks/switch_model.py", "--data",
          "model=qwen38"))]),
-        (["switch-model", "qwen38", "-y"], True, [(BOX, (PYI, "-y", "inventory.py", "tasks/switch_model.py",
+        (["switch-model", "qwen38", "-y"], True, [(BOX, (*PYI, "-y", "inventory.py", "tasks/switch_model.py",
          "--data", "model=qwen38"))]),
-        (["update", "abc123"], True, [(BOX, (PYI, "inventory.py", "tasks/update_fork.py", "--data",
+        (["update", "abc123"], True, [(BOX, (*PYI, "inventory.py", "tasks/update_fork.py", "--data",
          "fork_ref=abc123"))]),
-        (["releases"], True, [(BOX, (PYI, "-y", "inventory.py", "tasks/fork_releases.py"))]),
-        (["rollback", "--limit", "gpubox"], True, [(BOX, (PYI, "inventory.py", "tasks/rollback.py", "--limit",
+        (["releases"], True, [(BOX, (*PYI, "-y", "inventory.py", "tasks/fork_releases.py"))]),
+        (["rollback", "--limit", "gpubox"], True, [(BOX, (*PYI, "inventory.py", "tasks/rollback.py", "--limit",
          "gpubox"))]),
-        (["bench", "--label", "FP16-KV"], True, [(BOX, (PYI, "-y", "inventory.py", "tasks/bench.py", "--data",
+        (["bench", "--label", "FP16-KV"], True, [(BOX, (*PYI, "-y", "inventory.py", "tasks/bench.py", "--data",
          "bench_label=FP16-KV"))]),
-        (["bench"], True, [(BOX, (PYI, "-y", "inventory.py", "tasks/bench.py"))]),
-        (["remove"], True, [(BOX, (PYI, "inventory.py", "tasks/remove.py", "--data", "remove_model=false",
+        (["bench"], True, [(BOX, (*PYI, "-y", "inventory.py", "tasks/bench.py"))]),
+        (["remove"], True, [(BOX, (*PYI, "inventory.py", "tasks/remove.py", "--data", "remove_model=false",
          "--data", "remove_driver=false"))]),
-        (["remove", "--with-model", "--with-driver", "--data", "x=1", "-vv"], True, [(BOX, (PYI, "inventory.py",
+        (["remove", "--with-model", "--with-driver", "--data", "x=1", "-vv"], True, [(BOX, (*PYI, "inventory.py",
          "tasks/remove.py", "--data", "x=1", "-vv", "--data", "remove_model=true", "--data", "remove_driver=true"))]),
         # The simulated rig is a throwaway: no prompt there.
-        (["remove"], False, [(SIM, (PYI, "-y", "inventory/sandbox.py", "tasks/remove.py", "--data",
+        (["remove"], False, [(SIM, (*PYI, "-y", "inventory/sandbox.py", "tasks/remove.py", "--data",
          "remove_model=false", "--data", "remove_driver=false"))]),
         # Options this CLI does not know go to pyinfra as they are.
-        (["rollback", "--serial"], True, [(BOX, (PYI, "inventory.py", "tasks/rollback.py", "--serial"))]),
+        (["rollback", "--serial"], True, [(BOX, (*PYI, "inventory.py", "tasks/rollback.py", "--serial"))]),
         (["sandbox", "up", "--machines", "2"], True, [("ensure_host_tools rig; " + SIM,
          (".venv/bin/python", "-m", "tests.sandbox", "up", "--machines", "2"))]),
         (["sandbox", "down", "--wipe"], True, [(SIM, (".venv/bin/python", "-m", "tests.sandbox", "down", "--wipe"))]),
         (["sandbox", "deploy", "--limit", "rig1"], True, [
             ("ensure_host_tools rig; " + SIM, (".venv/bin/python", "-m", "tests.sandbox", "up", "--machines", "1")),
-            ("", (PYI, "-y", "inventory/sandbox.py", "deploy.py", "--limit", "rig1")),
+            ("", (*PYI, "-y", "inventory/sandbox.py", "deploy.py", "--limit", "rig1")),
         ]),
     ],
     ids=lambda v: " ".join(v) if isinstance(v, list) and v and isinstance(v[0], str) else None,
@@ -115,7 +119,7 @@ def test_each_subcommand_is_its_pyinfra_run(argv: list[str], has_box: bool, step
 def test_the_tasks_it_runs_exist() -> None:
     for argv in (["check"], ["logs"], ["switch-model", "m"], ["releases"], ["update", "r"], ["rollback"],
                  ["bench"], ["remove"]):  # fmt: skip
-        ((_, command),) = _plan(argv)
+        (_, command) = _plan(argv)[-1]
         assert (REPO / command[command.index("inventory.py") + 1]).is_file(), argv
 
 
@@ -184,6 +188,28 @@ def test_init_asks_in_a_terminal_with_defaults(tmp_path: Path, key: Path) -> Non
     assert (name, data["ssh_port"], data["profile"], data["_sudo"]) == ("gpubox", 2222, "qwen38", False)
 
 
+def test_init_asks_again_for_what_cannot_be_right(tmp_path: Path, key: Path, capsys) -> None:
+    answers = iter(["", "192.168.1.500", "192,168,1,50", "ubuntu@10.0.0.7", "10.0.0.7", "", f"{key}.pub",
+                    str(key), "", ""])  # fmt: skip
+    asked: list[str] = []
+
+    def ask(prompt: str) -> str:
+        asked.append(prompt)
+        return next(answers)
+
+    assert rig.init(_init_ns(tmp_path), interactive=True, ask=ask) == 0
+    assert [p.split(" [")[0].rstrip(": ") for p in asked].count("the box's IP address or DNS name") == 4
+    assert capsys.readouterr().err.splitlines() == [
+        "init: 192.168.1.500 is not an IP address: each of the four numbers is 0 to 255 (500 is not); again:",
+        "init: 192,168,1,50 has commas: an IP address is written with dots, like 192.168.1.50; again:",
+        "init: ubuntu@10.0.0.7 has a user in it: the address is 10.0.0.7; the user (ubuntu) is given apart, as the "
+        "SSH login; again:",
+        f"init: {key}.pub is the public key: give the private one ({key}); again:",
+    ]
+    ((name, data),) = load_groups(tmp_path / "inventory" / "hosts.yml", REPO / "group_data")["gpu_hosts"][0]
+    assert (data["ssh_hostname"], data["ssh_key"]) == ("10.0.0.7", str(key))
+
+
 def test_init_never_replaces_a_file_without_force(tmp_path: Path, key: Path, capsys) -> None:
     path = tmp_path / "inventory" / "hosts.yml"
     path.parent.mkdir()
@@ -209,10 +235,18 @@ def test_init_never_replaces_a_file_without_force(tmp_path: Path, key: Path, cap
         ({"address": "h", "name": "my box"}, "init: --name 'my box': allowed are letters, digits, dots, dashes and "
                                              "underscores (up to 63)"),
         ({"address": "a b"}, "init: --address 'a b': must be one word without spaces"),
+        ({"address": "192.168.1.500"}, "init: --address: 192.168.1.500 is not an IP address: each of the four "
+                                       "numbers is 0 to 255 (500 is not)"),
+        ({"address": "192,168,1,50"}, "init: --address: 192,168,1,50 has commas: an IP address is written with "
+                                      "dots, like 192.168.1.50"),
+        ({"address": "ubuntu@192.168.1.50"}, "init: --address: ubuntu@192.168.1.50 has a user in it: the address "
+                                             "is 192.168.1.50; the user (ubuntu) is given apart, as the SSH login"),
+        ({"address": "h", "key": "~/.ssh/id_ed25519.pub"}, "init: --key: ~/.ssh/id_ed25519.pub is the public key: "
+                                                           "give the private one (~/.ssh/id_ed25519)"),
     ],
 )  # fmt: skip
 def test_init_bad_values_are_one_line_and_write_nothing(tmp_path: Path, key: Path, capsys, given, line) -> None:
-    assert rig.init(_init_ns(tmp_path, key=str(key), **given), interactive=False) == 1
+    assert rig.init(_init_ns(tmp_path, **{"key": str(key), **given}), interactive=False) == 1
     assert capsys.readouterr().err.splitlines() == [line]
     assert not (tmp_path / "inventory" / "hosts.yml").exists()
 

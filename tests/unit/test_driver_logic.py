@@ -272,3 +272,20 @@ def test_replacing_an_archive_driver_purges_canonicals_modules_first() -> None:
     assert commands[3].endswith("install nvidia-driver-pinning-580.159.03")
     assert "--allow-downgrades" in commands[4] and "nvidia-dkms-580" in commands[4]
     assert commands[4].endswith(" nvidia-kernel-common-580")  # archive builds left beside ours move too
+
+
+def test_driver_reboot_ask_stops_the_host_with_what_to_do_instead_of_rebooting() -> None:
+    """driver_reboot: ask: a box whose nouveau holds the GPUs gets no reboot, only the one line."""
+    from tests.unit import fake_host
+    from vllm_rig.stages.driver.reboot import ask_refusal, reboot_if_needed
+
+    nouveau = ["@@packages", "nvidia-driver-cuda 580.159.03-1", "@@loaded", "@@nouveau", "nouveau", "@@boot_id",
+               "b", "@@kernel", "6.8.0-1-generic"]  # fmt: skip
+    state_out = {"@@packages": nouveau}
+    _, commands = fake_host.plan(state_out, reboot_if_needed, version="580.159.03", ask=True)
+    assert commands == [f"FunctionCommand(fail_host, ({ask_refusal('nouveau is loaded')!r},), {{}})"]
+    _, auto = fake_host.plan(state_out, reboot_if_needed, version="580.159.03")
+    assert any("systemctl reboot" in c for c in auto), auto
+    assert ask_refusal("nouveau is loaded") == (
+        "the driver needs a reboot (nouveau is loaded); driver_reboot is ask: reboot the box, then run again"
+    )

@@ -11,7 +11,16 @@ REPO = Path(__file__).resolve().parents[2]
 # Top to bottom, as docs/architecture.md's table lists them: (layer, module prefixes).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("entry", ("deploy", "inventory", "config", "tasks", "vllm_rig.cli")),
-    ("run", ("vllm_rig.context", "vllm_rig.validation", "vllm_rig.inventory_file", "vllm_rig.settings_doc")),
+    (
+        "run",
+        (
+            "vllm_rig.context",
+            "vllm_rig.validation",
+            "vllm_rig.inventory_file",
+            "vllm_rig.reach",
+            "vllm_rig.settings_doc",
+        ),
+    ),
     ("stages", ("vllm_rig.stages",)),
     ("generic", ("vllm_rig.core",)),
     ("paths", ("vllm_rig.paths",)),

@@ -542,3 +542,21 @@ def test_no_nvlink_answer_is_a_verdict_and_keeps_the_p2p_line() -> None:
     links = _links(preflight.check_links(GPUS, topo, SETTINGS))
     assert links["nvlink"].status == "warn" and links["nvlink"].detail == "GPU0-GPU1 connected by NODE, no NVLink"
     assert links["p2p"].status == "ok"
+
+
+@pytest.mark.parametrize(
+    ("data", "free", "status", "line"),
+    [
+        # The default (the upstream kind's wheels) compiles nothing: 40 GB, not a compile's 110.
+        ({}, 45.0, "ok", "45.0 GB free under /opt/vllm-rig"),
+        ({}, 35.0, "fail", "35.0 GB free under /opt/vllm-rig, need 40 for the upstream wheels (~4) and the model "
+                           "(~29)"),
+        ({"runtime_kind": "fork"}, 45.0, "fail", "45.0 GB free under /opt/vllm-rig, need 110 for a compile (~80) and "
+                                                 "the model (~29)"),
+        ({"min_free_disk_gb": 50}, 45.0, "fail", "45.0 GB free under /opt/vllm-rig, need 50 for min_free_disk_gb"),
+    ],
+)  # fmt: skip
+def test_the_disk_floor_follows_the_runtime_kind(data: dict, free: float, status: str, line: str) -> None:
+    s = load_settings({**profile_data(), **data})
+    check = preflight.check_disk(_host(disk_free_gb=free), s)
+    assert (check.status, check.detail) == (status, line)

@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -26,7 +27,8 @@ REPO = Path(__file__).resolve().parents[2]
 HOSTS = "inventory/hosts.yml"
 BOX_INVENTORY = "inventory.py"
 SANDBOX_INVENTORY = "inventory/sandbox.py"
-PYINFRA = ".venv/bin/pyinfra"
+# pyinfra with Ctrl-C as one line and exit 130, and the summary printed last (vllm_rig/cli/pyinfra_run.py)
+PYINFRA = (".venv/bin/python", "-m", "vllm_rig.cli.pyinfra_run")
 LOG_SOURCES = ("service", "build", "download", "watchdog")
 SANDBOX_ROOT = "the simulated rig needs root (systemd-nspawn): run it with sudo"
 HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
@@ -59,7 +61,7 @@ def _task(task: str, pyinfra_args: Sequence[str], has_box: bool, yes: bool = Fal
     args = [a for a in pyinfra_args if a not in ("-y", "--yes")]
     skip_prompt = yes or not has_box or len(args) < len(pyinfra_args)
     inventory, reqs = (BOX_INVENTORY, "requirements.txt") if has_box else (SANDBOX_INVENTORY, "requirements-dev.txt")
-    return Step((PYINFRA, *(["-y"] if skip_prompt else []), inventory, task, *args), f"ensure_venv {reqs}")
+    return Step((*PYINFRA, *(["-y"] if skip_prompt else []), inventory, task, *args), f"ensure_venv {reqs}")
 
 
 def _data(key: str, value: object) -> list[str]:
@@ -76,7 +78,10 @@ def plan(ns: argparse.Namespace, extra: Sequence[str], has_box: bool) -> list[St
         json_flag = ["--json"] if cmd == "status" and ns.json else []
         return [Step((f"bin/{cmd}", *fwd, *json_flag))]
     if cmd == "check":
-        return [_task("tasks/check.py", fwd, has_box, yes=True)]
+        # The address, the port and the login first, each failure one line with the next step (vllm_rig/reach.py).
+        task = _task("tasks/check.py", fwd, has_box, yes=True)
+        inventory = BOX_INVENTORY if has_box else SANDBOX_INVENTORY
+        return [Step((".venv/bin/python", "-m", "vllm_rig.cli.reach", inventory, *fwd), task.setup), Step(task.argv)]
     if cmd == "logs":
         data = _data("logs_source", ns.source) + _data("logs_lines", ns.lines) + _data("logs_follow", ns.follow)
         return [_task("tasks/logs.py", [*fwd, *data], has_box, yes=True)]
@@ -109,7 +114,7 @@ def _sandbox(ns: argparse.Namespace, fwd: list[str]) -> list[Step]:
     yes = [] if "-y" in fwd else ["-y"]
     return [
         Step((*python, "up", "--machines", str(ns.machines)), setup),
-        Step((PYINFRA, *yes, SANDBOX_INVENTORY, "deploy.py", *fwd)),
+        Step((*PYINFRA, *yes, SANDBOX_INVENTORY, "deploy.py", *fwd)),
     ]
 
 
@@ -193,7 +198,9 @@ The file is checked as every run checks it, written 0600, and never replaced wit
   bin/rig init          (asks for each value)
 
 More boxes, ports and per-host settings: edit the file (see inventory/hosts.example.yml)."""
-_CHECK_DOC = """Read-only: connects to each box (SSH), says whether it is root or has passwordless sudo, which
+_CHECK_DOC = """Read-only: first tries each box's address, port and SSH login from this machine and, when one fails,
+says in one line what to do (is the box on, which port, ssh-copy-id, the private key, bin/rig sandbox up).
+Then connects through pyinfra, says whether it is root or has passwordless sudo, which
 python3 it has, then runs the preflight (tasks/preflight.py: OS, disk, GPUs, BAR1, Secure Boot, driver,
 model source) with its verdict table. Nothing on the box changes."""
 _DEPLOY_DOC = """The whole deploy: `pyinfra inventory.py deploy.py OPTIONS` (bin/deploy). pyinfra shows the
@@ -254,8 +261,16 @@ def init_answers(
     )
     for key, label, default in questions:
         given = getattr(ns, key)
-        if given is None and interactive:
-            given = _ask(label, default, ask)
+        if given is not None and str(given) != "":
+            problem = _init_problem(key, str(given))
+            if problem:
+                return f"init: --{key}: {problem}"
+        while (given is None or given == "") and interactive:
+            given = _ask(label, default, ask) or default
+            problem = _init_problem(key, str(given)) if given else None
+            if problem:
+                print(f"init: {problem}; again:", file=sys.stderr)
+                given = None
         if given is None or given == "":
             given = default
         if given is None:
@@ -275,6 +290,17 @@ def init_answers(
         return f"init: --port {port}: a TCP port number, 1 to 65535"
     values["port"] = port
     return values
+
+
+def _init_problem(key: str, value: str) -> str | None:
+    """What cannot be right in one answer (vllm_rig/reach.py's rules for the address and the key)."""
+    from vllm_rig.reach import address_problem, key_problem
+
+    if key == "address":
+        return address_problem(value)
+    if key == "key":
+        return key_problem(value)
+    return None
 
 
 def hosts_yaml(values: dict[str, object]) -> str:
@@ -348,7 +374,15 @@ def run(steps: list[Step]) -> int:
     """Each step in the repository, through bash with bin/_venv.sh sourced; the first that fails ends it."""
     for step in steps:
         script = f'set -euo pipefail; source bin/_venv.sh; {step.setup + ";" if step.setup else ""} exec "$@"'
-        rc = subprocess.run(["bash", "-c", script, PROG, *step.argv], cwd=REPO).returncode
+        # Ctrl-C reaches the step too (the terminal's process group): it says what goes on and exits 130;
+        # here it only ends the waiting, without a traceback. A handler, not SIG_IGN, which a child would inherit.
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: None)
+        try:
+            rc = subprocess.run(["bash", "-c", script, PROG, *step.argv], cwd=REPO).returncode
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        if rc in (130, -signal.SIGINT):
+            return 130
         if rc != 0:
             return rc
     return 0

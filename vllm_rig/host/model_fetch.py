@@ -256,11 +256,12 @@ def _remote_files(entries: Iterable[Any]) -> tuple[RemoteFile, ...]:
     return tuple(sorted(files, key=lambda f: f.path))
 
 
-def resolve(repo: str, revision: str, endpoint: str) -> Plan:
-    """The commit and the file list of repo@revision, or FetchError(2) naming the repo and the endpoint."""
+def resolve(repo: str, revision: str, endpoint: str, send_token: bool = True) -> Plan:
+    """The commit and the file list of repo@revision, or FetchError(2) naming the repo and the endpoint.
+    `send_token`: False for a second endpoint, which is not the one the token is for."""
     from huggingface_hub import HfApi
 
-    api = HfApi(endpoint=endpoint, token=os.environ.get("HF_TOKEN") or False)
+    api = HfApi(endpoint=endpoint, token=(os.environ.get("HF_TOKEN") or False) if send_token else False)
     name = f"{repo}@{revision}"
     for delay in (*PREFLIGHT_RETRY_DELAYS_S, None):
         try:
@@ -949,12 +950,34 @@ def fetch(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def second_opinion(plan: Plan, endpoint: str, resolver: Callable[..., Plan] = resolve) -> str:
+    """hf_verify_endpoint: the hashes the files are checked against come from plan's endpoint; a second
+    endpoint that lists the same commit must list the same hashes. The line to say when it agrees or cannot be
+    asked; FetchError(4) naming a file when it disagrees (nothing is downloaded then)."""
+    first, second = endpoint_host(plan.endpoint), endpoint_host(endpoint)
+    try:
+        other = resolver(plan.repo, plan.commit, endpoint, send_token=False)
+    except FetchError as err:
+        return f"{second} could not be asked ({err}); the files are checked against {first}'s hashes only"
+    theirs = {f.path: f.sha256 or f.git_oid for f in other.files}
+    differ = [f.path for f in plan.files if theirs.get(f.path) != (f.sha256 or f.git_oid)]
+    if differ:
+        raise FetchError(
+            EXIT_CORRUPT,
+            f"{plan.repo}@{plan.short}: {first} and {second} list other hashes for {len(differ)} of "
+            f"{len(plan.files)} files (first: {differ[0]}); not downloading: one of them serves other files",
+        )
+    return f"{second} lists the same hashes for all {len(plan.files)} files of commit {plan.short}"
+
+
 def fetch_snapshot(
     args: argparse.Namespace, places: Places, status: Status, gid: int | None, peer: PeerUse | None = None
 ) -> Path:
     """Preflight, then download, verify and switch; returns the snapshot DIR now points to."""
     plan = resolve(args.repo, args.revision, args.endpoint)
     say(f"{plan.repo}@{plan.revision} is commit {plan.commit}: {len(plan.files)} files, {human(plan.total_bytes)}")
+    if getattr(args, "verify_endpoint", None):
+        say(second_opinion(plan, args.verify_endpoint))
     if same_commit_is_live(places, plan):
         say(f"commit {plan.short} is already complete in {places.dest}")
         return places.dest.resolve()
@@ -1082,6 +1105,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p_fetch.add_argument("--owner", default=None, help="files become root:<this user's group>, read-only")
     p_fetch.add_argument("--refresh", action="store_true", help="resolve the revision again even if a marker matches")
     p_fetch.add_argument("--max-workers", type=int, default=8, help="parallel downloads (hf's --max-workers)")
+    p_fetch.add_argument("--verify-endpoint", default=None, help="a second endpoint whose hashes must match")
     p_fetch.add_argument("--peer", default=None, help="NAME=http://ADDRESS:PORT: a rig that serves this model")
     p_fetch.add_argument("--peer-wait-s", type=float, default=3600.0, help="how long to wait for the peer to hold it")
     p_check = sub.add_parser("check", help="is DIR complete for repo@revision (offline, instant)")

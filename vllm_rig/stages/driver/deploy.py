@@ -147,6 +147,7 @@ def install_driver(s: Settings) -> None:
         name="Reboot if the loaded driver is not the installed one",
         version=managed,
         timeout=s.reboot_timeout_s,
+        ask=s.driver_reboot == "ask",
     )
     unit_enabled_and_started(name="GPU guard enabled and done", unit=GUARD_UNIT)
     # Restarting the daemon re-runs the guard too (PartOf): persistence from the daemon, then the power limit.

@@ -128,15 +128,20 @@ def module_failure_reason(diag: dict, version: str) -> str:
     return f"{diag['module_file']} is there but was not loaded: see journalctl -b | grep -i -e nvidia -e NVRM"
 
 
+def ask_refusal(why: str) -> str:
+    """driver_reboot: ask: the host stops here; the owner reboots when it suits, and the next run goes on."""
+    return f"the driver needs a reboot ({why}); driver_reboot is ask: reboot the box, then run again"
+
+
 def _rebooted_for(version: str, kernel: str | None) -> str:
     return f"{version} {kernel or '?'}"
 
 
 @operation(is_idempotent=True)
-def reboot_if_needed(version: str, timeout: int = 600):
+def reboot_if_needed(version: str, timeout: int = 600, ask: bool = False):
     """Reboot when the installed driver is not the loaded one (or nouveau holds the GPUs), then wait for a
-    new boot id; at most once for a driver version and kernel. Never reboots the machine pyinfra runs on:
-    that stops with what to do instead."""
+    new boot id; at most once for a driver version and kernel. Never reboots the machine pyinfra runs on,
+    nor a box whose owner reboots it (`ask`, driver_reboot: ask): those stop with what to do instead."""
     state = host.get_fact(DriverState)
     reasons = reboot_reasons(state, version)
     record = (host.get_fact(FileText, path=REBOOTED_FOR) or "").strip()
@@ -150,6 +155,9 @@ def reboot_if_needed(version: str, timeout: int = 600):
     why = "; ".join(reasons)
     if record == key:
         yield FunctionCommand(_stop_with_reason, (version, why), {})
+        return
+    if ask:
+        yield FunctionCommand(fail_host, (ask_refusal(why),), {})
         return
     if isinstance(host.connector, LocalConnector):
         refusal = (

@@ -56,6 +56,7 @@ class FetchSpec:
     peer: str | None = None  # NAME=URL of the host this one fetches from in this run (stages/model/peers.py)
     peer_wait_s: int = 0
     peer_token_file: str = MODEL_PEER_TOKEN_FILE
+    verify_endpoint: str | None = None  # hf_verify_endpoint: a second endpoint whose hashes must match
 
     @classmethod
     def of(cls, s: Settings) -> FetchSpec:
@@ -69,6 +70,7 @@ class FetchSpec:
             python=layout.tools_python,
             package=layout.host_package,
             timeout_s=s.download_timeout_s,
+            verify_endpoint=s.hf_verify_endpoint,
         )
 
     @property
@@ -96,6 +98,8 @@ class FetchSpec:
         argv += ["--dest", self.dest, "--endpoint", self.endpoint, "--status-file", self.status_file]
         if self.peer:
             argv += ["--peer", self.peer, "--peer-wait-s", str(self.peer_wait_s)]
+        if self.verify_endpoint:
+            argv += ["--verify-endpoint", self.verify_endpoint]
         return argv + (["--disable-xet"] if self.disable_xet else [])
 
     def start_command(self) -> str:

@@ -92,13 +92,27 @@ def check_ram(host: Host, s: Settings) -> Check:
     return fail("ram", f"{host['ram_gb']} GB, need {s.min_ram_gb}", "add RAM or lower min_ram_gb and build_max_jobs")
 
 
+COMPILE_DISK_GB = 110  # a compile's tree and caches (~80) and the model (~29)
+WHEEL_DISK_GB = 40  # the upstream kind's wheels (~4), the model (~29) and room for a second runtime's wheels
+
+
+def disk_floor(s: Settings) -> tuple[int, str]:
+    """(free GB the box needs, for what): min_free_disk_gb when set, else by what the runtime kind builds."""
+    if s.min_free_disk_gb is not None:
+        return s.min_free_disk_gb, "min_free_disk_gb"
+    if s.runtime_kind == "fork" or s.upstream_build == "compile":
+        return COMPILE_DISK_GB, "a compile (~80) and the model (~29)"
+    return WHEEL_DISK_GB, "the upstream wheels (~4) and the model (~29)"
+
+
 def check_disk(host: Host, s: Settings) -> Check:
     where = f"free under {s.install_root}"
-    if host["disk_free_gb"] >= s.min_free_disk_gb:
+    need, why = disk_floor(s)
+    if host["disk_free_gb"] >= need:
         return ok("disk", f"{host['disk_free_gb']} GB {where}")
     return fail(
         "disk",
-        f"{host['disk_free_gb']} GB {where}, need {s.min_free_disk_gb}",
+        f"{host['disk_free_gb']} GB {where}, need {need} for {why}",
         "free space there, or point install_root and model_dir at a bigger disk",
     )
 

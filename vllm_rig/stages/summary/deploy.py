@@ -2,8 +2,9 @@
 the next step: the URL clients use (the host as this machine reaches it, the LAN port), the model name they
 send, how to read the API key, the CA file to trust, and a curl line that works from the repository.
 
-Printed when the operation runs (pyinfra runs an operation's body again then, after every operation before
-it has finished), so it reports this run; it changes nothing, so a second run still reports no change.
+Said when the operation runs (pyinfra runs an operation's body again then, after every operation before it
+has finished), so it reports this run; printed after pyinfra's results table where bin/deploy or bin/rig runs
+pyinfra (vllm_rig/cli/pyinfra_run.py, core/end_of_run.py); it changes nothing, so a second run still reports no change.
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ import json
 import shlex
 from typing import Any
 
-from pyinfra import host, logger, state
+from pyinfra import host, state
 from pyinfra.api import deploy, operation
 
 from vllm_rig import paths
-from vllm_rig.core import run_summary
+from vllm_rig.core import end_of_run, run_summary
 from vllm_rig.core.run import host_failed
 from vllm_rig.core.run_summary import StageRun
 from vllm_rig.paths import Layout
@@ -98,10 +99,11 @@ def connection(h: Any) -> dict[str, Any]:
 def summary_printed(next_lines: tuple[str, ...]):
     """The summary, printed when the operation runs; it changes nothing on the host."""
     if state.is_executing:
+        # Said last, after pyinfra's results table, where bin/deploy and bin/rig run it (core/end_of_run.py).
         for line in stage_lines(run_summary.host_stages(state, host)):
-            logger.info(f"[{host.name}] summary: {line}")
+            end_of_run.say(f"[{host.name}] summary: {line}")
         for line in next_lines:
-            logger.info(f"[{host.name}] next: {line}")
+            end_of_run.say(f"[{host.name}] next: {line}")
     host.noop("summary printed")
     return
     yield  # an operation is a generator, also one that yields nothing
