@@ -42,9 +42,8 @@ def test_help_installs_and_starts_nothing(tmp_path: Path) -> None:
 
 def test_dry_without_a_box_is_one_line_and_starts_nothing(tmp_path: Path) -> None:
     _no_box()
-    run = subprocess.run(
-        ["bash", "bin/deploy", "--dry"], cwd=REPO, env=_as_root_stub(tmp_path), capture_output=True, text=True
-    )
+    env = {**_as_root_stub(tmp_path), "VLLM_RIG_SANDBOX_ROOT": str(tmp_path / "rig")}  # no rig up, whatever runs here
+    run = subprocess.run(["bash", "bin/deploy", "--dry"], cwd=REPO, env=env, capture_output=True, text=True)
     assert run.returncode == 1 and run.stdout == "" and not (tmp_path / "apt.log").exists()
     assert run.stderr.splitlines() == [
         "deploy: --dry shows the plan for your box or for the simulated rig once it is up: start it with 'sudo "
