@@ -407,8 +407,16 @@ class Settings(BaseModel):
         "how long a start waits for free GPUs before it fails naming what holds them", "seconds from 0 to 3600"
     )
     gpu_wait_max_used_mib: Annotated[int, Field(ge=0, le=65536)] = _setting(
-        "memory a GPU may have in use and still count as free (no process of any kind allowed)",
+        "memory a GPU may have in use and still count as free (any compute process holds it)",
         "MiB from 0 to 65536",
+    )
+    # A desktop's display server puts graphics contexts on the cards: Xorg and gnome-shell, 4-9 MiB each on
+    # 2080 Ti desktops (issue 36), 45 MiB together in tests/unit/fixtures/tool_outputs/desktop-postgres. 64
+    # covers them; a busier session (nvitop-152's X and gnome-shell: 98 MiB) holds the card until raised.
+    # gpu_wait.py names what it allows, and refuses any compute process whatever this says.
+    gpu_wait_graphics_max_mib: Annotated[int, Field(ge=0, le=4096)] = _setting(
+        "MiB a desktop's graphics may hold per GPU (Xorg, gnome-shell: display, not compute)",
+        "MiB from 0 (none) to 4096",
     )
     watchdog_enabled: bool = _setting(
         "a timer asks the server a known-answer question every watchdog_interval_s; false: off", "true or false"
