@@ -1,5 +1,5 @@
-# Every setting of the rig, grouped by stage, one comment line each. The defaults reproduce the first
-# seed's setup (dual RTX 2080 Ti 22 GB, Qwen3.6 27B FP8, FP8 KV, 100K, MTP3, TP2). Override per profile
+# Every setting of the rig, grouped by stage, one comment line each. The defaults reproduce the reference
+# setup (dual RTX 2080 Ti 22 GB, Qwen3.6 27B FP8, FP8 KV, 100K, MTP3, TP2). Override per profile
 # group (group_data/<profile>.py), per host (inventory/hosts.yml) or per run (--data KEY=VALUE).
 # The schema and its rules: vllm_rig/settings.py. Settings here follow its order under its stage headings,
 # each default's comment is its field's description there (a unit test checks both), and the README's
@@ -23,7 +23,7 @@ preflight_report = "table"  # how the verdict is printed: table, or json (one li
 nvidia_repo_url = (  # NVIDIA's CUDA apt repository: the driver and the toolkit come from it
     "https://developer.download.nvidia.com/compute/cuda/repos/{distro}/x86_64/"
 )
-nvidia_driver_version = "580.159.03"  # exact driver version, pinned and held (the seed's)
+nvidia_driver_version = "580.159.03"  # exact driver version, pinned and held (the reference setup's)
 nvidia_driver_flavor = "proprietary"  # kernel module flavour: proprietary, or open (Turing+ only)
 nvidia_driver_replace_existing = False  # replace an installed driver of another version (never by default)
 secure_boot_mok_enrollment = "by_hand"  # Secure Boot, DKMS key not enrolled: by_hand (stop with steps) or deploy_stages
@@ -51,9 +51,9 @@ python_version = "3.12"  # Python of the venv (Ubuntu 24.04's python3)
 torch_version = None  # torch; None: the kind's (upstream: the release's pin, PyPI CUDA 13.0; fork: 2.11.0+cu128)
 torchvision_version = None  # torchvision (Qwen3.x processors need it); None: the kind's (release pin; fork 0.26.0)
 torchaudio_version = None  # torchaudio; None: the kind's (the release's pin; fork 2.11.0)
-triton_version = None  # triton; None: the kind's (the pin of the release's torch; fork 3.6.0, the seed's)
-transformers_version = "5.12.1"  # transformers, pinned to the seed's
-numpy_version = "2.3.5"  # numpy, pinned to the seed's
+triton_version = None  # triton; None: the kind's (the pin of the release's torch; fork 3.6.0, the reference setup's)
+transformers_version = "5.12.1"  # transformers, pinned to the reference setup's
+numpy_version = "2.3.5"  # numpy, pinned to the reference setup's
 flashinfer_version = None  # flashinfer-python; None: the kind's (the release's pin; fork 0.6.16, SM75 fix merged)
 flashinfer_requirement_overrides = {  # per FlashInfer release: fork requirements replaced for pip (others refused)
     "0.6.8.post1": {},  # the fork's own pin: its requirements as they are
@@ -150,11 +150,11 @@ runtime_artifact_key = "runtime-artifact.key"  # control-machine ed25519 key sig
 runtime_artifacts_keep = 3  # how many runtime artifacts the store keeps (the newest)
 
 # ---- model: the FP8 checkpoint through the HF endpoint
-hf_endpoint = "https://hf-mirror.com"  # Hugging Face endpoint or mirror (the seed's mirror)
+hf_endpoint = "https://hf-mirror.com"  # Hugging Face endpoint or mirror (the reference setup's mirror)
 hf_verify_endpoint = None  # a second endpoint the model's file hashes must match when reachable; None: hf_endpoint only
 hf_token = None  # Hugging Face token for gated repos; kept secret, None sends none
 hf_disable_xet = True  # plain HTTP downloads (mirrors rarely serve Xet)
-model_repo = "nerkyor/Qwen3.6-27B-DSV4Pro-Thinking-Distill-FP8"  # closest public id to the seed's model
+model_repo = "nerkyor/Qwen3.6-27B-DSV4Pro-Thinking-Distill-FP8"  # closest public id to the reference setup's model
 model_revision = "main"  # branch, tag or commit; the resolved commit is recorded on the host
 model_dir = "/opt/vllm-rig/models/Qwen3.6-27B-DSV4Pro-Thinking-FP8"  # where the checkpoint lives
 download_timeout_s = 14400  # give up on the download after this many seconds
@@ -164,7 +164,7 @@ model_peer_port = 28480  # the port this host serves its model on while other ho
 model_peer_wait_s = 7200  # how long a host waits for its peer to hold the model (at most half of download_timeout_s)
 model = "default"  # the model served: "default" (the four settings above) or a name in models
 models = {  # the catalogue: name -> repo, revision, dir, served name and the server flags that go with the model
-    "qwen38": {  # the second seed's model and its flags (FP16 KV, 128K, qwen3_xml tools, 2048-token chunks)
+    "qwen38": {  # the second setup's model and its flags (FP16 KV, 128K, qwen3_xml tools, 2048-token chunks)
         "repo": "Qwen/Qwen3.8-27B-FP8",
         "revision": "main",
         "dir": "/opt/vllm-rig/models/Qwen3.8-27B-FP8",
@@ -205,17 +205,18 @@ models = {  # the catalogue: name -> repo, revision, dir, served name and the se
 }
 models_keep = 1  # models served before the current one that stay on disk; older ones are removed (space printed)
 
-# ---- service: the systemd unit and the server's flags (the seed's unit)
+# ---- service: the systemd unit and the server's flags (the reference setup's unit)
 service_name = "vllm"  # systemd unit name (vllm.service)
 service_user = "vllm"  # system user the server runs as
 service_start_timeout_s = 900  # TimeoutStartSec: the first start compiles for minutes
 service_restart_sec = 10  # RestartSec between restarts
-vllm_log_file = None  # None logs to the journal; a path appends there like the seed's unit
+vllm_log_file = None  # None logs to the journal; a path appends there like the reference setup's unit
 start_check_attempts = 3  # starts in a row whose known-answer check may fail before the service stays down
 start_check_needle_words = 6000  # words of the needle check's long prompt (~8K tokens)
 start_check_kv_shrink_share = 0.2  # a KV cache this share below the recorded one restarts the start once, then warns
 gpu_wait_timeout_s = 120  # how long a start waits for free GPUs before it fails naming what holds them
-gpu_wait_max_used_mib = 1024  # memory a GPU may have in use and still count as free (no process of any kind allowed)
+gpu_wait_max_used_mib = 1024  # memory a GPU may have in use and still count as free (any compute process holds it)
+gpu_wait_graphics_max_mib = 64  # MiB a desktop's graphics may hold per GPU (Xorg, gnome-shell: display, not compute)
 watchdog_enabled = True  # a timer asks the server a known-answer question every watchdog_interval_s; false: off
 watchdog_interval_s = 300  # seconds between watchdog rounds
 watchdog_failures = 3  # failed rounds in a row before the watchdog restarts the service
@@ -254,7 +255,7 @@ num_speculative_tokens = 3  # MTP draft tokens (MTP is required on this stack)
 cudagraph_mode = "PIECEWISE"  # CUDA graph mode (PIECEWISE is the only safe one with MTP here)
 cudagraph_capture_sizes = [4]  # graph sizes; largest = max_num_seqs x (1 + num_speculative_tokens)
 generation_config = None  # --generation-config (auto or vllm); None omits
-override_generation_config = {  # sampling defaults the server applies (the seed's; vLLM drops presence_penalty)
+override_generation_config = {  # sampling defaults the server applies (the reference setup's; vLLM drops presence_penalty)
     "temperature": 0.6,
     "top_p": 0.95,
     "top_k": 20,
@@ -265,7 +266,7 @@ override_generation_config = {  # sampling defaults the server applies (the seed
 cpu_offload_gb = 0  # --cpu-offload-gb; None omits
 disable_uvicorn_access_log = True  # no per-request access log lines
 omp_num_threads = 8  # OMP_NUM_THREADS for the server; None leaves it unset
-vllm_env = {  # the server's environment (SM75 switches from the seed's unit)
+vllm_env = {  # the server's environment (SM75 switches from the reference setup's unit)
     "VLLM_USE_DEEP_GEMM": "0",
     "VLLM_USE_FLASHINFER_SAMPLER": "0",
     "VLLM_QWOPUS_MTP_BF16_DRAFT": "1",
@@ -291,7 +292,7 @@ verify_gate = "fail"  # a failed verdict gate stops the host (fail) or only warn
 verify_bandwidth = True  # measure P2P copy and NCCL all-reduce (needs both GPUs free for a minute)
 verify_min_p2p_gbps = 35.0  # least P2P copy GB/s each way (2 NVLink2 links: ~40 measured, 50 ceiling)
 verify_min_allreduce_gbps = 30.0  # least all-reduce bus GB/s (2 ranks: ceiling ~50; calibrate on your box)
-bench_sizes = "20000:3:256,60000:2:128"  # the seed's runs: TOKENS:RUNS:MAX_TOKENS
+bench_sizes = "20000:3:256,60000:2:128"  # the reference setup's runs: TOKENS:RUNS:MAX_TOKENS
 bench_label = "run"  # label stored with bench results (e.g. FP8-KV, FP16-KV for an A/B)
 
 # ---- operating: status, triage, logs and remove (on demand: tasks/status.py, triage.py, logs.py, remove.py)

@@ -1,4 +1,4 @@
-"""Bench (on demand, not part of deploy.py): the first seed's benchmark against the running service.
+"""Bench (on demand, not part of deploy.py): the reference setup's benchmark against the running service.
 
 The stage lives in vllm_rig/stages/bench/; this file is its entry (it also runs alone)."""
 

@@ -1,4 +1,4 @@
-"""Service: the system user, the API key, the seed's unit rendered from settings, started, and proven to
+"""Service: the system user, the API key, the reference setup's unit rendered from settings, started, and proven to
 generate (a real chat completion with the key, warm-up, known answers) after every change; every start of
 the unit proves itself and waits for free GPUs, and a timer runs the watchdog.
 

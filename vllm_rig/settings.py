@@ -153,7 +153,7 @@ class Settings(BaseModel):
         "an http(s) URL; {distro} is replaced by e.g. ubuntu2404",
     )
     nvidia_driver_version: str = _setting(
-        "exact driver version, pinned and held (the seed's)", "an exact driver version such as 580.159.03"
+        "exact driver version, pinned and held (the reference setup's)", "an exact driver version such as 580.159.03"
     )
     nvidia_driver_flavor: Literal["proprietary", "open"] = _setting(
         "kernel module flavour: proprietary, or open (Turing+ only)", '"proprietary" or "open"'
@@ -244,11 +244,11 @@ class Settings(BaseModel):
         "null (the runtime kind's own) or a PEP 440 version",
     )
     triton_version: str = _setting(
-        "triton; None: the kind's (the pin of the release's torch; fork 3.6.0, the seed's)",
+        "triton; None: the kind's (the pin of the release's torch; fork 3.6.0, the reference setup's)",
         "null (the runtime kind's own) or a PEP 440 version",
     )
-    transformers_version: str = _setting("transformers, pinned to the seed's", "a PEP 440 version")
-    numpy_version: str = _setting("numpy, pinned to the seed's", "a PEP 440 version")
+    transformers_version: str = _setting("transformers, pinned to the reference setup's", "a PEP 440 version")
+    numpy_version: str = _setting("numpy, pinned to the reference setup's", "a PEP 440 version")
     flashinfer_version: str = _setting(
         "flashinfer-python; None: the kind's (the release's pin; fork 0.6.16, SM75 fix merged)",
         "null (the runtime kind's own) or a FlashInfer release listed in flashinfer_requirement_overrides",
@@ -340,7 +340,8 @@ class Settings(BaseModel):
 
     # ---- model
     hf_endpoint: str = _setting(
-        "Hugging Face endpoint or mirror (the seed's mirror)", "an http(s) URL of a Hugging Face endpoint or mirror"
+        "Hugging Face endpoint or mirror (the reference setup's mirror)",
+        "an http(s) URL of a Hugging Face endpoint or mirror",
     )
     hf_verify_endpoint: str | None = _setting(
         "a second endpoint the model's file hashes must match when reachable; None: hf_endpoint only",
@@ -350,7 +351,7 @@ class Settings(BaseModel):
         "Hugging Face token for gated repos; kept secret, None sends none", "null or a Hugging Face token"
     )
     hf_disable_xet: bool = _setting("plain HTTP downloads (mirrors rarely serve Xet)", "true or false")
-    model_repo: str = _setting("closest public id to the seed's model", "a repo id owner/name")
+    model_repo: str = _setting("closest public id to the reference setup's model", "a repo id owner/name")
     model_revision: str = _setting(
         "branch, tag or commit; the resolved commit is recorded on the host", "a branch, tag or 40-character commit SHA"
     )
@@ -400,7 +401,8 @@ class Settings(BaseModel):
         "RestartSec between restarts", "seconds from 0 to 600"
     )
     vllm_log_file: str | None = _setting(
-        "None logs to the journal; a path appends there like the seed's unit", "null (the journal) or an absolute path"
+        "None logs to the journal; a path appends there like the reference setup's unit",
+        "null (the journal) or an absolute path",
     )
     start_check_attempts: Annotated[int, Field(ge=1, le=10)] = _setting(
         "starts in a row whose known-answer check may fail before the service stays down",
@@ -417,8 +419,16 @@ class Settings(BaseModel):
         "how long a start waits for free GPUs before it fails naming what holds them", "seconds from 0 to 3600"
     )
     gpu_wait_max_used_mib: Annotated[int, Field(ge=0, le=65536)] = _setting(
-        "memory a GPU may have in use and still count as free (no process of any kind allowed)",
+        "memory a GPU may have in use and still count as free (any compute process holds it)",
         "MiB from 0 to 65536",
+    )
+    # A desktop's display server puts graphics contexts on the cards: Xorg and gnome-shell, 4-9 MiB each on
+    # 2080 Ti desktops (issue 36), 45 MiB together in tests/unit/fixtures/tool_outputs/desktop-postgres. 64
+    # covers them; a busier session (nvitop-152's X and gnome-shell: 98 MiB) holds the card until raised.
+    # gpu_wait.py names what it allows, and refuses any compute process whatever this says.
+    gpu_wait_graphics_max_mib: Annotated[int, Field(ge=0, le=4096)] = _setting(
+        "MiB a desktop's graphics may hold per GPU (Xorg, gnome-shell: display, not compute)",
+        "MiB from 0 (none) to 4096",
     )
     watchdog_enabled: bool = _setting(
         "a timer asks the server a known-answer question every watchdog_interval_s; false: off", "true or false"
@@ -484,7 +494,7 @@ class Settings(BaseModel):
     )
     default_thinking_token_budget: int | None = _setting(
         "server-side thinking budget: in --reasoning-config (upstream), an env var (fork)",
-        "null (no server-side default) or a positive integer such as 4000 (the first seed's)",
+        "null (no server-side default) or a positive integer such as 4000 (the reference setup's)",
     )
     default_chat_template_kwargs: dict[str, Any] | None = _setting(
         "--default-chat-template-kwargs", "null or a JSON object"
@@ -517,7 +527,7 @@ class Settings(BaseModel):
         "--generation-config (auto or vllm); None omits", 'null, "auto" or "vllm"'
     )
     override_generation_config: dict[str, Any] | None = _setting(
-        "sampling defaults the server applies (the seed's; vLLM drops presence_penalty)",
+        "sampling defaults the server applies (the reference setup's; vLLM drops presence_penalty)",
         "null or a JSON object; a non-zero presence_penalty is refused (the server would drop it)",
     )
     cpu_offload_gb: Annotated[float, Field(ge=0)] | None = _setting(
@@ -528,7 +538,7 @@ class Settings(BaseModel):
         "OMP_NUM_THREADS for the server; None leaves it unset", "null or an integer from 1 to 256"
     )
     vllm_env: dict[str, str] = _setting(
-        "the server's environment (SM75 switches from the seed's unit)",
+        "the server's environment (SM75 switches from the reference setup's unit)",
         "a mapping of environment variable names to strings",
     )
     vllm_extra_args: list[str] = _setting(
@@ -594,7 +604,7 @@ class Settings(BaseModel):
         "least all-reduce bus GB/s (2 ranks: ceiling ~50; calibrate on your box)", "GB/s, at least 0"
     )
     bench_sizes: str = _setting(
-        "the seed's runs: TOKENS:RUNS:MAX_TOKENS",
+        "the reference setup's runs: TOKENS:RUNS:MAX_TOKENS",
         'runs as TOKENS:RUNS:MAX_TOKENS, comma-separated, e.g. "20000:3:256,60000:2:128"',
     )
     bench_label: str = _setting(
@@ -923,7 +933,7 @@ class Settings(BaseModel):
             raise ValueError("must be one of " + ", ".join(KV_CACHE_DTYPES))
         if value == "int8":
             raise ValueError(
-                "INT8 KV cache collapses MTP acceptance at long context on SM75 (second seed: 16K -> 12 tok/s); "
+                "INT8 KV cache collapses MTP acceptance at long context on SM75 (second setup: 16K -> 12 tok/s); "
                 "use auto (FP16) or fp8_e4m3"
             )
         return value
@@ -1041,7 +1051,7 @@ class Settings(BaseModel):
             )
         return value
 
-    # ---- rules that tie settings together (from the seeds and the notes)
+    # ---- rules that tie settings together (from the two reference setups and their notes)
 
     @model_validator(mode="after")
     def _cross_rules(self) -> Settings:

@@ -764,7 +764,7 @@ def test_install_upgrade_purge_in_debian12(repo: Path, tmp_path: Path, rig: obje
 def test_the_gpu_wait_names_a_desktop_on_the_stand_in(machine: Machine, monkeypatch: pytest.MonkeyPatch) -> None:
     """A graphics process (type G) shows in plain nvidia-smi's table and in memory.used, never in
     --query-compute-apps (as on a real driver: nvitop-152's table, the query's compute-only list); the GPU
-    wait names it from the table."""
+    wait names it from the table, and allows it within a desktop's allowance."""
     from vllm_rig.host import gpu_wait, nvidia_smi
 
     xorg = {"gpu": 1, "pid": 1248, "name": "/usr/lib/xorg/Xorg", "used_mib": 28, "type": "G"}
@@ -781,6 +781,12 @@ def test_the_gpu_wait_names_a_desktop_on_the_stand_in(machine: Machine, monkeypa
     assert [(p.gpu, p.pid, p.kind, p.used_mib) for p in table] == [(0, 4242, "C", 900), (1, 1248, "G", 28)]
     assert table[0].name.startswith("...") and len(table[0].name) == 35
     monkeypatch.setattr(gpu_wait, "_smi", lambda *args: machine.smi(*args).stdout.splitlines())
-    held = gpu_wait.busy([0, 1], 1024)
-    assert held[1] == "GPU 1 (00000000:02:00.0) is held by pid 1248 /usr/lib/xorg/Xorg (graphics, 28 MiB)"
+    held = gpu_wait.busy([0, 1], 1024)  # no allowance for a desktop: its graphics hold the card
+    assert held[1] == (
+        "GPU 1 (00000000:02:00.0) is held by pid 1248 /usr/lib/xorg/Xorg (graphics, 28 MiB): graphics 28 MiB,"
+        " no desktop's graphics allowed (gpu_wait_graphics_max_mib)"
+    )
     assert held[0].startswith("GPU 0 (00000000:01:00.0) is held by pid 4242 /opt/venv/bin/python3")
+    seen = gpu_wait.survey([0, 1], 1024, 64)  # the default allowance: the desktop is named, the worker holds GPU 0
+    assert len(seen.held) == 1 and seen.held[0].startswith("GPU 0 (00000000:01:00.0) is held by pid 4242 ")
+    assert seen.desktop == ["GPU 1: Xorg 28 MiB (a desktop's graphics, allowed up to 64 MiB)"]

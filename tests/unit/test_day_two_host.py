@@ -14,7 +14,7 @@ import pytest
 from tests.unit.groupdata import profile_data
 from vllm_rig.host import gpu_wait, nvidia_smi, start_check, watchdog
 from vllm_rig.paths import Layout
-from vllm_rig.stages.service.unit import kv_key
+from vllm_rig.stages.service.unit import gpu_wait_command, kv_key
 from vllm_rig.validation import load_settings
 
 # Rows in the formats `--query-gpu=index,pci.bus_id,memory.used` and
@@ -74,6 +74,92 @@ def test_graphics_processes_are_named_from_the_real_process_table(tmp_path, monk
     out = capsys.readouterr().out
     assert "is held by pid 10734 ...-x86_64-Release/abcdefgh/foo_bar (compute, 160 MiB), " in out
     assert "pid 58661 .../abcdefgh/123456/bin/abcde/bazbaz (graphics, 3 MiB)" in out
+
+
+DESKTOP = OUTPUTS / "desktop-postgres" / "nvidia-smi_plain.out"  # Xorg 36 + gnome-shell 9 MiB beside a compute one
+DESKTOP_GPU = "0, 00000000:0A:00.0, 159\n"  # the card as the table's GPU row shows it
+
+
+def test_a_desktops_graphics_are_allowed_up_to_the_setting_and_named(tmp_path, monkeypatch, capsys) -> None:
+    """The real desktop table less its compute row (the PostgreSQL backend gone): Xorg and gnome-shell, type G,
+    45 MiB together. Within --graphics-max-mib the start goes on and its line names them; above it, or with 0,
+    the card is held and the line says by how much and which setting."""
+    table = "".join(line for line in DESKTOP.read_text().splitlines(keepends=True) if "  C  " not in line)
+    fake_smi(tmp_path, monkeypatch, DESKTOP_GPU, "", table)
+    assert gpu_wait.main(["--devices", "0", "--graphics-max-mib", "64", "--timeout", "0"]) == 0
+    assert capsys.readouterr().out == (
+        "vllm-rig-gpu-wait: GPUs free after 0s; "
+        "GPU 0: Xorg 36 MiB, gnome-shell 9 MiB (a desktop's graphics, allowed up to 64 MiB)\n"
+    )
+    assert gpu_wait.main(["--devices", "0", "--graphics-max-mib", "40", "--timeout", "0"]) == 1
+    out = capsys.readouterr().out
+    assert "GPU 0 (00000000:0A:00.0) is held by pid 1229 /usr/lib/xorg/Xorg (graphics, 36 MiB), pid 1475 " in out
+    assert ": graphics 45 MiB, more than the 40 MiB a desktop's graphics may hold (gpu_wait_graphics_max_mib)" in out
+    assert gpu_wait.main(["--devices", "0", "--timeout", "0"]) == 1  # 0, the program's own default: none
+    assert "graphics 45 MiB, no desktop's graphics allowed (gpu_wait_graphics_max_mib)" in capsys.readouterr().out
+
+
+def test_a_compute_process_beside_a_desktop_holds_the_card_whatever_the_allowance(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    """The real desktop table whole: its compute process (type C, a PostgreSQL backend running CUDA) holds the
+    card even where the desktop's graphics would be allowed; from the query, or from the table alone when the
+    query (run a moment earlier) did not list it; a C+G process counts as compute too."""
+    fake_smi(tmp_path, monkeypatch, DESKTOP_GPU, "", DESKTOP.read_text())
+    assert gpu_wait.main(["--devices", "0", "--graphics-max-mib", "1024", "--timeout", "0"]) == 1
+    out = capsys.readouterr().out
+    assert "GPU 0 (00000000:0A:00.0) is held by pid 159183 ...ied 127.0.0.1(60178) idle (compute, 109 MiB), " in out
+    assert "pid 1229 /usr/lib/xorg/Xorg (graphics, 36 MiB), pid 1475 /usr/bin/gnome-shell (graphics, 9 MiB)" in out
+    assert "allowed up to" not in out
+    query = "00000000:0A:00.0, 159183, postgres: user db 127.0.0.1(60178) idle, 109\n"
+    fake_smi(tmp_path, monkeypatch, DESKTOP_GPU, query, DESKTOP.read_text())
+    assert gpu_wait.main(["--devices", "0", "--graphics-max-mib", "1024", "--timeout", "0"]) == 1
+    out = capsys.readouterr().out
+    assert "is held by pid 159183 postgres: user db 127.0.0.1(60178) idle (compute, 109 MiB), pid 1229 " in out
+    both = DESKTOP.read_text().replace("159183      C   ", "159183    C+G   ")
+    assert "C+G" in both
+    fake_smi(tmp_path, monkeypatch, DESKTOP_GPU, "", both)
+    assert gpu_wait.main(["--devices", "0", "--graphics-max-mib", "1024", "--timeout", "0"]) == 1
+    assert "pid 159183 ...ied 127.0.0.1(60178) idle (compute and graphics, 109 MiB)" in capsys.readouterr().out
+
+
+def test_a_desktop_on_each_card_is_judged_per_card(tmp_path, monkeypatch, capsys) -> None:
+    """nvitop-152's real three-card table: GPU 2's X server and gnome-shell (98 MiB) are over 64 MiB and under
+    128; GPU 0's compute process holds it at any allowance; memory.used still counts the desktop's memory."""
+    table = (OUTPUTS / "nvitop-152" / "nvidia-smi_processes.out").read_text()
+    gpus = "0, 00000000:01:00.0, 170\n1, 00000000:02:00.0, 170\n2, 00000000:03:00.0, 98\n"
+    compute = "00000000:01:00.0, 10734, ...-x86_64-Release/abcdefgh/foo_bar, 160\n"
+    fake_smi(tmp_path, monkeypatch, gpus, compute, table)
+    assert gpu_wait.main(["--devices", "2", "--graphics-max-mib", "64", "--timeout", "0"]) == 1
+    assert "graphics 98 MiB, more than the 64 MiB" in capsys.readouterr().out
+    assert gpu_wait.main(["--devices", "2", "--graphics-max-mib", "128", "--timeout", "0"]) == 0
+    assert (
+        "GPU 2: X 64 MiB, gnome-shell 34 MiB (a desktop's graphics, allowed up to 128 MiB)" in capsys.readouterr().out
+    )
+    assert gpu_wait.main(["--devices", "0,2", "--graphics-max-mib", "128", "--timeout", "0"]) == 1
+    out = capsys.readouterr().out
+    assert "not starting: GPU 0 (00000000:01:00.0) is held by pid 10734 " in out
+    assert "; GPU 2: X 64 MiB, gnome-shell 34 MiB (a desktop's graphics, allowed up to 128 MiB) after waiting" in out
+    args = ["--devices", "2", "--graphics-max-mib", "128", "--max-used-mib", "90", "--timeout", "0"]
+    assert gpu_wait.main(args) == 1
+    assert "GPU 2 (00000000:03:00.0) has 98 MiB in use (at most 90 allowed); GPU 2: X 64" in capsys.readouterr().out
+
+
+def test_the_unit_passes_the_desktop_allowance_to_the_wait() -> None:
+    s = load_settings(profile_data())
+    assert s.gpu_wait_graphics_max_mib == 64
+    assert "--graphics-max-mib 64 " in gpu_wait_command(s, Layout.of(s))
+    other = load_settings({**profile_data(), "gpu_wait_graphics_max_mib": 0})
+    assert "--graphics-max-mib 0 " in gpu_wait_command(other, Layout.of(other))
+
+
+def test_the_real_desktop_table_reads_as_printed() -> None:
+    rows = nvidia_smi.parse_process_table(DESKTOP.read_text().splitlines())
+    assert [(p.gpu, p.pid, p.kind, p.name, p.used_mib, p.graphics) for p in rows] == [
+        (0, 1229, "G", "/usr/lib/xorg/Xorg", 36, True),
+        (0, 1475, "G", "/usr/bin/gnome-shell", 9, True),
+        (0, 159183, "C", "...ied 127.0.0.1(60178) idle", 109, False),
+    ]
 
 
 def test_memory_in_use_without_a_process_is_named(tmp_path, monkeypatch, capsys) -> None:

@@ -143,6 +143,7 @@ RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
     ("start_check_kv_shrink_share", 1.5, 0.3, {}),
     ("gpu_wait_timeout_s", 900, 300, {}),  # 900 leaves nothing of the 900 s start timeout
     ("gpu_wait_max_used_mib", -1, 512, {}),
+    ("gpu_wait_graphics_max_mib", -1, 128, {}),
     ("watchdog_enabled", "sometimes", False, {}),
     ("watchdog_interval_s", 5, 600, {}),
     ("watchdog_failures", 0, 5, {}),

@@ -1,13 +1,13 @@
-"""Bench (on demand, not part of deploy.py): the first seed's benchmark against the running service.
+"""Bench (on demand, not part of deploy.py): the reference setup's benchmark against the running service.
 
     pyinfra inventory.py tasks/bench.py --data bench_label=FP8-KV
 
-Random-UUID prompts, the seed's warm-ups, 20K x3 at 256 tokens and 60K x2 at 128 (bench_sizes), streaming;
-prints the seed's table and keeps the JSON on the host and in ./bench-results/<host>-<label>.json here, with
+Random-UUID prompts, the reference setup's warm-ups, 20K x3 at 256 tokens and 60K x2 at 128 (bench_sizes), streaming;
+prints the reference setup's table and keeps the JSON on the host and in ./bench-results/<host>-<label>.json here, with
 its chart beside it (<host>-<label>.png: per-run TTFT, prefill, decode, MTP acceptance; stages/bench/charts.py).
 For an A/B (e.g. FP8 against FP16 KV cache): bench, deploy with the other setting, bench with another label, then
 `python -m vllm_rig.stages.bench.charts compare bench-results/<host>-A.json bench-results/<host>-B.json`
-(the seed's summary table, and the same as a chart in bench-results/<host>-A-vs-<host>-B.png).
+(the reference setup's summary table, and the same as a chart in bench-results/<host>-A-vs-<host>-B.png).
 """
 
 from pathlib import Path

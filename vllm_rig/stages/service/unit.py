@@ -129,7 +129,8 @@ def probe_args(s: Settings, layout: Layout) -> list[str]:
 def gpu_wait_command(s: Settings, layout: Layout) -> str:
     devices = "all" if s.device_ids is None else ",".join(str(i) for i in s.device_ids)
     words = [HOST_PYTHON, layout.host_package, "gpu_wait", "--devices", devices]
-    words += ["--max-used-mib", str(s.gpu_wait_max_used_mib), "--timeout", str(s.gpu_wait_timeout_s)]
+    words += ["--max-used-mib", str(s.gpu_wait_max_used_mib), "--graphics-max-mib", str(s.gpu_wait_graphics_max_mib)]
+    words += ["--timeout", str(s.gpu_wait_timeout_s)]
     return "+" + " ".join(quote_word(w) for w in words)
 
 
