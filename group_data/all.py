@@ -255,7 +255,7 @@ num_speculative_tokens = 3  # MTP draft tokens (MTP is required on this stack)
 cudagraph_mode = "PIECEWISE"  # CUDA graph mode (PIECEWISE is the only safe one with MTP here)
 cudagraph_capture_sizes = [4]  # graph sizes; largest = max_num_seqs x (1 + num_speculative_tokens)
 generation_config = None  # --generation-config (auto or vllm); None omits
-override_generation_config = {  # sampling defaults the server applies (the reference setup's; vLLM drops presence_penalty)
+override_generation_config = {  # sampling defaults the server applies (the reference setup's; presence_penalty dropped)
     "temperature": 0.6,
     "top_p": 0.95,
     "top_k": 20,

@@ -527,7 +527,7 @@ class Settings(BaseModel):
         "--generation-config (auto or vllm); None omits", 'null, "auto" or "vllm"'
     )
     override_generation_config: dict[str, Any] | None = _setting(
-        "sampling defaults the server applies (the reference setup's; vLLM drops presence_penalty)",
+        "sampling defaults the server applies (the reference setup's; presence_penalty dropped)",
         "null or a JSON object; a non-zero presence_penalty is refused (the server would drop it)",
     )
     cpu_offload_gb: Annotated[float, Field(ge=0)] | None = _setting(
