@@ -540,7 +540,8 @@ class Settings(BaseModel):
     lan_serving: Literal["proxy", "direct"] = _setting(
         "proxy: nginx serves the LAN, the server stays on loopback; direct: the server itself (0.0.0.0)",
         '"proxy" (nginx serves the LAN: the key on every path, TLS, client networks) or "direct" (the server '
-        "itself on vllm_host, 0.0.0.0 unless set: its key guards /v1 only)",
+        "itself on vllm_host, 0.0.0.0 unless set: its key guards /v1, /v2, /inference, /cohere only; /invocations, "
+        "/generative_scoring and the rest are open)",
     )
     lan_port: Annotated[int, Field(ge=1, le=65535)] = _setting(
         "the proxy's HTTPS port on every address of the box", "an integer from 1 to 65535, not vllm_port"
