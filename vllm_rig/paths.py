@@ -121,6 +121,12 @@ class Layout:
         return f"{ETC_DIR}/{self.service_name}.env"
 
     @property
+    def environment_file(self) -> str:
+        """The server's environment from settings (vllm_env too), root-only: the unit, which every user of the
+        box can read, only names it."""
+        return f"{ETC_DIR}/{self.service_name}-environment.env"
+
+    @property
     def service_home(self) -> str:
         """The service user's home: its caches (HF, FlashInfer, Triton, torch extensions) live here."""
         return f"/var/lib/{self.service_user}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import unicodedata
 import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal
@@ -45,6 +46,16 @@ SM75_PATCH_NAMES = ("flashqla", "vllm")
 FLASHINFER_PATCHES = ("pr3621", "pr3526")
 DNS_NAME = re.compile(
     r"^(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
+)
+
+# Paths on the box: they are spliced into commands, units, PATH and the rollback script, so they hold only
+# characters no consumer reads specially (no space, quote, $, %, ;, :, backslash or control character).
+SAFE_PATH = re.compile(r"/[A-Za-z0-9._+@/-]*")
+# What clients ask for: vLLM's --served-model-name, the unit's Description=, bench and probe commands.
+SERVED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}")
+# Settings rendered as JSON (json.dumps escapes every control character): a stop string may hold a newline.
+JSON_SETTINGS = frozenset(
+    {"reasoning_config", "default_chat_template_kwargs", "additional_config", "override_generation_config"}
 )
 
 # Settings that hold secrets: their values never appear in an error line or in output.
@@ -195,7 +206,9 @@ class Settings(BaseModel):
     )
 
     # ---- runtime
-    install_root: str = _setting("venvs, sources and runtimes live under here", "an absolute path")
+    install_root: str = _setting(
+        "venvs, sources and runtimes live under here", "an absolute path (letters, digits, . _ + @ - /)"
+    )
     runtime_kind: Literal["upstream", "fork"] = _setting(
         "upstream: vLLM's release + its first owner's SM75 patch; fork: weicj's fork",
         '"upstream" (vLLM\'s release with zyYuc\'s SM75 patch) or "fork" (weicj/vLLM-2080Ti-Definitive, compiled)',
@@ -355,7 +368,7 @@ class Settings(BaseModel):
     model_revision: str = _setting(
         "branch, tag or commit; the resolved commit is recorded on the host", "a branch, tag or 40-character commit SHA"
     )
-    model_dir: str = _setting("where the checkpoint lives", "an absolute path")
+    model_dir: str = _setting("where the checkpoint lives", "an absolute path (letters, digits, . _ + @ - /)")
     download_timeout_s: Annotated[int, Field(ge=60)] = _setting(
         "give up on the download after this many seconds", "seconds, at least 60"
     )
@@ -402,7 +415,7 @@ class Settings(BaseModel):
     )
     vllm_log_file: str | None = _setting(
         "None logs to the journal; a path appends there like the reference setup's unit",
-        "null (the journal) or an absolute path",
+        "null (the journal) or an absolute path (letters, digits, . _ + @ - /)",
     )
     start_check_attempts: Annotated[int, Field(ge=1, le=10)] = _setting(
         "starts in a row whose known-answer check may fail before the service stays down",
@@ -445,7 +458,7 @@ class Settings(BaseModel):
     watchdog_timeout_s: Annotated[int, Field(ge=5, le=3600)] = _setting(
         "how long a watchdog round waits for its answer", "seconds from 5 to 3600"
     )
-    served_model_name: str = _setting("model name clients ask for", "a name without spaces")
+    served_model_name: str = _setting("model name clients ask for", "a name of letters, digits and . _ : / @ + -")
     vllm_host: str | None = _setting(
         'bind address; None: 127.0.0.1 behind the proxy, 0.0.0.0 with lan_serving = "direct"',
         "null (127.0.0.1 behind the proxy, 0.0.0.0 with lan_serving: direct) or an IP address to bind",
@@ -549,7 +562,8 @@ class Settings(BaseModel):
     lan_serving: Literal["proxy", "direct"] = _setting(
         "proxy: nginx serves the LAN, the server stays on loopback; direct: the server itself (0.0.0.0)",
         '"proxy" (nginx serves the LAN: the key on every path, TLS, client networks) or "direct" (the server '
-        "itself on vllm_host, 0.0.0.0 unless set: its key guards only /v1, /v2, /inference)",
+        "itself on vllm_host, 0.0.0.0 unless set: its key guards /v1, /v2, /inference, /cohere only; /invocations, "
+        "/generative_scoring and the rest are open)",
     )
     lan_port: Annotated[int, Field(ge=1, le=65535)] = _setting(
         "the proxy's HTTPS port on every address of the box", "an integer from 1 to 65535, not vllm_port"
@@ -653,6 +667,18 @@ class Settings(BaseModel):
         return _each_entry(value, _model_entry_problem)
 
     # ---- field checks: formats a type alone cannot say
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _one_line(cls, value: Any, info: ValidationInfo) -> Any:
+        """Every string of every setting (dict keys, list items and nested values too) is one line of text:
+        a line break in a value that lands in a unit, an environment file or a command would add a line there
+        (a root ExecStartPre=+, a second command); a NUL cuts it. JSON settings are exempt: json.dumps escapes."""
+        if info.field_name not in JSON_SETTINGS:
+            bad = control_character(value)
+            if bad is not None:
+                raise ValueError(f"holds the control character {bad!r} (a line break, tab, NUL...): one line of text")
+        return value
 
     @field_validator("gpu_compute_capability", "cuda_version", "python_version", mode="before")
     @classmethod
@@ -872,8 +898,8 @@ class Settings(BaseModel):
     @field_validator("served_model_name")
     @classmethod
     def _served_name(cls, value: str) -> str:
-        if not value or any(c.isspace() for c in value):
-            raise ValueError("must be a non-empty name without spaces")
+        if not SERVED_NAME.fullmatch(value):
+            raise ValueError("must be a name of up to 128 letters, digits and . _ : / @ + -")
         return value
 
     @field_validator("vllm_host")
@@ -983,8 +1009,8 @@ class Settings(BaseModel):
                 raise ValueError(f"{name} is the setting default_thinking_token_budget: set it there")
             if SECRET_ENV_NAME.search(name):
                 raise ValueError(
-                    f"{name} looks like a secret, and vllm_env is written into the service unit, which every user "
-                    "of the box can read: give it to the server in a root-only EnvironmentFile= drop-in of your own"
+                    f"{name} looks like a secret, and vllm_env is in hosts.yml and the deploy's output: give it to "
+                    "the server in a root-only EnvironmentFile= drop-in of your own"
                 )
         return value
 
@@ -1282,9 +1308,29 @@ def _network_problem(entry: str) -> str | None:
 
 
 def _check_absolute(value: str) -> str:
-    if not value.startswith("/") or "\n" in value or " " in value:
-        raise ValueError("must be an absolute path without spaces")
+    if not SAFE_PATH.fullmatch(value):
+        raise ValueError("must be an absolute path of letters, digits and . _ + @ - / (no spaces, quotes, $, % or ;)")
     return value
+
+
+def control_character(value: Any) -> str | None:
+    """The first control or line-separator character in a string, or in any key, item or value inside it."""
+    if isinstance(value, str):
+        for ch in value:
+            if unicodedata.category(ch) in ("Cc", "Zl", "Zp"):
+                return ch
+        return None
+    if isinstance(value, dict):
+        items: list[Any] = [*value.keys(), *value.values()]
+    elif isinstance(value, (list, tuple)):
+        items = list(value)
+    else:
+        return None
+    for item in items:
+        bad = control_character(item)
+        if bad is not None:
+            return bad
+    return None
 
 
 def _server_interface(info: ValidationInfo) -> server_interface.ServerInterface | None:

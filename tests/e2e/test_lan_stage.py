@@ -259,7 +259,7 @@ def test_with_health_open_and_a_hand_set_key_nothing_more_gets_in(rig: Rig, lan:
         assert run.ok, run.log[-3000:]
         assert refused_spellings(hand) == {}
         assert status(https(BOX, "/health")) == 200
-        assert status(https(BOX, "/version", key=hand)) == 200  # past nginx's check (vLLM checks /v1 only)
+        assert status(https(BOX, "/version", key=hand)) == 200  # past nginx's check (not a guarded prefix)
         for wrong in ("hand", "x", "7Q", key, hand + "x", hand.upper()):
             assert status(https(BOX, "/version", key=wrong)) == 401, wrong
     finally:

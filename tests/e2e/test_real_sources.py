@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import Rig
 from tests.e2e.deploys import deploy, fresh
-from vllm_rig.core.systemd_quote import unquote_words
+from vllm_rig.core.systemd_quote import parse_env_file, unquote_words
 
 pytestmark = pytest.mark.sandbox
 REAL_OUTPUTS = Path(__file__).resolve().parents[1] / "sandbox" / "fixtures" / "forge" / "real_parser_outputs"
@@ -41,11 +41,9 @@ def _server_command(rig: Rig) -> tuple[dict[str, str], list[str]]:
     """The deployed unit's environment and argv, as systemd reads them."""
     env: dict[str, str] = {}
     argv: list[str] = []
+    env.update(parse_env_file(rig.ssh("rig1", "sudo cat /etc/vllm-rig/vllm-environment.env")))  # not in the unit
     for line in _unit_lines(rig):
-        if line.startswith("Environment="):
-            name, value = unquote_words(line.split("=", 1)[1])[0].split("=", 1)
-            env[name] = value
-        elif line.startswith("ExecStart="):
+        if line.startswith("ExecStart="):
             argv = unquote_words(line.split("=", 1)[1])
     return env, argv
 

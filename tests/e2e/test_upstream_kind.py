@@ -22,6 +22,7 @@ from tests.sandbox import machine
 from tests.sandbox.__main__ import up
 from tests.sandbox.fixtures import pkg_index
 from tests.sandbox.fixtures.pkg_index import simple, upstream, wheelfile
+from vllm_rig.core.systemd_quote import parse_env_file
 from vllm_rig.paths import LOG_DIR
 
 pytestmark = pytest.mark.sandbox
@@ -67,6 +68,12 @@ def _show(rig: Rig, name: str, prop: str) -> str:
     return rig.ssh(name, f"systemctl show vllm -p {prop}")
 
 
+def _environment(rig: Rig, name: str) -> str:
+    """The server's environment as NAME=value words (each followed by a space): the root-only file the unit names."""
+    text = rig.ssh(name, "sudo cat /etc/vllm-rig/vllm-environment.env")
+    return "".join(f"{k}={v} " for k, v in parse_env_file(text))
+
+
 def current_build_log(rig: Rig, host: str) -> str:
     """The build log of the runtime `host` serves now."""
     name = rig.ssh(host, "readlink /opt/vllm-rig/current").strip().rsplit("/", 1)[-1]
@@ -95,7 +102,7 @@ def test_fresh_boxes_of_both_kinds_serve_after_one_run(two_kinds: Rig, deployed:
 
 
 def test_the_upstream_unit_is_the_first_setups_own(two_kinds: Rig, deployed: dict[str, float]) -> None:
-    start, env = _show(two_kinds, "rig1", "ExecStart"), _show(two_kinds, "rig1", "Environment")
+    start, env = _show(two_kinds, "rig1", "ExecStart"), _environment(two_kinds, "rig1")
     assert "--tensor-parallel-size 2 --device-ids 0,1" in start
     assert '"default_thinking_token_budget":4000' in start.replace(" ", "")
     assert "CUDA_VISIBLE_DEVICES" not in env and "VLLM_DEFAULT_THINKING_TOKEN_BUDGET" not in env
@@ -187,7 +194,7 @@ def test_the_compile_build_replaces_the_wheels_runtime_and_serves(two_kinds: Rig
     assert record["versions"]["torch"] == "2.11.0+cu128" and "release 12.9" in (record["nvcc"] or "")
     assert two_kinds.ssh("rig1", "readlink /opt/vllm-rig/previous").strip() == compiled["before"]  # rollback target
     assert service.models(service.api_key(two_kinds, "rig1"), "rig1") == ["qwen-local"]
-    env = _show(two_kinds, "rig1", "Environment")
+    env = _environment(two_kinds, "rig1")
     assert "CUDA_HOME=/usr/local/cuda-12.9 " in env and "nvidia/cu13" not in env
     assert "--device-ids 0,1" in _show(two_kinds, "rig1", "ExecStart")
     journal = two_kinds.ssh("rig1", "sudo journalctl -b -u vllm.service -o cat")

@@ -21,6 +21,7 @@ from cryptography.x509.oid import NameOID
 
 from tests.unit.groupdata import profile_data
 from vllm_rig.core.files import rendered
+from vllm_rig.core.secrets import KeyFile
 from vllm_rig.stages.lan.deploy import TEMPLATE, site_context
 from vllm_rig.stages.lan.facts import KeyMap, LanTls, key_map_script
 from vllm_rig.validation import SettingsError, load_settings
@@ -160,6 +161,24 @@ def test_key_map_is_made_from_the_env_file_and_read_back_by_digest(tmp_path: Pat
     assert fact() == "differs"
     env.write_text("# vllm_api_key: none\n")
     assert fact() == "nokey"
+
+
+@pytest.mark.skipif(shutil.which("sh") is None, reason="needs sh")
+def test_two_key_lines_are_refused_not_read_two_ways(tmp_path: Path) -> None:
+    """A rotation by hand that left the old line: nginx's map took the first, systemd gives vLLM the last."""
+    env = tmp_path / "vllm.env"
+    env.write_text("VLLM_API_KEY=old-key\nVLLM_API_KEY=new-key\n")
+    made = subprocess.run(
+        ["sh", "-c", "set -e; want=$(" + key_map_script(str(env)) + '); echo "$want"'], capture_output=True, text=True
+    )
+    assert made.returncode != 0 and "old-key" not in made.stdout and "new-key" not in made.stdout
+    assert made.stderr.count("\n") == 1 and "2 VLLM_API_KEY= lines" in made.stderr
+    state = KeyFile().process(
+        subprocess.run(KeyFile().command(str(env)), shell=True, capture_output=True, text=True).stdout.splitlines()
+    )
+    assert state["keys"] == 2
+    env.write_text("VLLM_API_KEY=new-key\n")
+    assert "new\\-key" in subprocess.run(["sh", "-c", key_map_script(str(env))], capture_output=True, text=True).stdout
 
 
 # ---- the local CA tool, with the real openssl

@@ -162,3 +162,41 @@ def test_the_settings_part_and_the_spec_hold_no_secret_and_no_control_side_one(t
     assert bundle.redact_fetched(out, bundle.control_secrets(s)) == 1
     assert _members(out)["t/log.txt"] == b"mokutil said <redacted:secure_boot_mok_password>\n"
     assert out.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_secret_in_base64_url_encoded_or_cut_at_the_limit_is_redacted(tmp_path: Path) -> None:
+    """Issue 35: exact-string matching let these through."""
+    import base64
+    import urllib.parse
+
+    from vllm_rig.host.triage import MAX_PART
+
+    env = tmp_path / "vllm.env"
+    env.write_text(f"VLLM_API_KEY={KEY}\n")
+    basic = base64.b64encode(f"rig:{KEY}".encode()).decode()  # an Authorization: Basic header
+    whole = base64.b64encode(f"VLLM_API_KEY={KEY}\n".encode()).decode()  # a file kept as base64
+    urlsafe = base64.urlsafe_b64encode(f"x{KEY}".encode()).decode()
+    log = tmp_path / "proxy.log"
+    log.write_text(
+        f"Authorization: Basic {basic}\nconfig {whole}\ntoken {urlsafe}\n"
+        f"GET /v1/models?key={urllib.parse.quote(KEY, safe='')}\nwrapped at 60: ...{KEY[:20]}\n{KEY[20:]} rest\n"
+    )
+    big = tmp_path / "big.log"  # the secret cut by the 8 MiB limit: only its first 12 characters are read
+    big.write_text("x" * (MAX_PART - 12) + KEY + "\n")
+    out = tmp_path / "bundle.tar.gz"
+    _run(
+        {
+            "out": str(out),
+            "top": "t",
+            "parts": {"proxy.log": {"file": str(log)}, "big.log": {"file": str(big)}},
+            "given": {},
+            "secret_files": [str(env)],
+            "secrets": [],
+        }
+    )
+    members = _members(out)
+    text = members["t/proxy.log"].decode()
+    for leaked in (KEY, basic, whole, urlsafe, urllib.parse.quote(KEY, safe=""), KEY[:20], KEY[20:]):
+        assert leaked not in text, leaked
+    assert text.count("<redacted:VLLM_API_KEY>") >= 6
+    assert members["t/big.log"].endswith(b"<redacted:VLLM_API_KEY>") and KEY[:12].encode() not in members["t/big.log"]

@@ -19,11 +19,11 @@ import pytest
 
 from tests.unit import seed_units
 from tests.unit.groupdata import profile_data
-from vllm_rig.core.systemd_quote import quote_word, unquote_words
+from vllm_rig.core.systemd_quote import parse_env_file, quote_word, unquote_words
 from vllm_rig.known import fork_interface, server_interface
 from vllm_rig.paths import Layout
 from vllm_rig.settings import Settings
-from vllm_rig.stages.service.unit import render_unit
+from vllm_rig.stages.service.unit import environment_file, render_unit
 from vllm_rig.validation import load_settings
 
 PATH_FLAGS = {"--model"}
@@ -89,8 +89,12 @@ def _argv(unit: str) -> list[str]:
     return words[3:]
 
 
-def _env(unit: str) -> dict[str, str]:
-    return dict(unquote_words(v)[0].split("=", 1) for v in _directives(unit)["Environment"])
+def _env(s: Settings) -> dict[str, str]:
+    """The server's environment: the root-only file the unit names (the unit itself holds none)."""
+    layout = Layout.of(s)
+    assert "Environment" not in _directives(_unit(s))
+    assert layout.environment_file in _directives(_unit(s))["EnvironmentFile"]
+    return dict(parse_env_file(environment_file(s, layout)))
 
 
 @pytest.mark.parametrize(
@@ -106,7 +110,7 @@ def test_flags_match_the_seed(profile: str | None, seed_args: list[tuple[str, st
     assert expected["--tool-call-parser"] in ("qwen3_coder", "qwen3_xml")
     expected["--tool-call-parser"] = "qwen3_xml"
     assert s.default_thinking_token_budget == budget  # seed 1's 4000, seed 2's none
-    assert _env(_unit(s)).get(fork_interface.THINKING_BUDGET_ENV) == (None if budget is None else str(budget))
+    assert _env(s).get(fork_interface.THINKING_BUDGET_ENV) == (None if budget is None else str(budget))
     assert set(rendered) == set(expected)
     for flag, value in expected.items():
         if flag in PATH_FLAGS:
@@ -139,8 +143,8 @@ def test_the_seeds_own_spellings_are_refused_by_the_fork() -> None:
 
 
 def test_gpu_selection_is_cuda_visible_devices() -> None:
-    assert _env(_unit(_settings(None)))["CUDA_VISIBLE_DEVICES"] == "0,1"
-    assert "CUDA_VISIBLE_DEVICES" not in _env(_unit(_settings("qwen38")))  # the second seed selects none
+    assert _env(_settings(None))["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert "CUDA_VISIBLE_DEVICES" not in _env(_settings("qwen38"))  # the second seed selects none
 
 
 def test_model_path_comes_from_settings() -> None:
@@ -149,7 +153,7 @@ def test_model_path_comes_from_settings() -> None:
 
 
 def test_environment_matches_the_seed_in_order() -> None:
-    env = _env(_unit(_settings(None)))
+    env = _env(_settings(None))
     _, seed, _ = _fork_spelling(seed_units.SEED1_ARGS, seed_units.SEED1_ENV)
     assert [k for k in env if k not in ADDED_ENV] == list(seed)
     for name, value in seed.items():
@@ -181,7 +185,7 @@ def test_unit_requires_the_gpu_guard() -> None:
 def test_api_key_never_on_the_command_line() -> None:
     unit = _unit(_settings(None))
     assert "--api-key" not in unit and "VLLM_API_KEY" not in unit
-    assert _directives(unit)["EnvironmentFile"] == ["/etc/vllm-rig/vllm.env"]
+    assert _directives(unit)["EnvironmentFile"] == ["/etc/vllm-rig/vllm-environment.env", "/etc/vllm-rig/vllm.env"]
 
 
 @pytest.mark.parametrize(
@@ -202,8 +206,6 @@ def test_quote_round_trip(word: str) -> None:
 def test_the_first_seeds_budget_is_what_the_fork_reads() -> None:
     """The default profile's unit carries the first seed's 4000 as the variable the fork's serving.py reads
     (fork_interface.THINKING_BUDGET_ENV); null renders none, so the server gives no default."""
-    assert _env(_unit(_settings(None)))["VLLM_DEFAULT_THINKING_TOKEN_BUDGET"] == "4000"
+    assert _env(_settings(None))["VLLM_DEFAULT_THINKING_TOKEN_BUDGET"] == "4000"
     assert "VLLM_DEFAULT_THINKING_TOKEN_BUDGET" not in _unit(_settings(None, default_thinking_token_budget=None))
-    assert _env(_unit(_settings(None, default_thinking_token_budget=1024)))[fork_interface.THINKING_BUDGET_ENV] == (
-        "1024"
-    )
+    assert _env(_settings(None, default_thinking_token_budget=1024))[fork_interface.THINKING_BUDGET_ENV] == ("1024")

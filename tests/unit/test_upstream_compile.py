@@ -142,7 +142,7 @@ def test_the_unit_is_the_seeds_line_with_the_cards_toolkit() -> None:
     unit = render_unit(s, Layout.of(s))
     wheel_settings = _settings(upstream_build="wheel")
     assert _argv(unit) == _argv(render_unit(wheel_settings, Layout.of(wheel_settings)))  # same server line
-    env = _env(unit)
+    env = _env(s)
     assert env["CUDA_HOME"] == "/usr/local/cuda-12.9" and env["PATH"].startswith("/usr/local/cuda-12.9/bin:")
     assert "CUDA_VISIBLE_DEVICES" not in env
 

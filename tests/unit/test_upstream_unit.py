@@ -47,7 +47,7 @@ def test_the_first_seeds_flags_render_literally_in_its_order() -> None:
 
 def test_the_environment_is_the_seeds_without_cuda_visible_devices_or_a_budget_variable() -> None:
     s = _settings()
-    env = _env(_unit(s))
+    env = _env(s)
     for name, value in seed_units.SEED1_ENV.items():
         if name not in ("CUDA_HOME", "PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "HF_ENDPOINT"):
             assert env[name] == value, name
@@ -106,7 +106,7 @@ def test_the_fork_kind_keeps_its_own_spellings() -> None:
     assert load_settings(profile_data()).runtime_kind == "upstream"  # the default: the first box's own stack
     assert load_settings(profile_data("qwen38")).runtime_kind == "fork"  # the second box's engine
     s = load_settings({**profile_data(), "runtime_kind": "fork"})
-    env, args = _env(_unit(s)), dict(_pairs(_argv(_unit(s))))
+    env, args = _env(s), dict(_pairs(_argv(_unit(s))))
     assert env["CUDA_VISIBLE_DEVICES"] == "0,1" and env[fork_interface.THINKING_BUDGET_ENV] == "4000"
     assert "--device-ids" not in args and "default_thinking_token_budget" not in (args["--reasoning-config"] or "")
 

@@ -52,6 +52,7 @@ class SecretStdin:
 class KeyFileState(TypedDict):
     exists: bool
     has_key: bool  # a non-empty VLLM_API_KEY= line is in it
+    keys: int  # VLLM_API_KEY= lines: more than one is refused (systemd gives vLLM the last, nginx checks the first)
     mode: str | None  # octal, as stat %a prints it
     group: str | None
 
@@ -61,7 +62,7 @@ class KeyFile(SectionFact[KeyFileState]):
 
     @staticmethod
     def default() -> KeyFileState:
-        return {"exists": False, "has_key": False, "mode": None, "group": None}
+        return {"exists": False, "has_key": False, "keys": 0, "mode": None, "group": None}
 
     def command(self, path: str) -> str:
         p = shlex.quote(path)
@@ -69,6 +70,7 @@ class KeyFile(SectionFact[KeyFileState]):
             {
                 "exists": f"test -f {p} && echo yes",
                 "has_key": f'grep -c "^VLLM_API_KEY=." {p} 2>/dev/null',
+                "keys": f'grep -c "^VLLM_API_KEY=" {p} 2>/dev/null',
                 "stat": f"stat -c '%a %G' {p} 2>/dev/null",
             }
         )
@@ -79,6 +81,7 @@ class KeyFile(SectionFact[KeyFileState]):
         return {
             "exists": exists,
             "has_key": exists and sections.integer("has_key", default=0) > 0,
+            "keys": sections.integer("keys", default=0) if exists else 0,
             "mode": mode or None,
             "group": group or None,
         }
@@ -92,6 +95,10 @@ def api_key_file(path: str, group: str, enabled: bool):
     """With `enabled`, the file holds a VLLM_API_KEY made once (kept across runs); without, none."""
     found = host.get_fact(KeyFile, path=path)
     p, tmp = shlex.quote(path), shlex.quote(path + ".new")
+    if found["keys"] > 1:
+        said = f"{path} holds {found['keys']} VLLM_API_KEY= lines: nginx would check the first and vLLM take the last"
+        yield f"echo {shlex.quote(said + '; keep one (delete the file to make a new key)')} >&2; exit 1"
+        return
     if enabled and not found["has_key"]:
         yield f"umask 077; mkdir -p $(dirname {p}) && {GENERATE} > {tmp} && mv {tmp} {p}"
     elif not enabled and (found["has_key"] or not found["exists"]):

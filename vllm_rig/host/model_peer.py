@@ -88,10 +88,12 @@ class Peer:
                     raise PeerUnused(f"not reachable at {self.url} ({type(err).__name__}: {err})") from None
                 time.sleep(POLL_S)
                 continue
+            if not isinstance(body, dict):
+                raise PeerUnused(f"its status answer is a JSON {type(body).__name__}, not an object")
             if response.status == 200:
                 if body.get("commit") != commit:
                     raise PeerUnused(f"it holds commit {str(body.get('commit'))[:12]}, the endpoint says {commit[:12]}")
-                return dict(body.get("files") or {})
+                return offered_files(body.get("files"))
             if response.status == 401:
                 raise PeerUnused("it refused this run's token")
             if response.status != 503:
@@ -144,12 +146,28 @@ class Peer:
             have = 0  # the whole file again: start over
         elif response.status != 206:
             raise PeerUnused(f"{want.path}: it answered HTTP {response.status}")
+        # Bounded by the size the endpoint lists, whatever the peer says (a 206 with no length may never end):
+        # at most the rest of the file is written, and one byte more means the peer is no use.
+        left = want.size - have
         with part.open("r+b" if have else "wb") as out:
             out.seek(have)
             out.truncate()
-            while chunk := response.read(CHUNK):
+            while left > 0 and (chunk := response.read(min(CHUNK, left))):
                 out.write(chunk)
+                left -= len(chunk)
+        if left == 0 and response.read(1):
+            response.close()
+            raise PeerUnused(f"{want.path}: it sent more than the {want.size} bytes the endpoint lists")
         return part.stat().st_size == want.size
+
+
+def offered_files(files: Any) -> dict[str, dict[str, Any]]:
+    """The status answer's file list: an object of objects, or the peer is no use (never an AttributeError)."""
+    if files is None:
+        return {}
+    if not isinstance(files, dict) or not all(isinstance(v, dict) for v in files.values()):
+        raise PeerUnused("its file list is not an object of file entries")
+    return dict(files)
 
 
 def part_bytes(staging: Path) -> int:

@@ -47,7 +47,8 @@ from urllib.parse import unquote, urlsplit
 from .model_fetch import marker_matches, read_marker
 
 TOKEN_ENV = "VLLM_RIG_PEER_TOKEN"
-RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
+# Offsets of up to 19 digits (a file is less than 2**63 bytes): a longer one is 416, never int()'s ValueError.
+RANGE = re.compile(r"bytes=(\d{1,19})-(\d{0,19})")
 IDLE_EXIT_S = 120.0  # no follower asked for this long: none is left that needs this server
 FIRST_ASK_S = 900.0  # before the first request: a follower may hash a large staging dir before it asks
 WATCH_S = 1.0
@@ -171,15 +172,16 @@ class Handler(BaseHTTPRequestHandler):
             return
         size = found.stat().st_size
         start, end = 0, size - 1
-        wanted = RANGE.match(self.headers.get("Range", "").strip())
+        asked = self.headers.get("Range")
+        wanted = RANGE.fullmatch(asked.strip()) if asked is not None else None
+        if asked is not None and not wanted:
+            self._unsatisfiable(size)
+            return
         if wanted:
             start = int(wanted.group(1))
             end = min(int(wanted.group(2)), size - 1) if wanted.group(2) else size - 1
             if start >= size or start > end:
-                self.send_response(HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE)
-                self.send_header("Content-Range", f"bytes */{size}")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
+                self._unsatisfiable(size)
                 return
         self.send_response(HTTPStatus.PARTIAL_CONTENT if wanted else HTTPStatus.OK)
         if wanted:
@@ -191,6 +193,13 @@ class Handler(BaseHTTPRequestHandler):
         self.log_message("sending %s bytes %d-%d of %d", rel, start, end, size)  # a resume shows here
         with found.open("rb") as f:
             self.connection.sendfile(f, start, end - start + 1)
+
+    def _unsatisfiable(self, size: int) -> None:
+        """416 for a range past the end, or one this server does not read (many ranges, huge numbers)."""
+        self.send_response(HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE)
+        self.send_header("Content-Range", f"bytes */{size}")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's name
         print(f"model_serve: {self.address_string()} {format % args}", file=sys.stderr, flush=True)

@@ -13,14 +13,18 @@ redact, so it is never on a command line):
    "secret_files": [paths of KEY=VALUE files whose values are secrets (the API key's env file, the HF token's)],
    "secrets": [more values to redact]}
 Every part is read as text and every secret value found in it is replaced by <redacted:KEY> before anything is
-written; MANIFEST.json lists each part, how it was read, its exit code and how many values were redacted (never
-the values). The archive is written 0600 next to `out` and renamed into place. Prints one JSON line: the archive
-path, the parts and the redaction count.
+written, in every form the value can take there (secret_forms): as is, URL-encoded, inside base64 (at any of
+the three byte alignments, standard or URL-safe alphabet), and any 8+ character prefix at the end of a part or
+line or suffix at its start (a part cut at MAX_PART, a line cut by a log's width). MANIFEST.json lists each
+part, how it was read, its exit code and how many values were redacted (never the values). The archive is
+written 0600 next to `out` and renamed into place. Prints one JSON line: the archive path, the parts and the
+redaction count.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import functools
 import io
 import json
@@ -30,6 +34,7 @@ import subprocess
 import sys
 import tarfile
 import time
+import urllib.parse
 from typing import Any
 
 MAX_PART = 8 * 1024 * 1024
@@ -79,13 +84,48 @@ def _shape(match: re.Match[str], kind: str) -> str:
     return f"{match[1]}<redacted:userinfo>@"
 
 
+def _base64_cores(value: bytes) -> list[str]:
+    """The base64 text a value becomes inside any longer base64 string: at each of the 3 byte alignments, the
+    characters made only of the value's bits (the first and last depend on the bytes around it)."""
+    cores = []
+    for pad in range(3):
+        encoded = base64.b64encode(b"\0" * pad + value + b"\0\0\0").decode()
+        start, end = -(-8 * pad // 6), 8 * (pad + len(value)) // 6
+        cores.append(encoded[start:end])
+    return cores
+
+
+def secret_forms(value: str) -> list[str]:
+    """Every spelling of a secret that can stand in a log, a journal or a config: as is, URL-encoded, and
+    inside base64 (standard and URL-safe alphabets), each at least MIN_SECRET long."""
+    forms = {value, urllib.parse.quote(value, safe=""), urllib.parse.quote_plus(value)}
+    for core in _base64_cores(value.encode()):
+        forms |= {core, core.replace("+", "-").replace("/", "_")}
+    return sorted((f for f in forms if len(f) >= MIN_SECRET), key=len, reverse=True)
+
+
+@functools.lru_cache(maxsize=256)
+def _cut_pattern(form: str) -> re.Pattern[str]:
+    """A prefix of `form` (MIN_SECRET or more characters) ending a part or a line, or a suffix starting one.
+    The prefixes as one literal and nested optional characters, so an 8 MiB part is scanned in linear time."""
+    head, rest = re.escape(form[:MIN_SECRET]), form[MIN_SECRET:-1]
+    prefix = head + "".join("(?:" + re.escape(c) for c in rest) + ")?" * len(rest)
+    suffixes = "|".join(re.escape(form[-n:]) for n in range(len(form) - 1, MIN_SECRET - 1, -1))
+    return re.compile(f"{prefix}(?=\\r?$)" + (f"|^(?:{suffixes})" if suffixes else ""), re.M)
+
+
 def redact(text: str, secrets: dict[str, str]) -> tuple[str, int]:
     count = 0
-    for value in sorted(secrets, key=len, reverse=True):  # a longer secret that contains a shorter one first
-        hits = text.count(value)
+    forms = [(form, name) for value, name in secrets.items() for form in secret_forms(value)]
+    forms.sort(key=lambda pair: len(pair[0]), reverse=True)  # a longer secret that contains a shorter one first
+    for form, name in forms:
+        hits = text.count(form)
         if hits:
-            text = text.replace(value, f"<redacted:{secrets[value]}>")
+            text = text.replace(form, f"<redacted:{name}>")
             count += hits
+    for form, name in forms:
+        text, hits = _cut_pattern(form).subn(f"<redacted:{name}>", text)
+        count += hits
     for pattern, kind in SHAPES:
         text, hits = pattern.subn(functools.partial(_shape, kind=kind), text)
         count += hits

@@ -22,6 +22,7 @@ from vllm_rig.core.stamp import streamed
 from vllm_rig.paths import STATE_DIR, Layout
 from vllm_rig.settings import Settings
 from vllm_rig.stages.bench.charts import write_run_chart
+from vllm_rig.stages.bench.command import bench_command
 
 
 @deploy("Bench")
@@ -33,12 +34,7 @@ def bench(s: Settings) -> None:
     host_programs(layout.host_package)
     streamed(
         name=f"Benchmark {s.bench_label}: {s.bench_sizes}",
-        command=(
-            f"python3 {layout.host_package} bench run --base-url http://127.0.0.1:{s.vllm_port} "
-            f"--model {s.served_model_name} "
-            f"--api-key-file {layout.env_file} --sizes {s.bench_sizes} --label {s.bench_label} "
-            f"--json-out {result}"
-        ),
+        command=bench_command(s, layout, s.bench_label, result),
     )
     Path("bench-results").mkdir(exist_ok=True)  # here, on the control side
     local = f"bench-results/{host.name}-{s.bench_label}"

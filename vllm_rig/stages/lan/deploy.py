@@ -1,11 +1,11 @@
 """LAN: how the LAN reaches the server.
 
 lan_serving: proxy (the default): the server binds loopback (service stage) and nginx from the distribution
-serves the LAN port: the API key on every path (vLLM's own --api-key guards only paths under /v1, /v2,
-/inference and, from 0.27.1, /cohere), /metrics only from loopback and lan_metrics_allow, clients only from
-lan_allow, TLS with a CA made on the host or the owner's certificate, limits sized for 100K-token prompts and
-long streams. lan_serving: direct: no proxy site, and one warning line that says what the server exposes by
-itself.
+serves the LAN port: the API key on every path (vLLM's own --api-key guards only /v1, /v2, /inference and
+/cohere: vllm_rig/known/server_routes.py), /metrics only from loopback and lan_metrics_allow, clients only
+from lan_allow, TLS with a CA made on the host or the owner's certificate, limits sized for 100K-token prompts
+and long streams. lan_serving: direct: no proxy site, and one warning line that says what the server exposes
+by itself.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from vllm_rig.core.packages import distro_packages, lists_fresh
 from vllm_rig.core.run import host_failed
 from vllm_rig.core.secrets import Secret, secret_file
 from vllm_rig.core.systemd import unit_enabled_and_started
+from vllm_rig.known import server_routes
 from vllm_rig.paths import Layout
 from vllm_rig.settings import Settings
 from vllm_rig.stages.lan import certificate
@@ -30,8 +31,9 @@ from vllm_rig.stages.lan.operations import default_site_off, key_map, local_ca, 
 TEMPLATE = "lan/nginx-site.conf.j2"
 LOADED_STAMP = f"{paths.STATE_DIR}/lan-proxy-loaded"
 LOOPBACK = ("127.0.0.0/8", "::1/128")
-# What vLLM serves without the key (its AuthenticationMiddleware checks /v1 paths only).
-OPEN_PATHS = "/health, /metrics, /version, /load, /tokenize, /detokenize"
+# What vLLM serves without the key: its AuthenticationMiddleware checks only /v1, /v2, /inference and /cohere.
+OPEN_PATHS = ", ".join(server_routes.OPEN_PATHS)
+GUARDED = ", ".join(server_routes.GUARDED_PREFIXES)
 
 
 @deploy("LAN")
@@ -117,6 +119,6 @@ def _direct(s: Settings) -> None:
     if s.server_host not in ("127.0.0.1", "::1"):
         logger.warning(
             f"[{host.name}] lan_serving is direct: the server itself listens on {s.server_host}:{s.vllm_port}, "
-            f"plain HTTP; its API key guards only /v1, /v2, /inference (and /cohere), so {OPEN_PATHS} answer "
-            "anyone who reaches the port"
+            f"plain HTTP; its API key guards only {GUARDED}, so {OPEN_PATHS} answer anyone who reaches the port "
+            f"(/invocations and /generative_scoring run the model; vLLM {server_routes.RELEASE})"
         )

@@ -118,11 +118,20 @@ class Digest(SectionFact[DigestState]):
 ESCAPE_KEY = r"""sed -e 's/\\/\\\\\\\\/g' -e 's/"/\\"/g' -e 's/[^A-Za-z0-9\\"]/\\&/g'"""
 
 
+DUPLICATE_KEYS = (
+    "the API key file holds $n VLLM_API_KEY= lines: nginx would check the first and vLLM take the last; "
+    "keep one (delete the file to make a new key)"
+)
+
+
 def key_map_script(env_file: str) -> str:
     """Shell that prints the map file's content for the key in env_file (nothing when there is no key)."""
     env = shlex.quote(env_file)
     # vLLM's AuthenticationMiddleware: scheme "bearer" in any case, one space, the key (server_utils.py).
+    # Two key lines (a rotation by hand): systemd gives vLLM the last, this would check the first. Refused.
     return (
+        f'n=$(grep -c "^VLLM_API_KEY=" {env} 2>/dev/null); [ "${{n:-0}}" -le 1 ] || {{ echo "{DUPLICATE_KEYS}" >&2; '
+        "exit 1; }; "
         f'k=$(sed -n "s/^VLLM_API_KEY=//p" {env} 2>/dev/null | head -n1); [ -n "$k" ] || exit 0; '
         f'k=$(printf "%s" "$k" | {ESCAPE_KEY}); '
         'printf "# vllm-rig: made on the host from the API key; root only. Do not edit.\\n'

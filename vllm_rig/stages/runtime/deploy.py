@@ -75,6 +75,23 @@ def flashqla_warm_command(s: Settings, layout: Layout) -> str:
     )
 
 
+ROLLBACK_TEMPLATE = "runtime/vllm-rig-rollback.sh.j2"
+
+
+def rollback_context(s: Settings, layout: Layout, dirs: runtime.RuntimeDirs) -> dict[str, str]:
+    """The rollback script's variables, each one shell word (the template splices them in bare)."""
+    return {
+        "script": shlex.quote(dirs.rollback_script),
+        "root": shlex.quote(s.install_root),
+        "service": shlex.quote(s.service_name),
+        "flashinfer_cache": shlex.quote(f"{layout.service_home}/.cache/flashinfer"),
+        "state_dir": shlex.quote(STATE_DIR),
+        "switched_stamp": shlex.quote(paths.SWITCHED_STAMP),
+        "flashqla_warm": flashqla_warm_command(s, layout),
+        "flashqla_stamp": shlex.quote(paths.FLASHQLA_STAMP),
+    }
+
+
 @deploy("Runtime")
 def install_runtime(s: Settings, retry_rolled_back: bool = False) -> None:
     """`retry_rolled_back`: tasks/update_fork.py trying a release a guarded update rolled back from before."""
@@ -109,19 +126,8 @@ def install_runtime(s: Settings, retry_rolled_back: bool = False) -> None:
         name="FlashInfer SM75 check (the service's ExecStartPre) and rollback script",
         files=(
             shipped(layout.flashinfer_check, "runtime/check-flashinfer-pr3621-sm75.sh", mode="755"),
-            rendered(
-                dirs.rollback_script,
-                "runtime/vllm-rig-rollback.sh.j2",
-                mode="755",
-                script=dirs.rollback_script,
-                root=s.install_root,
-                service=s.service_name,
-                flashinfer_cache=shlex.quote(f"{layout.service_home}/.cache/flashinfer"),
-                state_dir=STATE_DIR,
-                switched_stamp=paths.SWITCHED_STAMP,
-                flashqla_warm=flashqla_warm_command(s, layout),
-                flashqla_stamp=paths.FLASHQLA_STAMP,
-            ),
+            # Root only (it runs as root, and FlashQLA's warm-up in it carries the server's environment).
+            rendered(dirs.rollback_script, ROLLBACK_TEMPLATE, mode="700", **rollback_context(s, layout, dirs)),
         ),
     )
     require(

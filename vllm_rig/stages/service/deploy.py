@@ -8,6 +8,7 @@ costs one restart of a server that takes minutes to load, not two).
 """
 
 import hashlib
+import shlex
 
 from pyinfra import host
 from pyinfra.api import deploy
@@ -18,7 +19,7 @@ from vllm_rig.core import heartbeat
 from vllm_rig.core.files import config_files, text
 from vllm_rig.core.host_package import host_programs
 from vllm_rig.core.run import host_failed
-from vllm_rig.core.secrets import api_key_file
+from vllm_rig.core.secrets import Secret, api_key_file, secret_file
 from vllm_rig.core.stamp import stamped, with_key_of
 from vllm_rig.core.systemd import unit_disabled_and_stopped, unit_enabled_and_started
 from vllm_rig.core.users import service_user
@@ -26,7 +27,7 @@ from vllm_rig.paths import Layout
 from vllm_rig.settings import Settings
 from vllm_rig.stages.preflight.host_state import host_state
 from vllm_rig.stages.runtime.operations import restart_if_stale
-from vllm_rig.stages.service.unit import probe_args, render_unit, watchdog_units
+from vllm_rig.stages.service.unit import environment_file, probe_args, render_unit, watchdog_units
 
 
 @deploy("Service")
@@ -43,6 +44,12 @@ def install_service(s: Settings) -> None:
         path=layout.env_file,
         group=s.service_user,
         enabled=s.vllm_api_key == "auto",
+    )
+    # Before the unit that names it; the unit carries its digest, so a change restarts the service.
+    secret_file(
+        name="The server's environment (root-only 0600; the unit only names it)",
+        path=layout.environment_file,
+        content=Secret(environment_file(s, layout)),
     )
     unit_text = render_unit(s, layout)
     # The unit's start check and GPU wait, the watchdog and the deploy's probe all run from it.
@@ -80,10 +87,7 @@ def install_service(s: Settings) -> None:
         unit_enabled_and_started(name="Watchdog timer enabled and started", unit=timer)
     else:
         unit_disabled_and_stopped(name="Watchdog timer off (watchdog_enabled: false)", unit=timer)
-    probe = " ".join(
-        ["python3", layout.host_package, "service_probe", *probe_args(s, layout)]
-        + ["--timeout", str(s.service_start_timeout_s), "--needle-words", str(s.start_check_needle_words)]
-    )
+    probe = service_probe_command(s, layout)
     # After a driver change the service restarts on a new kernel module: prove it again.
     fingerprint = hashlib.sha256(f"{unit_text}|driver {s.nvidia_driver_version}".encode()).hexdigest()
     stamped(
@@ -92,4 +96,12 @@ def install_service(s: Settings) -> None:
         stamp=paths.SERVICE_PROVEN,
         key=with_key_of(fingerprint, paths.SWITCHED_STAMP),
         streamed=True,
+    )
+
+
+def service_probe_command(s: Settings, layout: Layout) -> str:
+    """The deploy's proof: every word quoted (served_model_name, install_root reach it)."""
+    return shlex.join(
+        ["python3", layout.host_package, "service_probe", *probe_args(s, layout)]
+        + ["--timeout", str(s.service_start_timeout_s), "--needle-words", str(s.start_check_needle_words)]
     )

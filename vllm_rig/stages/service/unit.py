@@ -23,7 +23,7 @@ from typing import Any
 
 from vllm_rig import paths
 from vllm_rig.core.files import render_template
-from vllm_rig.core.systemd_quote import quote_word
+from vllm_rig.core.systemd_quote import env_file_text, quote_word
 from vllm_rig.known import fork_interface
 from vllm_rig.paths import GUARD_UNIT, Layout
 from vllm_rig.settings import Settings
@@ -92,6 +92,13 @@ def environment(s: Settings, layout: Layout) -> list[tuple[str, str]]:
     # Stable, writable cache homes so JIT work survives restarts (FlashQLA, FlashInfer, Triton).
     env += [("HOME", layout.service_home), ("TORCH_EXTENSIONS_DIR", layout.torch_extensions_dir)]
     return env
+
+
+def environment_file(s: Settings, layout: Layout) -> str:
+    """The root-only EnvironmentFile= holding environment(): a value of vllm_env may be a secret off the naming
+    convention (OPENAI_APIKEY, a URL with user:password@), and the unit is world-readable."""
+    head = "# Rendered by vllm-rig from settings (the server's environment); edits here are overwritten.\n"
+    return head + env_file_text(environment(s, layout))
 
 
 def exec_start_lines(s: Settings, layout: Layout) -> list[str]:
@@ -181,7 +188,9 @@ def unit_context(s: Settings, layout: Layout) -> dict[str, Any]:
         "guard_unit": GUARD_UNIT,
         "user": s.service_user,
         "working_directory": working_directory(s, layout),
-        "environment": [(name, quote_word(value)) for name, value in environment(s, layout)],
+        "environment_file": layout.environment_file,
+        # The unit changes whenever the environment does: every restart and proof keyed on the unit follows it.
+        "environment_sha256": hashlib.sha256(environment_file(s, layout).encode()).hexdigest(),
         "env_file": layout.env_file,
         "exec_start_pre": layout.flashinfer_check,
         "gpu_wait": gpu_wait_command(s, layout),

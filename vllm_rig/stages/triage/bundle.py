@@ -128,7 +128,7 @@ def spec(s: Settings, out: str, top: str, given: dict[str, str]) -> dict[str, An
         "top": top,
         "parts": host_parts(s),
         "given": given,
-        "secret_files": [Layout.of(s).env_file, HF_TOKEN_FILE, MODEL_PEER_TOKEN_FILE],
+        "secret_files": [Layout.of(s).env_file, Layout.of(s).environment_file, HF_TOKEN_FILE, MODEL_PEER_TOKEN_FILE],
         "secrets": [s.hf_token] if s.hf_token else [],  # the host has it anyway; control-side ones stay here
     }
 

@@ -32,6 +32,7 @@ from vllm_rig.core.stamp import streamed
 from vllm_rig.host import bench as bench_tool
 from vllm_rig.paths import SERVICE_PROVEN, STATE_DIR, Layout, RuntimeDirs
 from vllm_rig.settings import Settings
+from vllm_rig.stages.bench.command import bench_command
 from vllm_rig.stages.runtime import plan as runtime
 from vllm_rig.stages.runtime.deploy import install_runtime
 from vllm_rig.stages.runtime.facts import RuntimeState
@@ -50,18 +51,10 @@ def stage(deploy_function: object) -> Callable[..., object]:
     return cast("Callable[..., object]", deploy_function)
 
 
-def bench_command(s: Settings, layout: Layout, label: str, out: str) -> str:
-    return (
-        f"python3 {layout.host_package} bench run --base-url http://127.0.0.1:{s.vllm_port} "
-        f"--model {shlex.quote(s.served_model_name)} --api-key-file {layout.env_file} --sizes {s.bench_sizes} "
-        f"--label {shlex.quote(label)} --json-out {out}"
-    )
-
-
 def probe_command(s: Settings, layout: Layout) -> str:
-    return (
-        f"python3 {layout.host_package} service_probe --base-url http://127.0.0.1:{s.vllm_port} "
-        f"--model {shlex.quote(s.served_model_name)} --env-file {layout.env_file} --timeout {s.service_start_timeout_s}"
+    return shlex.join(
+        ["python3", layout.host_package, "service_probe", "--base-url", f"http://127.0.0.1:{s.vllm_port}"]
+        + ["--model", s.served_model_name, "--env-file", layout.env_file, "--timeout", str(s.service_start_timeout_s)]
     )
 
 

@@ -7,6 +7,7 @@ unless verify_gate is "warn"; exit 2 (could not run) always does.
 """
 
 import hashlib
+import shlex
 
 from pyinfra.api import deploy
 
@@ -36,7 +37,7 @@ def verdict_command(s, layout: Layout) -> str:
     running = "active|activating|reloading"  # a server still loading holds GPU memory too
     return (
         f'was=$(systemctl is-active {unit}); case "$was" in {running}) systemctl stop {unit};; esac; '
-        f"{layout.python} {layout.host_package} gpu_verdict {' '.join(args)}; rc=$?; "
+        f"{shlex.join([layout.python, layout.host_package])} gpu_verdict {' '.join(args)}; rc=$?; "
         f'case "$was" in {running}) systemctl start {unit};; esac; '
         f'case $rc in {accept}) exit 0;; *) echo "gpu verdict: exit $rc"; exit 1;; esac'
     )
