@@ -183,6 +183,7 @@ def _settings() -> dict:
         "upstream_compile_sources": _compile_sources(refs),
         "flashinfer_sm75_patches": _flashinfer_patches(),
         **_upstream(),
+        "allow_plain_http_mirrors": True,  # every mirror is the sandbox's own, on 127.0.0.1 (its LAN)
         "pip_index_url": _pkg_index.index_url(),
         "torch_index_url": _pkg_index.torch_index_url(),
         "hf_endpoint": f"http://127.0.0.1:{_paths.HF_MIRROR_PORT}",

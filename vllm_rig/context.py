@@ -13,7 +13,7 @@ from pyinfra.context import ctx_state
 from vllm_rig import host_settings
 from vllm_rig.core import become, heartbeat, run_summary
 from vllm_rig.core.facts import FactUnreadable
-from vllm_rig.settings import Settings
+from vllm_rig.settings import Settings, plain_http_warnings
 from vllm_rig.validation import SettingsError, load_settings
 
 _validated: dict[str, Settings] = {}
@@ -38,6 +38,8 @@ def stop_on_bad_settings() -> None:
             logger.error(line)
         sys.exit(1)
     host_settings.record(_validated)
+    for line in plain_http_warnings(_validated):  # allowed (allow_plain_http_mirrors), so said on every run
+        logger.warning(line)
     # The run's own bookkeeping, before any operation runs: a line while a long one is quiet, and each
     # stage's time and changes for the summary (tasks/summary.py).
     heartbeat.install(ctx_state.get())

@@ -308,6 +308,11 @@ class Settings(BaseModel):
     torch_index_url: str = _setting(
         "torch wheel index, CUDA 12.8 lane", "an http(s) URL of a torch wheel index (e.g. the cu128 lane)"
     )
+    allow_plain_http_mirrors: bool = _setting(
+        "accept http:// mirrors (index, torch, git, HF, NVIDIA apt) on a trusted LAN; warns",
+        "true or false (false: an http:// pip_index_url, torch_index_url, git_mirror_prefix, hf_endpoint or "
+        "nvidia_repo_url is refused; use https://)",
+    )
     build_max_jobs: Literal["auto"] | Annotated[int, Field(ge=1, le=256)] = _setting(
         "compile jobs: auto = min(8, threads, (RAM GB - 3) / 3)", '"auto" or an integer from 1 to 256'
     )
@@ -1397,6 +1402,30 @@ def upstream_release_pins(version: str) -> dict[str, str]:
     return {**pins, "triton_version": triton} if triton else pins
 
 
+# Where the hosts get code and data from. nvidia_repo_url is here too: apt checks the repository's signature, but
+# the keyring that holds its key is downloaded from that same URL (stages/driver/keyring.py).
+MIRROR_SETTINGS = ("pip_index_url", "torch_index_url", "git_mirror_prefix", "hf_endpoint", "nvidia_repo_url")
+
+
+def plain_http_mirrors(s: Settings) -> list[tuple[str, str]]:
+    """(setting, URL) of each mirror setting that is plain http://."""
+    found = ((key, getattr(s, key)) for key in MIRROR_SETTINGS)
+    return [(key, str(url)) for key, url in found if url and str(url).lower().startswith("http://")]
+
+
+def plain_http_warnings(by_host: Mapping[str, Settings]) -> list[str]:
+    """One line per plain-http mirror the run uses (allowed by allow_plain_http_mirrors), said on every run."""
+    seen: dict[tuple[str, str], None] = {}
+    for s in by_host.values():
+        for pair in plain_http_mirrors(s):
+            seen.setdefault(pair, None)
+    return [
+        f"{key} {url} is plain http:// (allow_plain_http_mirrors): anyone on the way can change what the hosts "
+        "install; keep it to a trusted LAN"
+        for key, url in seen
+    ]
+
+
 def _upstream_problems(s: Settings):
     """The upstream kind installs the release's own pins: the torch and FlashInfer settings must be them."""
     if s.runtime_kind != "upstream":
@@ -1484,6 +1513,13 @@ def _cross_rule_problems(s: Settings):
             "gpu_wait_timeout_s",
             f"must leave a minute of service_start_timeout_s ({s.service_start_timeout_s} s) for the start itself",
         )
+    if not s.allow_plain_http_mirrors:
+        for key, _url in plain_http_mirrors(s):
+            yield (
+                key,
+                "is plain http://: anyone on the way can change what the hosts install and run as root; use "
+                "https://, or set allow_plain_http_mirrors: true on a trusted LAN",
+            )
     plain_http = s.runtime_artifact_store.startswith("http://")
     if s.runtime_artifacts and plain_http and not s.runtime_artifact_store_allow_http:
         yield (

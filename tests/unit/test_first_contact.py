@@ -19,7 +19,7 @@ def test_dry_run_exits_non_zero_when_preflight_fails() -> None:
     """@local here has no GPUs (and no model endpoint): its preflight fails, so --dry must too."""
     exe = Path(sys.executable).with_name("pyinfra")
     run = subprocess.run(
-        [str(exe), "-y", "@local", "tasks/preflight.py", "--dry", "--data", "hf_endpoint=http://127.0.0.1:9"],
+        [str(exe), "-y", "@local", "tasks/preflight.py", "--dry", "--data", "hf_endpoint=https://127.0.0.1:9"],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from tests.unit.groupdata import profile_data
-from vllm_rig.settings import Settings
+from vllm_rig.settings import Settings, plain_http_warnings
 from vllm_rig.validation import SettingsError, load_settings
 
 _PREFILL = "include/flashinfer/attention/prefill.cuh"
@@ -35,7 +35,7 @@ RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
     ("min_free_disk_gb", "lots", None, {}),
     ("min_ram_gb", -1, 32, {}),
     ("preflight_report", "yaml", "json", {}),
-    ("nvidia_repo_url", "ftp://mirror/cuda", "http://127.0.0.1:18081/nvidia/{distro}/", {}),
+    ("nvidia_repo_url", "ftp://mirror/cuda", "https://127.0.0.1:18081/nvidia/{distro}/", {}),
     ("nvidia_driver_version", "580", "580.159.04", {}),
     ("nvidia_driver_version", "570.86.10", "575.57.08", {}),  # too old for CUDA 12.9
     ("nvidia_driver_flavor", "nouveau", "open", {}),
@@ -119,6 +119,7 @@ RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
     ("runtime_artifact_store", "http://10.0.0.5:8080/vllm-rig/", "https://10.0.0.5:8443/vllm-rig/", {}),
     ("runtime_artifact_key", "", "~/.config/vllm-rig/runtime-artifact.key", {}),
     ("runtime_artifact_store_allow_http", "yes please", True, {}),
+    ("allow_plain_http_mirrors", "yes please", True, {}),
     ("runtime_artifact_store", "https://store.example/a/?x=1", "runtime-artifacts", {}),
     ("runtime_artifact_store_auth", "no-colon", "rig:s3cret:with:colons", {}),
     ("runtime_artifact_store_ca", "", "/etc/ssl/local-ca.pem", {}),
@@ -457,3 +458,26 @@ def test_a_version_that_arrived_as_a_number_says_to_quote_it() -> None:
         "(3.10 reads as 3.1): quote it, --data 'python_version=\"X.Y\"'"
     ]
     assert load_settings(_with(python_version=3.11)).python_version == "3.11"  # a float that kept its text passes
+
+
+@pytest.mark.parametrize(
+    "key, url",
+    [
+        ("pip_index_url", "http://10.0.0.2/simple"),
+        ("torch_index_url", "http://10.0.0.2/whl/cu128"),
+        ("git_mirror_prefix", "http://10.0.0.2/"),
+        ("hf_endpoint", "http://10.0.0.2"),
+        ("nvidia_repo_url", "http://10.0.0.2/cuda/{distro}/x86_64/"),  # its keyring comes from the same URL
+    ],
+)
+def test_a_plain_http_mirror_is_refused_unless_allowed_and_then_warned(key: str, url: str) -> None:
+    """The attack: anyone on the way rewrites what a plain-http mirror serves. Refused in one line; allowed on a
+    trusted LAN, every run says so (once per mirror, however many hosts use it)."""
+    with pytest.raises(SettingsError) as err:
+        load_settings({**profile_data(), key: url})
+    assert len(err.value.lines) == 1, err.value.lines
+    assert err.value.lines[0].startswith(f"settings: {key}") and "allow_plain_http_mirrors: true" in err.value.lines[0]
+    s = load_settings({**profile_data(), key: url, "allow_plain_http_mirrors": True})
+    warned = plain_http_warnings({"rig1": s, "rig2": s})
+    assert len(warned) == 1 and warned[0].startswith(f"{key} {url} is plain http://")
+    assert plain_http_warnings({"rig1": load_settings(profile_data())}) == []
