@@ -4,9 +4,11 @@ fix put in place and verified by outcome (against the sandbox's stand-in headers
 from __future__ import annotations
 
 import hashlib
+import http.server
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from types import ModuleType
 
@@ -549,3 +551,54 @@ def test_a_cutlass_that_breaks_flashinfers_import_fails_the_check_in_one_line(tm
     )
     build2 = _venv_with(tmp_path / "b", None)
     build2.check_flashinfer_import()  # no cutlass at all: imports, as the real one does
+
+
+# ---- downloads: streamed, bounded, checked on the file
+
+
+class _Endless(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 - the handler's name
+        self.send_response(200)
+        self.end_headers()  # no length: the body never ends
+        try:
+            while True:
+                self.wfile.write(b"x" * 65536)
+        except OSError:
+            return
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_an_endless_answer_is_cut_at_the_bound_and_nothing_is_left(tmp_path: Path) -> None:
+    """The attack: a hostile mirror answers a header's URL with a body that never ends. It is cut at the bound,
+    in one line, and neither the file nor its partial copy is left behind."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Endless)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/prefill.cuh"
+        dest = tmp_path / "prefill.cuh"
+        with pytest.raises(rb.BuildError) as err:
+            rb.download(url, dest, limit=1024 * 1024)
+    finally:
+        server.shutdown()
+    assert "sent more than 1048576 bytes" in str(err.value) and "\n" not in str(err.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_oversized_header_is_cut_before_its_hash_is_read(tmp_path: Path) -> None:
+    big = tmp_path / "big.cuh"
+    big.write_bytes(b"y" * (rb.SMALL_DOWNLOAD_MAX + 1))
+    files = {PREFILL: {"url": big.as_uri(), "before": "0" * 64, "after": _sha(big.read_bytes())}}
+    with pytest.raises(rb.BuildError, match="more than a patch or header can be"):
+        rb.fetch_fixed(files, tmp_path / "scratch")
+    assert not [p for p in (tmp_path / "scratch").rglob("*") if p.is_file()]
+
+
+def test_a_header_with_the_wrong_hash_is_not_kept(tmp_path: Path) -> None:
+    wrong = tmp_path / "wrong.cuh"
+    wrong.write_bytes(b"not the fix\n")
+    files = {PREFILL: {"url": wrong.as_uri(), "before": "0" * 64, "after": "1" * 64}}
+    with pytest.raises(rb.BuildError, match="is not the known result"):
+        rb.fetch_fixed(files, tmp_path / "scratch")
+    assert not [p for p in (tmp_path / "scratch").rglob("*") if p.is_file()]

@@ -51,6 +51,10 @@ from . import runtime_artifact
 # Where the installed flashinfer-python keeps the headers its JIT compiles (relative to the package).
 FLASHINFER_DATA = "data"
 DOWNLOAD_TRIES = 3
+# The SM75 patches and FlashInfer's fixed headers are each well under 1 MiB (the largest header, prefill.cuh, is
+# about 0.2 MiB): an answer past 8 MiB is no such file, and is cut there rather than held or written whole.
+SMALL_DOWNLOAD_MAX = 8 * 1024 * 1024
+CHUNK = 1 << 16
 
 
 class BuildError(Exception):
@@ -70,7 +74,12 @@ def redact(text: str) -> str:
 
 
 def sha256_of(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    """The file's sha256, read in pieces (a wheel is hundreds of MiB)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while piece := f.read(CHUNK):
+            digest.update(piece)
+    return digest.hexdigest()
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -194,14 +203,34 @@ def header_hashes(data_dir: Path, files: dict[str, dict[str, str]]) -> dict[str,
     return {p: (sha256_of(data_dir / p) if (data_dir / p).is_file() else "missing") for p in files}
 
 
-def download(url: str, dest: Path) -> None:
+class _TooLarge(Exception):
+    pass
+
+
+def download(url: str, dest: Path, limit: int = SMALL_DOWNLOAD_MAX) -> None:
+    """Stream `url` into `dest` (through dest.partial, renamed once whole), at most `limit` bytes: a longer or
+    endless answer is cut there with one line and nothing is left behind. The caller checks the file's hash."""
+    part = dest.with_name(dest.name + ".partial")
     last: Exception | None = None
     for attempt in range(1, DOWNLOAD_TRIES + 1):
         try:
-            with urllib.request.urlopen(url, timeout=60) as response:  # noqa: S310 - a configured http(s) URL
-                dest.write_bytes(response.read())
+            got = 0
+            with urllib.request.urlopen(url, timeout=60) as response, part.open("wb") as out:  # noqa: S310
+                while piece := response.read(CHUNK):
+                    got += len(piece)
+                    if got > limit:
+                        raise _TooLarge
+                    out.write(piece)
+            os.replace(part, dest)
             return
+        except _TooLarge:
+            part.unlink(missing_ok=True)
+            raise BuildError(
+                f"{redact(url)} sent more than {limit} bytes, more than a patch or header can be: cut there, "
+                "nothing kept; check git_mirror_prefix / the URL"
+            ) from None
         except OSError as err:
+            part.unlink(missing_ok=True)
             last = err
             say(f"download attempt {attempt} of {redact(url)} failed: {err}")
             time.sleep(2 * attempt)
@@ -220,6 +249,7 @@ def fetch_fixed(files: dict[str, dict[str, str]], scratch: Path) -> dict[str, Pa
         download(fixed["url"], dest)
         got = sha256_of(dest)
         if got != fixed["after"]:
+            dest.unlink()
             raise BuildError(
                 f"{redact(fixed['url'])} is not the known result for {rel} (sha256 {got}, expected "
                 f"{fixed['after']}): a wrong or altered file, or wrong patch data"
