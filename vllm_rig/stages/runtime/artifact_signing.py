@@ -7,14 +7,22 @@ only a manifest whose signature its own key verifies; the host then checks the a
 file against that manifest (vllm_rig/host/runtime_artifact.py). A manifest altered in the store is refused
 here, in one line, and the host compiles.
 
+A signature alone would vouch for every artifact the key ever signed: after a rebuild replaced v1 of a
+fingerprint with v2, whoever can write to the store could put v1 back. So the control machine also keeps a
+record beside the key (runtime-artifacts.record.json: the archive sha256 it last stored, per fingerprint) and
+offers only the manifest that names that archive; and it signs only a manifest that names the fingerprint
+being stored.
+
 The key (runtime_artifact_key) is a PEM file on the control machine, made with mode 0600 on first use.
-Control machines that share a store share the key by copying that file; one without it signs with its own
-and compiles once where another's artifact is stored.
+Control machines that share a store share the key and the record by copying both files; one without them
+signs with its own and compiles once where another's artifact is stored. docs/runtime.md says how to rotate
+the key and what that invalidates.
 """
 
 from __future__ import annotations
 
 import base64
+import fcntl
 import hashlib
 import json
 import os
@@ -26,6 +34,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 SIGNATURE = "signature"
+RECORD_NAME = "runtime-artifacts.record.json"
 
 
 class UnvouchedError(Exception):
@@ -63,8 +72,14 @@ def load_key(path: Path) -> Ed25519PrivateKey:
     return key
 
 
-def sign(manifest: dict[str, Any], key: Ed25519PrivateKey) -> dict[str, Any]:
-    """The manifest with this key's signature in it."""
+def sign(manifest: dict[str, Any], key: Ed25519PrivateKey, fingerprint: str) -> dict[str, Any]:
+    """The manifest with this key's signature in it; refused when it names another fingerprint than the one
+    being stored (a host's manifest must not be signed into another fingerprint's place)."""
+    named = manifest.get("fingerprint")
+    if named != fingerprint:
+        raise UnvouchedError(
+            f"the manifest names fingerprint {str(named)[:16]}, not {fingerprint[:16]} being stored: not signed"
+        )
     signature = base64.b64encode(key.sign(signed_bytes(manifest))).decode()
     return {**manifest, SIGNATURE: {"key": key_id(key.public_key()), "ed25519": signature}}
 
@@ -86,3 +101,51 @@ def verify(data: bytes, key: Ed25519PrivateKey) -> dict[str, Any]:
     except (InvalidSignature, ValueError):
         raise UnvouchedError("its manifest does not match its signature: changed after it was stored") from None
     return manifest
+
+
+def record_path(key_path: Path) -> Path:
+    """The control machine's record of what it last stored, beside runtime_artifact_key."""
+    return key_path.with_name(RECORD_NAME)
+
+
+def _read_record(path: Path) -> dict[str, str]:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except ValueError:
+        raise UnvouchedError(f"{path} is not JSON: move it aside (every host then compiles once)") from None
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def remember(key_path: Path, fingerprint: str, archive_sha256: str) -> None:
+    """Record `archive_sha256` as the one artifact of `fingerprint` to offer from now on (locked, atomic)."""
+    path = record_path(key_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        record = _read_record(path)
+        record[fingerprint] = archive_sha256
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+
+
+def check_current(manifest: dict[str, Any], fingerprint: str, key_path: Path) -> None:
+    """UnvouchedError unless the signed `manifest` is the artifact of `fingerprint` this control machine stored
+    last: a manifest it signed earlier (a replaced artifact put back), or for another fingerprint, is refused."""
+    named = manifest.get("fingerprint")
+    if named != fingerprint:
+        raise UnvouchedError(f"its manifest names fingerprint {str(named)[:16]}, not {fingerprint[:16]}")
+    want = _read_record(record_path(key_path)).get(fingerprint)
+    got = str(manifest.get("archive_sha256"))
+    if want is None:
+        raise UnvouchedError(
+            f"this control machine has no record of storing it ({RECORD_NAME} beside runtime_artifact_key)"
+        )
+    if got != want:
+        raise UnvouchedError(
+            f"its archive {got[:16]} is not the one this control machine stored last ({want[:16]}): an older "
+            "artifact put back"
+        )

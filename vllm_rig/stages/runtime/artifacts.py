@@ -7,7 +7,8 @@ Before the build: a host whose runtime is not built gets the fingerprint's artif
 one line why not and compiles. After the build: an artifact the host packed (it compiled) goes into the
 store (archive first, manifest last: a manifest means a whole artifact), the host's copy is removed, and the
 store is pruned to runtime_artifacts_keep. The control machine signs each manifest it stores and offers a
-host only a manifest its key signed (artifact_signing.py): the store alone cannot vouch for an archive.
+host only a manifest its key signed and its record names as the last stored (artifact_signing.py): the store
+alone cannot vouch for an archive, nor put back one a rebuild replaced.
 
 One run, several hosts of one fingerprint and no artifact yet: pyinfra runs each operation on every host
 before the next, so the first of them in inventory order compiles while the others skip that build; its
@@ -101,14 +102,17 @@ def _has(setting: StoreSetting, store: Store, fingerprint: str) -> bool:
 
 
 def _vouched(setting: StoreSetting, store: Store, fingerprint: str) -> bytes | None:
-    """The stored manifest, if this control machine's key signed it (artifact_signing.py); None when there is
-    none, or one that is not (said once per host and fingerprint: the host then compiles and its artifact,
-    signed, replaces the refused one). StoreError when the store cannot answer."""
+    """The stored manifest, if this control machine's key signed it and it is the artifact this control machine
+    stored last for the fingerprint (artifact_signing.py); None when there is none, or one that is not (said
+    once per host and fingerprint: the host then compiles and its artifact, signed and recorded, replaces the
+    refused one). StoreError when the store cannot answer."""
     data = store.manifest(fingerprint)
     if data is None:
         return None
+    key_path = local_dir(setting.key)
     try:
-        artifact_signing.verify(data, artifact_signing.load_key(local_dir(setting.key)))
+        manifest = artifact_signing.verify(data, artifact_signing.load_key(key_path))
+        artifact_signing.check_current(manifest, fingerprint, key_path)  # the last stored, not a replayed one
     except artifact_signing.UnvouchedError as err:
         if (host.name, fingerprint) not in _SAID_UNVOUCHED:
             _SAID_UNVOUCHED.add((host.name, fingerprint))
@@ -206,8 +210,9 @@ def _fetch_and_put(host, chosen: Store, fingerprint: str, directory: str, keep: 
                 logger.warning(f"[{host.name}] could not fetch the runtime artifact's {name}; other hosts compile")
                 return
         try:
-            _sign(local[1], local[0].parent, key)
+            archive_sha256 = _sign(local[1], local[0].parent, key, fingerprint)
             chosen.put(fingerprint, *local)
+            artifact_signing.remember(key, fingerprint, archive_sha256)  # from now on, only this one is offered
             removed = chosen.prune(keep)
         except (StoreError, runtime_artifact.ArtifactError, artifact_signing.UnvouchedError) as err:
             logger.warning(f"[{host.name}] {err}; other hosts compile")
@@ -218,9 +223,11 @@ def _fetch_and_put(host, chosen: Store, fingerprint: str, directory: str, keep: 
         logger.info(f"[{host.name}] runtime artifacts removed (keeping {keep}): {gone}")
 
 
-def _sign(manifest_path: Path, directory: Path, key: Path) -> None:
-    """Check the fetched archive against the manifest the host packed, then sign that manifest in place."""
+def _sign(manifest_path: Path, directory: Path, key: Path, fingerprint: str) -> str:
+    """Check the fetched archive against the manifest the host packed, then sign that manifest in place (only
+    if it names `fingerprint`); returns the archive's sha256, which the record then holds."""
     manifest = json.loads(manifest_path.read_text())
     runtime_artifact.check_archive(directory, manifest)
-    signed = artifact_signing.sign(manifest, artifact_signing.load_key(key))
+    signed = artifact_signing.sign(manifest, artifact_signing.load_key(key), fingerprint)
     manifest_path.write_text(json.dumps(signed, indent=1, sort_keys=True) + "\n")
+    return str(signed["archive_sha256"])
