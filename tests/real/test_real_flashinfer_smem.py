@@ -103,6 +103,8 @@ def _python(tmp_path: Path, version: str) -> Path:
     ("version", "fp16", "fp8", "fp8_rows", "fits"),
     [
         ("0.6.16.post3", 65_536, 65_536, 32, True),
+        ("0.6.16", 65_536, 65_536, 32, True),  # the fork kind's default; the same prefill.cuh as .post3
+        ("0.6.15", 65_616, 65_600, 32, False),
         ("0.6.14", 65_616, 65_600, 32, False),
         # FP8 KV kept at one byte: the dispatcher takes 4 MMA-KV steps, and only that tile overflows (at a
         # fixed 32 rows it is 49,184 B: a fixed-tile probe would pass it)
@@ -125,3 +127,53 @@ def test_the_probe_on_the_real_wheel(
             assert line is not None and f"FlashInfer {version}" in line and "65,536 B" in line
     record = fs.record(installed, sizes, "fp8")
     assert record["fits"] is fits and len(str(record["prefill_cuh_sha256"])) == 64
+
+
+# The sandbox's stand-in headers carry what this probe prints for the release each stands for (the stand-in nvcc
+# answers the probe with them, tests/sandbox/fixtures/nvidia_repo/templates/nvcc): prefill-<header>.cuh -> release.
+STANDIN_OF = {
+    "prefill-0.6.8.post1.cuh": "0.6.8.post1",
+    "prefill-0.6.12.cuh": "0.6.12",
+    "prefill-0.6.14.cuh": "0.6.14",
+    "prefill-0.6.15.cuh": "0.6.15",
+    "prefill-0.6.16.cuh": "0.6.16",
+}
+
+
+@pytest.mark.parametrize("header", sorted(STANDIN_OF))
+def test_the_standin_header_carries_the_real_probes_output(nvcc: Path, tmp_path: Path, header: str) -> None:
+    from tests.sandbox.fixtures.pkg_index import standins
+
+    sizes = fs.probe(_python(tmp_path, STANDIN_OF[header]), nvcc)[1]
+    text = (standins.HEADERS / header).read_text()
+    carried = "".join(
+        line.removeprefix("// probe-prints ") + "\n"
+        for line in text.splitlines()
+        if line.startswith("// probe-prints ")
+    )
+    assert fs.parse_sizes(carried) == sizes
+    assert carried == "".join(f"{kv} {tile} {sizes.table[(kv, tile)]}\n" for kv in fs.KINDS for tile in fs.TILES)
+
+
+def test_the_standin_pr_3621_header_carries_the_real_fixs_output(nvcc: Path, tmp_path: Path) -> None:
+    """PR 3621's prefill.cuh (the head b6691f83) in place of the real 0.6.14's: VLLM_RIG_REAL_FIX_FILES names a
+    directory of raw-content files (<commit>/include/...), as tests/unit/test_flashinfer_check.py takes it."""
+    from tests.sandbox.fixtures.pkg_index import fixes, standins
+
+    fixed = os.environ.get("VLLM_RIG_REAL_FIX_FILES")
+    if not fixed:
+        pytest.skip("set VLLM_RIG_REAL_FIX_FILES to the fixed headers (raw-content layout)")
+    python = _python(tmp_path, "0.6.14")
+    site = tmp_path / "site"
+    shutil.copytree(CACHE / "flashinfer-0.6.14", site)
+    python.write_text(f'#!/bin/sh\nPYTHONPATH="{site}" exec "{sys.executable}" "$@"\n')
+    header = site / "flashinfer" / "data" / fs.HEADER
+    header.write_bytes((Path(fixed) / fixes.fix("3621").commit / fixes.PREFILL).read_bytes())
+    sizes = fs.probe(python, nvcc)[1]
+    text = (standins.HEADERS / "prefill-0.6.14+pr3621.cuh").read_text()
+    carried = "".join(
+        line.removeprefix("// probe-prints ") + "\n"
+        for line in text.splitlines()
+        if line.startswith("// probe-prints ")
+    )
+    assert fs.parse_sizes(carried) == sizes

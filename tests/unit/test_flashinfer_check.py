@@ -15,6 +15,7 @@ With it, the build script puts group_data's fixes on the real wheels and the che
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -162,3 +163,74 @@ def _put_real_fix(site: Path, version: str) -> None:
 
 def _runtime_build():
     return runtime_build
+
+
+# ---- what the build proved (runtime.json's flashinfer_smem, vllm_rig/host/flashinfer_smem.py) ----------------
+
+
+def _runtime(tmp_path: Path, site: Path, record: dict | None) -> Path:
+    """<runtime>/venv/bin/python (this interpreter, `site` on its path) beside <runtime>/runtime.json."""
+    python = tmp_path / "rt" / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(f'#!/bin/sh\nPYTHONPATH="{site}" exec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
+    body = {"name": "rt"} if record is None else {"name": "rt", "flashinfer_smem": record}
+    (tmp_path / "rt" / "runtime.json").write_text(json.dumps(body))
+    return python
+
+
+def _proven(site: Path, version: str, **changes: object) -> dict:
+    sha = hashlib.sha256((site / PREFILL).read_bytes()).hexdigest()
+    record = {
+        "flashinfer_version": version,
+        "prefill_cuh_sha256": sha,
+        "kv": "fp8",
+        "sizeof_fp16_kv": 65536,
+        "sizeof_fp8_kv": 65536,
+        "cta_tile_kv": {"fp16": 32, "fp8": 32},
+        "limit": 65536,
+        "fits": True,
+    }
+    return {**record, **changes}
+
+
+def _check_with(python: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", str(CHECK), str(python)], capture_output=True, text=True, timeout=60)
+
+
+def test_the_proven_headers_pass_and_say_so(tmp_path: Path) -> None:
+    site = _site(tmp_path / "site", "0.6.16", standins.HEADERS / "prefill-0.6.16.cuh")
+    result = _check_with(_runtime(tmp_path, site, _proven(site, "0.6.16")))
+    assert result.returncode == 0, result.stderr
+    assert "carries PR 3526 (scale-factor buffers only when used); the build compiled this prefill.cuh" in result.stdout
+    assert result.stdout.strip().endswith("FP8 KV tile 65536 B (32 rows) <= 65,536 B")
+    assert len(result.stdout.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("changes", "says"),
+    [
+        ({"prefill_cuh_sha256": "0" * 64}, "is not the one the build compiled and proved fits SM75"),
+        ({"flashinfer_version": "0.6.18"}, "(FlashInfer 0.6.18, "),
+        ({"fits": False}, "does not fit SM75's 65,536 B"),
+    ],
+)
+def test_headers_other_than_the_proven_ones_fail(tmp_path: Path, changes: dict, says: str) -> None:
+    site = _site(tmp_path / "site", "0.6.16", standins.HEADERS / "prefill-0.6.16.cuh")
+    result = _check_with(_runtime(tmp_path, site, _proven(site, "0.6.16", **changes)))
+    assert result.returncode == 1 and says in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_runtime_built_before_the_probe_is_judged_by_the_markers_alone(tmp_path: Path) -> None:
+    site = _site(tmp_path / "site", "0.6.16", standins.HEADERS / "prefill-0.6.16.cuh")
+    result = _check_with(_runtime(tmp_path, site, None))
+    assert result.returncode == 0 and result.stdout.strip().endswith(
+        "carries PR 3526 (scale-factor buffers only when used)"
+    )
+
+
+def test_the_pr_3621_exit_checks_the_record_too(tmp_path: Path) -> None:
+    site = _site(tmp_path / "site", "0.6.14", standins.HEADERS / "prefill-0.6.14+pr3621.cuh")
+    result = _check_with(_runtime(tmp_path, site, _proven(site, "0.6.14", prefill_cuh_sha256="1" * 64)))
+    assert result.returncode == 1 and "is not the one the build compiled" in result.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import http.server
+import json
 import shutil
 import subprocess
 import sys
@@ -602,3 +603,51 @@ def test_a_header_with_the_wrong_hash_is_not_kept(tmp_path: Path) -> None:
     with pytest.raises(rb.BuildError, match="is not the known result"):
         rb.fetch_fixed(files, tmp_path / "scratch")
     assert not [p for p in (tmp_path / "scratch").rglob("*") if p.is_file()]
+
+
+# ---- the FlashInfer shared-memory probe in the check step (vllm_rig/host/flashinfer_smem.py) ---------------
+
+
+def _smem_build(tmp_path: Path, printed: str, kv: str = "fp8_e4m3", fix: str | None = None) -> rb.Build:
+    """A runtime whose venv python sees a flashinfer 0.6.16.post3 and whose cuda_home's nvcc "compiles" the
+    probe into a program printing `printed` (tests/unit/test_flashinfer_smem.py's stand-ins)."""
+    from tests.unit import test_flashinfer_smem as t
+
+    site = t._site(tmp_path / "site")
+    spec = {"runtime": str(tmp_path / "rt"), "cache": str(tmp_path / "c"), "fingerprint": "f" * 64}
+    nvcc = t._nvcc(tmp_path, printed)
+    fixed = {"patch": fix, "files": {}} if fix else None
+    build = rb.Build({**spec, "cuda_home": str(nvcc.parent.parent), "kv_cache_dtype": kv, "flashinfer_fix": fixed})
+    build.python.parent.mkdir(parents=True)
+    build.python.write_text(t._python(tmp_path, site).read_text())
+    build.python.chmod(0o755)
+    return build
+
+
+def test_the_smem_probe_passes_and_is_recorded_for_runtime_json(tmp_path: Path, capsys) -> None:
+    from tests.unit.test_flashinfer_smem import V0_6_16, _lines
+
+    build = _smem_build(tmp_path, _lines(V0_6_16))
+    build.check_flashinfer_smem()
+    assert "check passed: FlashInfer 0.6.16.post3's head-dim-256 prefill tile for the FP8 KV cache is 65,536 B" in (
+        capsys.readouterr().out
+    )
+    recorded = json.loads((build.work / build.SMEM_RECORD).read_text())
+    assert recorded["fits"] is True and recorded["kv"] == "fp8" and recorded["sizeof_fp8_kv"] == 65_536
+
+
+def test_the_smem_probe_refuses_an_overflowing_tile_in_one_line(tmp_path: Path) -> None:
+    from tests.unit.test_flashinfer_smem import V0_6_14, _lines
+
+    build = _smem_build(tmp_path, _lines(V0_6_14), kv="auto")
+    with pytest.raises(rb.BuildError, match=r"65,616 B \(FP16 KV\).*with the FP16 KV cache served"):
+        build.check_flashinfer_smem()
+    assert not (build.work / build.SMEM_RECORD).exists()
+
+
+def test_with_pr_3621_the_probe_takes_its_16_row_tile(tmp_path: Path) -> None:
+    from tests.unit.test_flashinfer_smem import V0_6_14, _lines
+
+    _smem_build(tmp_path / "a", _lines(V0_6_14), kv="auto", fix="pr3621").check_flashinfer_smem()
+    with pytest.raises(rb.BuildError, match="invalid FP8 configuration"):
+        _smem_build(tmp_path / "b", _lines(V0_6_14), kv="fp8", fix="pr3621").check_flashinfer_smem()

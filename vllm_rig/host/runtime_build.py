@@ -46,7 +46,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from . import runtime_artifact
+from . import flashinfer_smem, runtime_artifact
 
 # Where the installed flashinfer-python keeps the headers its JIT compiles (relative to the package).
 FLASHINFER_DATA = "data"
@@ -689,8 +689,30 @@ class Build:
         finally:
             shutil.rmtree(neutral, ignore_errors=True)
         run(["bash", self.spec["check_script"], str(self.python)], "the FlashInfer SM75 check")
+        self.check_flashinfer_smem()
         self.check_flashinfer_import()
         self.check_flashqla()
+
+    SMEM_RECORD = "flashinfer-smem.json"  # in .build/: a resumed build that skips the check still records it
+
+    def check_flashinfer_smem(self) -> None:
+        """FlashInfer's head-dim-256 prefill tile, compiled from the installed headers with the runtime's nvcc,
+        fits SM75's 65,536 B for the KV cache served; what was proven goes into runtime.json (finish), where
+        the service's start check compares the installed prefill.cuh and version with it."""
+        kv = flashinfer_smem.kv_kind(self.spec.get("kv_cache_dtype", "auto"))
+        fix = self.spec.get("flashinfer_fix")
+        exact = fix is not None and fix["patch"] == "pr3621"  # PR 3621 sizes its tile from sizeof samples
+        nvcc = Path(self.spec["cuda_home"]) / "bin" / "nvcc"
+        try:
+            installed, sizes = flashinfer_smem.probe(self.python, nvcc, env=self.cuda_env())
+        except flashinfer_smem.ProbeError as err:
+            raise BuildError(f"FlashInfer's SM75 shared-memory probe: {err}") from None
+        failed = flashinfer_smem.verdict(installed.version, sizes, kv, exact)
+        if failed is not None:
+            raise BuildError(failed)
+        record = flashinfer_smem.record(installed, sizes, kv, exact)
+        write_atomic(self.work / self.SMEM_RECORD, json.dumps(record, sort_keys=True) + "\n")
+        say(f"==> check passed: {flashinfer_smem.ok_line(installed.version, sizes, kv, exact)}")
 
     def check_flashinfer_import(self) -> None:
         """`import flashinfer` with the packages flashinfer_requirement_overrides moved in place: it imports
@@ -737,6 +759,9 @@ class Build:
             "seconds": self.times,
             "installed_from_artifact": self.installed_from,
         }
+        smem = self.work / self.SMEM_RECORD
+        if smem.is_file():
+            record["flashinfer_smem"] = json.loads(smem.read_text())
         write_atomic(self.dir / "runtime.json", json.dumps(record, indent=1, sort_keys=True) + "\n")
 
     # -- driver

@@ -238,6 +238,7 @@ def build_spec(s: Settings, dirs: RuntimeDirs, fp: str, inputs: dict[str, Any], 
         "flashinfer_fix": None if patch is None else fix_download(s, patch),
         "cache": dirs.cache,
         "check_script": layout.flashinfer_check,
+        "kv_cache_dtype": s.kv_cache_dtype,  # the shared-memory probe judges the tile this KV cache uses
         "drop": list(DROPPED_PACKAGES),
     }
     if s.runtime_kind == "upstream":
