@@ -61,7 +61,8 @@ def bench_command(s: Settings, layout: Layout, label: str, out: str) -> str:
 def probe_command(s: Settings, layout: Layout) -> str:
     return (
         f"python3 {layout.host_package} service_probe --base-url http://127.0.0.1:{s.vllm_port} "
-        f"--model {shlex.quote(s.served_model_name)} --env-file {layout.env_file} --timeout {s.service_start_timeout_s}"
+        f"--model {shlex.quote(s.served_model_name)} --env-file {layout.env_file} "
+        f"--timeout {s.service_start_timeout_s} --unit {s.service_name}.service"
     )
 
 
