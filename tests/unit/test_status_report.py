@@ -147,7 +147,9 @@ def test_a_real_probe_on_a_bare_machine_fills_or_explains_every_field(tmp_path: 
     assert set(sections["service"]) == {"state", "uptime", "restarts since boot", "last start check", "watchdog"}
     assert sections["api"]["answers"].startswith("no: ")
     assert sections["metrics"]["tokens/s"]["unknown"].startswith("/metrics does not answer")
-    assert report.render_table(status).startswith("status of bare at ")
+    first, second = report.render_table(status).splitlines()[:2]
+    assert first.startswith("bare: NOT SERVING")  # the one line per box, first
+    assert second.startswith("status of bare at ")
     assert json.loads(report.render_json(status))["host"] == "bare"
 
 
@@ -216,3 +218,58 @@ def test_the_service_section_says_first_check_until_the_first_result() -> None:
     assert section["watchdog"] == "installed, first check at 07:00 UTC"
     raw["files"] = {"watchdog": json.dumps({"time": "2026-12-06T07:00:01+00:00", "ok": True})}
     assert report.service_section(raw, load_settings(profile_data()))["watchdog"].startswith("ok at ")
+
+
+# --- the first line per box: serving, or NOT SERVING with why -----------------------------------------------
+URL = "https://192.168.1.50:8443/v1"
+# The fork refusing the upstream kind's flag while the start check waits: systemd says activating (start-post).
+DEAD_SHOW = (
+    "LoadState=loaded\nActiveState=activating\nSubState=start-post\nResult=success\nMainPID=0\nExecMainCode=1\n"
+    "ExecMainStatus=2\nExecMainStartTimestamp=@1765008000\nActiveEnterTimestamp=@1764990000\nNRestarts=0\n"
+)
+DEAD_JOURNAL = (
+    "usage: vllm serve [model_tag] [options]\n"
+    "vllm serve: error: argument --reasoning-config: invalid loads value\n"
+    "vllm.service: Main process exited, code=exited, status=2/INVALIDARGUMENT\n"
+)
+
+
+def _box(show: str, journal: str = "", api: dict | None = None, start_check: str | None = None) -> dict:
+    return {
+        "time": 1765008100.0,
+        "commands": {"service": {"rc": 0, "out": show}, "journal": {"rc": 0, "out": journal}},
+        "files": {"start_check": start_check},
+        "http": {"api": api or {"error": "[Errno 111] Connection refused"}},
+    }
+
+
+def test_a_dead_server_is_not_serving_with_its_error_line() -> None:
+    s = load_settings(profile_data())
+    line = report.headline(_box(DEAD_SHOW, DEAD_JOURNAL), s, URL)
+    assert line == (
+        "NOT SERVING: the server exited (status=2/INVALIDARGUMENT): "
+        "vllm serve: error: argument --reasoning-config: invalid loads value"
+    )
+
+
+def test_a_serving_box_says_its_model_and_url() -> None:
+    s = load_settings(profile_data())
+    show = "LoadState=loaded\nActiveState=active\nSubState=running\nMainPID=4242\n"
+    api = {"status": 200, "body": json.dumps({"data": [{"id": s.served_model_name}]}), "key_sent": True}
+    assert report.headline(_box(show, "", api), s, URL) == f"serving {s.served_model_name} at {URL}"
+
+
+def test_a_loading_server_is_not_serving_yet() -> None:
+    s = load_settings(profile_data())
+    show = "LoadState=loaded\nActiveState=activating\nSubState=start-post\nMainPID=4242\n"
+    assert report.headline(_box(show), s, URL) == "NOT SERVING yet: starting, activating (start-post)"
+
+
+def test_a_start_check_from_before_the_current_start_is_stale() -> None:
+    """The previous start's "ok" while the server died at this start: marked stale, not read as this start's."""
+    s = load_settings(profile_data())
+    old_ok = json.dumps({"time": "2025-12-05T09:00:00Z", "ok": True, "check": None, "detail": "proven on start 1"})
+    section = report.service_section(_box(DEAD_SHOW, DEAD_JOURNAL, start_check=old_ok), s)
+    assert section["last start check"].startswith("stale (from before the current start): ok at 2025-12-05T09:00:00Z")
+    fresh = old_ok.replace("2025-12-05T09:00:00Z", "2025-12-06T08:01:00Z")  # after 1765008000 (08:00:00)
+    assert report.service_section(_box(DEAD_SHOW, start_check=fresh), s)["last start check"].startswith("ok at ")

@@ -25,15 +25,23 @@ class UnitState(SectionFact[dict[str, str]]):
         return dict(line.split("=", 1) for line in sections.lines("show") if "=" in line)
 
 
+def said_on_failure(command: str, when_it_fails: str | None) -> str:
+    """`command`, failing as before, but running `when_it_fails` first (one line on why, for the owner)."""
+    if not when_it_fails:
+        return command
+    return f"{command} || {{ {when_it_fails}; exit 1; }}"
+
+
 # A systemd unit enabled and started, read with one command (pyinfra's systemd.service uses two).
+# `when_it_fails`: a command run when the start fails, before the operation fails (it says why).
 @operation()
-def unit_enabled_and_started(unit: str):
+def unit_enabled_and_started(unit: str, when_it_fails: str | None = None):
     state = host.get_fact(UnitState, unit=unit)
     commands = []
     if state.get("UnitFileState") != "enabled":
         commands.append(f"systemctl enable {shlex.quote(unit)}")
     if state.get("ActiveState") != "active":
-        commands.append(f"systemctl start {shlex.quote(unit)}")
+        commands.append(said_on_failure(f"systemctl start {shlex.quote(unit)}", when_it_fails))
     if not commands:
         host.noop(f"{unit} is enabled and active")
         return

@@ -17,6 +17,7 @@ PROGRAMS = (
     "model_preflight",
     "model_serve",
     "runtime_build",
+    "server_gone",
     "service_probe",
     "start_check",
     "status_probe",

@@ -12,8 +12,10 @@
    prompt, and a streamed tool call that must arrive parsed as a tool call.
 Every one of these requests turns thinking off for itself (NO_THINKING), whatever the server's default.
 Exit 0 serving, 1 answering wrongly (HTTP error, empty generation, model missing, a wrong answer), 2 not up
-in time. The deploy's proof runs this; the start check (start_check.py) and the watchdog (watchdog.py)
-import it from the same host package, so every start and every watchdog round asks the same questions.
+in time, 3 the server died (with --unit: its unit failed or its main process is gone; said at once, with the
+server's last error line from the journal, server_gone.py). The deploy's proof runs this; the start check
+(start_check.py) and the watchdog (watchdog.py) import it from the same host package, so every start and every
+watchdog round asks the same questions.
 The key is read from the env file (VLLM_API_KEY=...) or the environment, never from the command line, and
 never printed. Standard library only: it runs with the host's python3.
 """
@@ -30,6 +32,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from . import server_gone
 
 # The tool the tool-call check offers; a working server streams a call to it with {"city": "Paris"}.
 WEATHER_TOOL = {
@@ -91,19 +95,32 @@ def request(base: str, path: str, key: str | None, body: dict | None = None, tim
         return 0, str(err)
 
 
-def wait_healthy(base: str, timeout: float, say: Callable[[str], None]) -> bool:
+# What a wait asks between its polls: None while the server may still come up, else the line that says why it
+# will not (server_gone.watcher: the unit's main process gone or the unit failed, with the server's error line).
+Gone = Callable[[], "str | None"]
+
+
+def wait_up(base: str, timeout: float, say: Callable[[str], None], gone: Gone | None = None) -> str | None:
+    """None once /health answers 200; else why not: the server died (said at once) or the timeout passed."""
     start = time.monotonic()
     last_note = 0.0
     while time.monotonic() - start < timeout:
         status, _ = request(base, "/health", None, timeout=5)
         if status == 200:
             say(f"healthy after {time.monotonic() - start:.0f}s")
-            return True
+            return None
+        died = gone() if gone is not None else None
+        if died:
+            return f"{died} (after {time.monotonic() - start:.0f}s)"
         if time.monotonic() - last_note >= 15:
             say(f"waiting for {base}/health ({time.monotonic() - start:.0f}s of {timeout:.0f}s)")
             last_note = time.monotonic()
         time.sleep(2)
-    return False
+    return f"not healthy within {timeout:.0f}s"
+
+
+def wait_healthy(base: str, timeout: float, say: Callable[[str], None], gone: Gone | None = None) -> bool:
+    return wait_up(base, timeout, say, gone) is None
 
 
 def _one_line(text: str, limit: int = 160) -> str:
@@ -287,10 +304,31 @@ def known_answers(base: str, key: str | None, model: str, needle_words: int, tim
     return results
 
 
-def prove(base: str, key: str | None, model: str, timeout: float, warmup: int, needle_words: int, say) -> Result:
-    """Everything a start must show, in order; the first failure, or the last check passed."""
-    if not wait_healthy(base, timeout, say):
-        return Result("health", False, f"not healthy within {timeout:.0f}s")
+def prove(
+    base: str,
+    key: str | None,
+    model: str,
+    timeout: float,
+    warmup: int,
+    needle_words: int,
+    say,
+    gone: Gone | None = None,
+) -> Result:
+    """Everything a start must show, in order; the first failure, or the last check passed. With `gone`, a server
+    that dies is said at once (check "exited"), in the wait for /health and after a failed request."""
+    outcome = _prove(base, key, model, timeout, warmup, needle_words, say, gone)
+    if outcome.ok or outcome.check in ("health", "exited") or gone is None:
+        return outcome
+    died = gone()  # a request failed: was it because the server died under it?
+    return Result("exited", False, f"{died}; {outcome.check}: {outcome.detail}") if died else outcome
+
+
+def _prove(
+    base: str, key: str | None, model: str, timeout: float, warmup: int, needle_words: int, say, gone: Gone | None
+) -> Result:
+    waited = wait_up(base, timeout, say, gone)
+    if waited is not None:
+        return Result("health" if waited.startswith("not healthy within") else "exited", False, waited)
     status, text = request(base, "/v1/models", key)
     try:
         listed = [m.get("id") for m in json.loads(text).get("data", [])] if status == 200 else []
@@ -324,15 +362,20 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--needle-words", type=int, default=6000)
+    ap.add_argument("--unit", help="the server's systemd unit: a server that dies is said at once, with its error")
     args = ap.parse_args(argv)
 
     def say(text: str) -> None:
         print(f"service_probe: {text}", flush=True)
 
     base, key = args.base_url.rstrip("/"), read_key(args.env_file)
-    result = prove(base, key, args.model, args.timeout, args.warmup, args.needle_words, say)
+    gone = server_gone.watcher(args.unit) if args.unit else None
+    result = prove(base, key, args.model, args.timeout, args.warmup, args.needle_words, say, gone)
     if result.ok:
         return 0
+    if result.check == "exited":
+        say(f"the server is not serving: {result.detail}")
+        return 3
     say(f"check {result.check} failed: {result.detail}; see journalctl -u the service")
     return 2 if result.check == "health" else 1
 

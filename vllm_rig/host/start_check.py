@@ -6,7 +6,9 @@
                    [--needle-words 6000] [--kv-shrink-share 0.2] [--log-file PATH]
 
 The start is not done (systemd keeps the unit "activating") until service_probe's checks pass: /health,
-warm-up, then the known answers. A failure exits 1: the start fails and Restart=always starts it again.
+warm-up, then the known answers. A server that exits meanwhile (systemd keeps the unit "activating (start-post)"
+then too) is said at once with its last error line from the journal (server_gone.py), not after --timeout.
+A failure exits 1: the start fails and Restart=always starts it again.
 systemd counts those automatic restarts itself (NRestarts, reset by a start by hand); at the bound
 (--attempts starts in a row) this prints ONE line naming the failing check and its answer, asks systemd to
 stop the unit (an explicit stop is never restarted), and the service stays down until someone starts it.
@@ -29,7 +31,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from . import service_probe
+from . import server_gone, service_probe
 
 # Defaults only: the unit passes --result from vllm_rig/paths.py; the KV record lives beside it.
 STATE_DIR = "/var/lib/vllm-rig"
@@ -138,7 +140,9 @@ def main(argv: list[str]) -> int:
 
     attempt = restarts(args.unit) + 1
     base, key = args.base_url.rstrip("/"), service_probe.read_key(args.env_file)
-    outcome = service_probe.prove(base, key, args.model, args.timeout, args.warmup, args.needle_words, say)
+    # systemd keeps the unit "activating (start-post)" while this runs, even after the server exited: ask it.
+    gone = server_gone.watcher(args.unit, os.environ.get("MAINPID"))
+    outcome = service_probe.prove(base, key, args.model, args.timeout, args.warmup, args.needle_words, say, gone)
     if outcome.ok:
         record = str(Path(args.result).with_name(KV_RECORD_NAME))
         tokens = kv_tokens(args.unit, args.log_file)
@@ -150,6 +154,15 @@ def main(argv: list[str]) -> int:
         say(f"start {attempt} proven: warm-up and known answers passed")
         return 0
     write_json(args.result, result(False, outcome.check, outcome.detail))
+    if outcome.check == "exited":
+        # The server is gone: there is nothing to wait for. systemd restarts it (a CUDA error or memory still
+        # held may pass), up to the bound; a flag it refuses fails the same way each time, in seconds.
+        say(f"start {attempt} of {args.attempts} failed: {outcome.detail}")
+        if attempt < args.attempts:
+            return 1
+        systemctl("stop", "--no-block", args.unit)
+        say(f"giving up after {attempt} failed starts; {args.unit} stays stopped until started by hand or by a deploy")
+        return 1
     if outcome.check == "kv_cache" or attempt < args.attempts:
         say(f"start {attempt} of {args.attempts} failed check {outcome.check}: {outcome.detail}; systemd restarts it")
         return 1

@@ -23,6 +23,7 @@ from pyinfra import host, logger, state
 from pyinfra.api import deploy, operation
 
 from vllm_rig import paths
+from vllm_rig.core import end_of_run
 from vllm_rig.core.facts import SectionFact, Sections, section_command
 from vllm_rig.paths import Layout
 from vllm_rig.settings import Settings
@@ -32,10 +33,11 @@ from vllm_rig.stages.lan.deploy import LOADED_STAMP
 from vllm_rig.stages.lan.operations import site_absent
 
 UNIT_DIR = "/etc/systemd/system"
+NOUVEAU_FILE = "/etc/modprobe.d/vllm-rig-blacklist-nouveau.conf"
 DRIVER_FILES = (
     "/etc/apt/apt.conf.d/50vllm-rig-lock-wait",
     "/etc/apt/apt.conf.d/51vllm-rig-nvidia-blacklist",
-    "/etc/modprobe.d/vllm-rig-blacklist-nouveau.conf",
+    NOUVEAU_FILE,
     ARCHIVE_PIN_FILE,
     PERSISTENCED_DROPIN,
     "/etc/profile.d/vllm-rig-cuda.sh",
@@ -287,6 +289,84 @@ def _say(message: str) -> None:
         logger.warning(f"[{host.name}] remove: {message}")
 
 
+class LeftBehind(SectionFact[dict[str, list[str]]]):
+    """What a remove leaves unless asked (read before it runs): the model directories' sizes, the held driver and
+    CUDA packages with their installed size, the CUDA toolkits, NVIDIA's apt source, the nouveau blacklist, nginx
+    and its stub default site, and the driver's record (whether the driver is vllm-rig's)."""
+
+    @staticmethod
+    def default() -> dict[str, list[str]]:
+        return {}
+
+    def command(self, model_dirs: tuple[str, ...]) -> str:
+        dirs = " ".join(shlex.quote(d) for d in model_dirs)
+        driver = " ".join(shlex.quote(p) for p in DRIVER_PACKAGES)
+        return section_command(
+            {
+                "model": f"du -sb {dirs} 2>/dev/null",
+                "held": f"apt-mark showhold {driver} 2>/dev/null",
+                "driver_kib": f"dpkg-query -W -f='${{Installed-Size}}\n' {driver} 2>/dev/null",
+                "cuda": "du -sb /usr/local/cuda-*/ 2>/dev/null",
+                "apt_source": "ls -d /etc/apt/sources.list.d/*cuda* /etc/apt/sources.list.d/*nvidia* 2>/dev/null",
+                "nouveau": f"ls {NOUVEAU_FILE} 2>/dev/null",
+                "nginx": "dpkg-query -W -f='${db:Status-Abbrev} ${Installed-Size}\n' nginx 2>/dev/null",
+                "nginx_stub": f"head -n1 {paths.NGINX_DEFAULT_SITE} 2>/dev/null",
+                "record": f"cat {paths.DRIVER_RECORD} 2>/dev/null",
+            }
+        )
+
+    def parse(self, sections: Sections) -> dict[str, list[str]]:
+        keys = ("model", "held", "driver_kib", "cuda", "apt_source", "nouveau", "nginx", "nginx_stub", "record")
+        return {k: [line.strip() for line in sections.lines(k) if line.strip()] for k in keys}
+
+
+def _size(n_bytes: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n_bytes >= scale:
+            return f"{n_bytes / scale:.1f} {unit}"
+    return f"{n_bytes:.0f} B"
+
+
+def _du(lines: list[str]) -> list[tuple[str, int]]:
+    """`du -sb` lines: (path, bytes)."""
+    out = []
+    for line in lines:
+        size, _, path = line.partition("\t")
+        if size.strip().isdigit():
+            out.append((path.strip().rstrip("/"), int(size)))
+    return out
+
+
+def left_lines(found: dict[str, list[str]], s: Settings) -> list[str]:
+    """What this remove leaves on the box, each with its size where it has one and how to remove it."""
+    left: list[str] = []
+    if not s.remove_model:
+        for path, size in _du(found.get("model", [])):
+            left.append(f"the model at {path} ({_size(size)}): bin/rig remove --with-model")
+    driver_goes = s.remove_driver and bool(found.get("record"))
+    theirs = "" if found.get("record") else " (not installed by vllm-rig: yours to keep or remove)"
+    how_driver = "bin/rig remove --with-driver" if found.get("record") else "sudo apt-get purge on the box"
+    if not driver_goes:
+        held = found.get("held", [])
+        kib = sum(int(k) for k in found.get("driver_kib", []) if k.isdigit())
+        if held:
+            shown = f", {_size(kib * 1024)} installed" if kib else ""
+            left.append(f"the NVIDIA driver and CUDA packages, {len(held)} held{shown}{theirs}: {how_driver}")
+        for path, size in _du(found.get("cuda", [])):
+            left.append(f"CUDA {path} ({_size(size)}){theirs}: {how_driver}")
+        for path in found.get("apt_source", []):
+            left.append(f"NVIDIA's apt source {path}: {how_driver}")
+        if found.get("nouveau"):
+            left.append(f"the nouveau blacklist {NOUVEAU_FILE} (the open-source driver stays off): {how_driver}")
+    nginx = (found.get("nginx") or [""])[0].split()
+    if nginx and nginx[0].endswith("i"):
+        shown = f" ({_size(int(nginx[1]) * 1024)})" if len(nginx) > 1 and nginx[1].isdigit() else ""
+        ours = any("vllm-rig" in line for line in found.get("nginx_stub", []))
+        stub = " with a stub default site (port 80 off)" if ours else ""
+        left.append(f"nginx{shown}{stub}: sudo apt-get purge nginx nginx-common on the box")
+    return left
+
+
 def model_dirs(s: Settings) -> tuple[str, ...]:
     """The model directories: the model setting's and every catalogue entry's."""
     dirs = [s.model_dir, *(str(e.get("dir")) for e in s.models.values() if isinstance(e, dict) and e.get("dir"))]
@@ -296,6 +376,11 @@ def model_dirs(s: Settings) -> tuple[str, ...]:
 @deploy("Remove")
 def remove_rig(s: Settings) -> None:
     layout = Layout.of(s)
+    models = model_dirs(s)
+    # Read before anything goes, said last (after pyinfra's results table, core/end_of_run.py).
+    left = left_lines(host.get_fact(LeftBehind, model_dirs=models), s)
+    for line in left or ["nothing of the rig's"]:
+        end_of_run.say(f"[{host.name}] left on the box: {line}")
     units_removed(
         name="vllm-rig's units stopped, disabled and removed (service, watchdog, GPU guard, build, download)",
         patterns=(f"{s.service_name}.service", "vllm-rig-*"),
@@ -309,7 +394,6 @@ def remove_rig(s: Settings) -> None:
         )
     site_absent(name="No vllm-rig site in nginx", path=paths.NGINX_SITE, stamp=LOADED_STAMP)
     system_user_removed(name=f"The service's system user {s.service_user} removed", user=s.service_user)
-    models = model_dirs(s)
     paths_removed(
         name="Runtimes, tools, caches, state, the API key and TLS files removed"
         + ("" if s.remove_model else " (the model directories kept)"),

@@ -21,6 +21,7 @@ def roll_back(s: Settings) -> None:
     script = RuntimeDirs(s.install_root, "").rollback_script
     streamed(
         name="Roll the runtime back to the previous one",
-        command=f"test -x {shlex.quote(script)} || {{ echo 'no rollback script: deploy once first'; exit 1; }}; "
+        command=f"test -x {shlex.quote(script)} || "
+        "{ echo 'nothing to roll back: this box has no runtime from a deploy yet; nothing changed'; exit 0; }; "
         f"{shlex.quote(script)}",
     )

@@ -66,11 +66,16 @@ def jit_caches(layout: Layout) -> list[str]:
     ]
 
 
-def flashqla_warm_command(s: Settings, layout: Layout) -> str:
-    """Load FlashQLA's extension exactly as the service will: its user, its environment, through `current`."""
+def flashqla_warm_command(s: Settings, layout: Layout, either_kind: bool = False) -> str:
+    """Load FlashQLA's extension exactly as the service will: its user, its environment, through `current`.
+    `either_kind`: for the rollback script, which may land on a runtime of the other kind (no src/vllm in an
+    upstream one: the settings' working directory would be a shell "cd:" error); the one that is there."""
     env = " ".join(shlex.quote(f"{name}={value}") for name, value in environment(s, layout))
+    cd = f"cd {shlex.quote(working_directory(s, layout))}"
+    if either_kind:
+        cd = f"{{ cd {shlex.quote(layout.fork_src)} 2>/dev/null || cd {shlex.quote(layout.current)}; }}"
     return (
-        f"cd {shlex.quote(working_directory(s, layout))} && runuser -u {shlex.quote(s.service_user)} -- "
+        f"{cd} && runuser -u {shlex.quote(s.service_user)} -- "
         f"env -i {env} {shlex.quote(layout.python)} -c {shlex.quote(FLASHQLA_LOAD)}"
     )
 
@@ -87,7 +92,7 @@ def rollback_context(s: Settings, layout: Layout, dirs: runtime.RuntimeDirs) -> 
         "flashinfer_cache": shlex.quote(f"{layout.service_home}/.cache/flashinfer"),
         "state_dir": shlex.quote(STATE_DIR),
         "switched_stamp": shlex.quote(paths.SWITCHED_STAMP),
-        "flashqla_warm": flashqla_warm_command(s, layout),
+        "flashqla_warm": flashqla_warm_command(s, layout, either_kind=True),
         "flashqla_stamp": shlex.quote(paths.FLASHQLA_STAMP),
     }
 

@@ -20,6 +20,7 @@ from pyinfra.api import FileUploadCommand, FunctionCommand, operation
 from vllm_rig.core.checks import fail_host
 from vllm_rig.core.stamp import ABSENT, stamps
 from vllm_rig.core.stamp import commands as stamp_commands
+from vllm_rig.core.systemd import said_on_failure
 from vllm_rig.paths import FLASHQLA_STAMP, HOST_FINGERPRINT, SWITCHED_STAMP
 from vllm_rig.stages.runtime.artifacts import waits_for
 from vllm_rig.stages.runtime.facts import (
@@ -223,7 +224,7 @@ def clear_host_caches(caches: Sequence[str]):
 
 
 @operation()
-def restart_if_stale(service: str, stamps_loaded: Sequence[str]):
+def restart_if_stale(service: str, stamps_loaded: Sequence[str], when_it_fails: str | None = None):
     """`systemctl try-restart` when the service started before the newest of `stamps_loaded` was written
     (the runtime switched, the caches cleared), also after a deploy that was cut between the switch and the
     restart. A service the GPU verdict restarted after the change is not restarted again."""
@@ -233,4 +234,4 @@ def restart_if_stale(service: str, stamps_loaded: Sequence[str]):
     if not restart_needed(found, changed):
         host.noop(f"{service} is {found['state']}; nothing newer to load")
         return
-    yield f"systemctl try-restart {shlex.quote(service + '.service')}"
+    yield said_on_failure(f"systemctl try-restart {shlex.quote(service + '.service')}", when_it_fails)

@@ -12,7 +12,7 @@ import shlex
 
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.operations import systemd
+from pyinfra.operations import server, systemd
 
 from vllm_rig import paths
 from vllm_rig.core import heartbeat
@@ -21,13 +21,19 @@ from vllm_rig.core.host_package import host_programs
 from vllm_rig.core.run import host_failed
 from vllm_rig.core.secrets import Secret, api_key_file, secret_file
 from vllm_rig.core.stamp import stamped, with_key_of
-from vllm_rig.core.systemd import unit_disabled_and_stopped, unit_enabled_and_started
+from vllm_rig.core.systemd import said_on_failure, unit_disabled_and_stopped, unit_enabled_and_started
 from vllm_rig.core.users import service_user
 from vllm_rig.paths import Layout
 from vllm_rig.settings import Settings
 from vllm_rig.stages.preflight.host_state import host_state
 from vllm_rig.stages.runtime.operations import restart_if_stale
-from vllm_rig.stages.service.unit import environment_file, probe_args, render_unit, watchdog_units
+from vllm_rig.stages.service.unit import (
+    environment_file,
+    probe_args,
+    render_unit,
+    server_gone_command,
+    watchdog_units,
+)
 
 
 @deploy("Service")
@@ -70,18 +76,24 @@ def install_service(s: Settings) -> None:
     starts = (f"Restart {s.service_name} after its unit or key changed", f"{s.service_name} enabled and started")
     for name in (*starts, f"{s.service_name} restarted if it runs an older runtime or cleared caches"):
         heartbeat.bound(host.name, name, s.service_start_timeout_s)
-    systemd.service(
+    # A start that fails says why (the server's own error line), at once: the start check gives up on a server
+    # that exited instead of waiting out its timeout.
+    said = server_gone_command(s, layout)
+    service_unit = f"{s.service_name}.service"
+    server.shell(
         name=starts[0],
-        service=s.service_name,
-        restarted=True,
+        # try-restart: only a running service (the GPU verdict leaves it stopped for a new unit); a stopped one
+        # is started by the next operation, with the new unit.
+        commands=[said_on_failure(f"systemctl try-restart {service_unit}", said)],
         _if=lambda: unit.did_change() or key.did_change(),
     )
     restart_if_stale(
         name=f"{s.service_name} restarted if it runs an older runtime or cleared caches",
         service=s.service_name,
         stamps_loaded=[paths.SWITCHED_STAMP, paths.HOST_FINGERPRINT],
+        when_it_fails=said,
     )
-    unit_enabled_and_started(name=starts[1], unit=f"{s.service_name}.service")
+    unit_enabled_and_started(name=starts[1], unit=service_unit, when_it_fails=said)
     timer = f"{paths.WATCHDOG_UNIT}.timer"
     if s.watchdog_enabled:
         unit_enabled_and_started(name="Watchdog timer enabled and started", unit=timer)
@@ -102,6 +114,6 @@ def install_service(s: Settings) -> None:
 def service_probe_command(s: Settings, layout: Layout) -> str:
     """The deploy's proof: every word quoted (served_model_name, install_root reach it)."""
     return shlex.join(
-        ["python3", layout.host_package, "service_probe", *probe_args(s, layout)]
+        ["python3", layout.host_package, "service_probe", *probe_args(s, layout), "--unit", f"{s.service_name}.service"]
         + ["--timeout", str(s.service_start_timeout_s), "--needle-words", str(s.start_check_needle_words)]
     )

@@ -133,6 +133,13 @@ def probe_args(s: Settings, layout: Layout) -> list[str]:
     ]
 
 
+def server_gone_command(s: Settings, layout: Layout) -> str:
+    """After a start or restart of the server that failed: one line on why (the unit failed or the server
+    exited, with its last error line from the journal), so the host fails with it, not with systemctl's
+    "Job ... failed"."""
+    return f"python3 {layout.host_package} server_gone --unit {s.service_name}.service"
+
+
 def gpu_wait_command(s: Settings, layout: Layout) -> str:
     devices = "all" if s.device_ids is None else ",".join(str(i) for i in s.device_ids)
     words = [HOST_PYTHON, layout.host_package, "gpu_wait", "--devices", devices]

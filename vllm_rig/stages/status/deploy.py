@@ -20,6 +20,7 @@ from pyinfra.api import deploy
 from vllm_rig.settings import Settings
 from vllm_rig.stages.status import report
 from vllm_rig.stages.status.facts import RigStatus, probe_stdin, status_spec
+from vllm_rig.stages.summary.deploy import client_url
 
 RESULTS = Path("bench-results") / "status"
 
@@ -34,7 +35,8 @@ def _previous(path: Path) -> dict | None:
 def read_status(s: Settings) -> dict:
     raw = host.get_fact(RigStatus, spec=json.dumps(status_spec(s), sort_keys=True), _stdin=probe_stdin())
     path = RESULTS / f"{host.name}.json"
-    status = report.build(host.name, raw, s, _previous(path))
+    url = client_url(str(host.data.get("ssh_hostname") or host.name), s)
+    status = report.build(host.name, raw, s, _previous(path), url)
     RESULTS.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(status, indent=1, sort_keys=True) + "\n")
     return status

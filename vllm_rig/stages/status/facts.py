@@ -40,7 +40,17 @@ GPU_FIELDS = (
     "memory.used",
     "memory.total",
 )
-SERVICE_PROPERTIES = ("LoadState", "ActiveState", "SubState", "Result", "ActiveEnterTimestamp", "NRestarts")
+SERVICE_PROPERTIES: tuple[str, ...] = (
+    "LoadState",
+    "ActiveState",
+    "SubState",
+    "Result",
+    "ActiveEnterTimestamp",
+    "NRestarts",
+)
+# How the server's main process ended, and when the current one started (a start check older is stale).
+SERVICE_PROPERTIES += ("MainPID", "ExecMainCode", "ExecMainStatus", "ExecMainStartTimestamp")
+JOURNAL_LINES = 40  # the service's last journal lines: the error line of a server that died
 # The watchdog timer: installed and waiting for its first round has no result file yet. The timer is monotonic
 # (OnBootSec/OnUnitInactiveSec), so systemd gives its next run as a time since boot (NextElapseUSecMonotonic, a
 # timespan); /proc/uptime and the clock read in the same command turn it into a wall time.
@@ -75,6 +85,7 @@ def status_spec(s: Settings) -> dict[str, Any]:
             "runtimes": RuntimeState().command(root=root),
             "cuda": "readlink -f /usr/local/cuda; /usr/local/cuda/bin/nvcc --version 2>/dev/null | grep release",
             "service": f"systemctl show {shlex.quote(unit)} --timestamp=unix {props}",
+            "journal": f"journalctl --no-pager -u {shlex.quote(unit)} -n {JOURNAL_LINES} -o cat",
             "fetch_unit": f"systemctl show {MODEL_FETCH_UNIT} -p ActiveState",
             "gpus": f"nvidia-smi --query-gpu={','.join(GPU_FIELDS)} --format=csv,noheader,nounits",
             "verdict_mtime": f"stat -c %Y {GPU_VERDICT}",

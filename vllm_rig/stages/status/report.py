@@ -15,7 +15,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from vllm_rig.host import model_fetch, nvidia_smi
+from vllm_rig.host import model_fetch, nvidia_smi, server_gone
 from vllm_rig.settings import Settings
 from vllm_rig.stages.driver.facts import DriverState
 from vllm_rig.stages.driver.reboot import reboot_reasons
@@ -281,9 +281,54 @@ def service_section(raw: dict, s: Settings) -> dict[str, Any]:
             else Unknown("no NRestarts (systemd older than 235)")
         )
     out["last start check"] = _result_file(files.get("start_check"), "start check")
+    if stale_start_check(files.get("start_check"), _unix(props.get("ExecMainStartTimestamp"))):
+        out["last start check"] = f"stale (from before the current start): {out['last start check']}"
     waiting = timer_first_check(raw) if files.get("watchdog") is None else None
     out["watchdog"] = waiting or _result_file(files.get("watchdog"), "watchdog")
     return out
+
+
+def stale_start_check(text: str | None, main_started: float | None) -> bool:
+    """The start check's result is from an earlier start than the server's current one (a server that died
+    before its start check wrote anything leaves the previous start's "ok")."""
+    data = _json(text)
+    if not isinstance(data, dict) or not data.get("time") or not main_started:
+        return False
+    try:
+        written = datetime.datetime.fromisoformat(str(data["time"]).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return False
+    return written < main_started
+
+
+def headline(raw: dict, s: Settings, url: str) -> str:
+    """The first line of a box's status: "serving MODEL at URL", or "NOT SERVING: why", from systemd's state of
+    the service, the server's own error line in its journal, and whether /v1/models lists the model."""
+    if "error" in raw:
+        return f"NOT SERVING? the box could not be read: {raw['error']}"
+    rc, lines = _command(raw, "service")
+    props = server_gone.parse_show("\n".join(lines))
+    _, journal = _command(raw, "journal")
+    said = server_gone.why("\n".join(journal))
+    got = (raw.get("http") or {}).get("api") or {}
+    models = [m.get("id") for m in (_json(got.get("body")) or {}).get("data") or []] if got.get("status") == 200 else []
+    if rc != 0 or not props:
+        return f"NOT SERVING? systemctl show did not answer (exit {rc})"
+    if props.get("LoadState") == "not-found":
+        return f"NOT SERVING: the service is not installed ({s.service_name}.service; bin/rig deploy installs it)"
+    if props.get("ActiveState") == "active" and s.served_model_name in models:
+        return f"serving {s.served_model_name} at {url}"
+    gone = server_gone.gone(props)
+    if gone:
+        return f"NOT SERVING: {server_gone.one_line(gone, chr(10).join(journal))}"
+    state = f"{props.get('ActiveState')} ({props.get('SubState')})"
+    if props.get("ActiveState") == "activating":
+        return f"NOT SERVING yet: starting, {state}" + (f"; last error line: {said}" if said else "")
+    if props.get("ActiveState") == "active":
+        answer = f"HTTP {got['status']}" if "status" in got else got.get("error", "no answer")
+        listed = f"lists {', '.join(map(str, models))}" if models else f"answers {answer}"
+        return f"NOT SERVING: the service runs but /v1/models {listed}, not {s.served_model_name}"
+    return f"NOT SERVING: the service is {state}" + (f": {said}" if said else "")
 
 
 def verdict_section(raw: dict) -> dict[str, Any]:
@@ -397,11 +442,12 @@ def _throughput(read: dict, previous: dict | None) -> Any:
 
 
 # ---- the whole view ---------------------------------------------------------------------------------------
-def build(host_name: str, raw: dict, s: Settings, previous: dict | None) -> dict[str, Any]:
+def build(host_name: str, raw: dict, s: Settings, previous: dict | None, url: str = "") -> dict[str, Any]:
+    """`url`: where clients reach the box (the summary's client_url), for the headline."""
     if "error" in raw:
         why = Unknown(raw["error"])
         sections = {name: {"all": why} for name in SECTIONS}
-        return _shape(host_name, None, sections, why, {})
+        return _shape(host_name, None, sections, why, {}) | {"headline": headline(raw, s, url)}
     service = service_section(raw, s)
     _, lines = _command(raw, "service")
     props = dict(line.partition("=")[::2] for line in lines if "=" in line)
@@ -416,7 +462,7 @@ def build(host_name: str, raw: dict, s: Settings, previous: dict | None) -> dict
         "api": api_section(raw, s),
         "metrics": metrics,
     }
-    return _shape(host_name, raw["time"], sections, gpu_rows(raw), read)
+    return _shape(host_name, raw["time"], sections, gpu_rows(raw), read) | {"headline": headline(raw, s, url)}
 
 
 def _shape(host_name: str, at: float | None, sections: dict, gpus: Any, read: dict) -> dict[str, Any]:
@@ -460,7 +506,8 @@ def render_table(status: dict[str, Any]) -> str:
     else:
         rows.append(("gpus", "", _text(gpus)))
     w0, w1 = max(len(r[0]) for r in rows), max(len(r[1]) for r in rows)
-    lines = [f"status of {status['host']} at {status['read_at'] or 'unknown'}"]
+    lines = [f"{status['host']}: {status['headline']}"] if status.get("headline") else []
+    lines += [f"status of {status['host']} at {status['read_at'] or 'unknown'}"]
     lines += [f"  {a.ljust(w0)}  {b.ljust(w1)}  {c}".rstrip() for a, b, c in rows]
     return "\n".join(lines)
 

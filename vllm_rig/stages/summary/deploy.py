@@ -57,16 +57,20 @@ def ssh_command(conn: dict[str, Any]) -> list[str]:
     return cmd
 
 
+def client_url(address: str, s: Settings) -> str:
+    """The URL clients use (the OpenAI API's base), for the box at `address`."""
+    shown_address = f"[{address}]" if ":" in address else address
+    if s.lan_serving == "proxy":
+        return f"https://{shown_address}:{s.lan_port}/v1"
+    server = shown_address if s.server_host not in LOOPBACK else s.server_host
+    return f"http://{server}:{s.vllm_port}/v1"
+
+
 def next_step_lines(conn: dict[str, Any], s: Settings) -> list[str]:
     """What an owner does next, from the host's connection data and settings; the last line is a curl
     command that works from the repository (where the deploy put the CA file)."""
     name, address = conn["name"], str(conn.get("ssh_hostname") or conn["name"])
-    shown_address = f"[{address}]" if ":" in address else address
-    if s.lan_serving == "proxy":
-        url = f"https://{shown_address}:{s.lan_port}/v1"
-    else:
-        server = shown_address if s.server_host not in LOOPBACK else s.server_host
-        url = f"http://{server}:{s.vllm_port}/v1"
+    url = client_url(address, s)
     lines = [f'clients use {url} (the OpenAI API) with the model name "{s.served_model_name}"']
     curl = ["curl", "-sS", "--fail-with-body"]
     if s.lan_serving == "proxy" and s.lan_tls == "local_ca":

@@ -55,6 +55,7 @@ def probe_command(s: Settings, layout: Layout) -> str:
     return shlex.join(
         ["python3", layout.host_package, "service_probe", "--base-url", f"http://127.0.0.1:{s.vllm_port}"]
         + ["--model", s.served_model_name, "--env-file", layout.env_file, "--timeout", str(s.service_start_timeout_s)]
+        + ["--unit", f"{s.service_name}.service"]
     )
 
 

@@ -1,7 +1,8 @@
 """Verify: the GPU/NVLink/P2P/NCCL verdict (vllm_rig/host/gpu_verdict.py) in the runtime venv, after a change.
 
 It runs when the driver, the runtime or the thresholds changed (a stamp records what was verified),
-with both GPUs free: a running service is stopped for the measurement and started again. The JSON
+with both GPUs free: a running service is stopped for the measurement and started again, with the unit this
+run installs only (start_again): a unit that changes is started by the service stage, once. The JSON
 verdict stays on the host (/var/lib/vllm-rig/gpu-verdict.json). Exit 1 (a failed gate) stops the host
 unless verify_gate is "warn"; exit 2 (could not run) always does.
 """
@@ -16,6 +17,7 @@ from vllm_rig.core.run import host_failed
 from vllm_rig.core.stamp import stamped, with_key_of
 from vllm_rig.paths import DRIVER_RECORD, GPU_VERDICT, GPU_VERDICT_PROVEN, SWITCHED_STAMP, Layout
 from vllm_rig.settings import Settings
+from vllm_rig.stages.service.unit import render_unit, server_gone_command
 
 
 def verdict_command(s, layout: Layout) -> str:
@@ -43,16 +45,41 @@ def verdict_command(s, layout: Layout) -> str:
     )
 
 
+def start_again(unit: str, unit_path: str, unit_text: str, when_it_fails: str) -> str:
+    """The shell that starts the service again after the verdict, only where it would start with the unit this
+    run installs: the file on the box is the one the service stage renders. Where the unit changes (a switch of
+    runtime kind changes the server's flags: the upstream kind's --reasoning-config, which the fork refuses with
+    exit 2), a start now would run the new runtime with the old flags; it stays stopped and the service stage
+    starts it once, with its new unit. A start that fails says why (`when_it_fails`)."""
+    sha = hashlib.sha256(unit_text.encode()).hexdigest()
+    return (
+        f'if [ "$(sha256sum < {unit_path} 2>/dev/null)" = "{sha}  -" ]; then '
+        f"systemctl start {unit} || {when_it_fails}; "
+        f'else echo "{unit} left stopped: its unit changes in this run, the service stage starts it with the new one"; '
+        "fi"
+    )
+
+
+def verdict_run(s: Settings, layout: Layout) -> str:
+    """verdict_command, but the service is started again only with the unit this run leaves on the box."""
+    unit = f"{s.service_name}.service"
+    again = start_again(unit, layout.unit_path, render_unit(s, layout), server_gone_command(s, layout))
+    command = verdict_command(s, layout)
+    old = f"systemctl start {unit};;"
+    assert command.count(old) == 1
+    return command.replace(old, f"{again};;")
+
+
 @deploy("Verify")
 def verify_gpus(s: Settings) -> None:
     if host_failed():
         return
     layout = Layout.of(s)
     host_programs(layout.host_package)
-    command = verdict_command(s, layout)
+    command = verdict_command(s, layout)  # the stamp's key: what is measured (a new unit is not measured again)
     stamped(
         name="GPU verdict: GPUs, NVLink, P2P, NCCL all-reduce",
-        command=command,
+        command=verdict_run(s, layout),
         stamp=GPU_VERDICT_PROVEN,
         # The driver record too: a driver upgrade must be verified again even on the same runtime.
         key=with_key_of(
