@@ -12,6 +12,7 @@ import pytest
 
 from tests.real import real_pip
 from tests.unit.groupdata import profile_data
+from vllm_rig.known import flashinfer_fix
 from vllm_rig.settings import Settings
 from vllm_rig.stages.runtime import plan as runtime
 from vllm_rig.validation import load_settings
@@ -25,8 +26,12 @@ pytestmark = pytest.mark.skipif(
 
 
 def _settings(profile: str | None, release: str) -> Settings:
-    """Each profile's settings on the fork kind (the upstream kind's set: test_real_upstream_resolver.py)."""
-    return load_settings({**profile_data(profile), "runtime_kind": "fork", "flashinfer_version": release})
+    """Each profile's settings on the fork kind (the upstream kind's set: test_real_upstream_resolver.py); a
+    FlashInfer whose tile cannot serve FP8 KV on SM75 (PR 3621's 0.6.14) on FP16 KV, without the FP8 catalogue."""
+    data = {**profile_data(profile), "runtime_kind": "fork", "flashinfer_version": release}
+    if not flashinfer_fix.fp8_kv_fits(release, flashinfer_fix.patch_for(release)):
+        data |= {"kv_cache_dtype": "auto", "models": {}}
+    return load_settings(data)
 
 
 @pytest.fixture(scope="module")

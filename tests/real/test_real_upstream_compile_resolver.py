@@ -20,7 +20,7 @@ from tests.real import real_pip
 from tests.unit.groupdata import profile_data
 from vllm_rig.host import runtime_build
 from vllm_rig.known import upstream_compile
-from vllm_rig.settings import Settings, upstream_release_pins
+from vllm_rig.settings import Settings
 from vllm_rig.validation import load_settings
 
 UPSTREAM = Path(__file__).resolve().parents[1] / "sandbox/fixtures/pkg_index/upstream"
@@ -28,9 +28,13 @@ UPSTREAM = Path(__file__).resolve().parents[1] / "sandbox/fixtures/pkg_index/ups
 # What each release's settings must hold beyond the profile (the release's own pins; triton at its torch's pin,
 # which settings do not derive: docs/upstream-facts.md section 4), and what the resolver must pick.
 RELEASES: dict[str, dict[str, Any]] = {
-    "0.26.0": {"settings": {}, "pins": {"torch": "2.11.0", "flashinfer-python": "0.6.14", "triton": "3.6.0"}},
+    # 0.26.0's FlashInfer (0.6.14 + PR 3621) serves FP16 KV only: the catalogue's FP8-KV entries left out
+    "0.26.0": {
+        "settings": {"kv_cache_dtype": "auto", "models": {}},
+        "pins": {"torch": "2.11.0", "flashinfer-python": "0.6.14", "triton": "3.6.0"},
+    },
     "0.27.1": {
-        "settings": {**upstream_release_pins("0.27.1"), "triton_version": "3.7.1"},
+        "settings": {},  # null pins: the release's own (torch 2.13.0's triton 3.7.1 among them)
         "pins": {"torch": "2.13.0", "flashinfer-python": "0.6.16.post3", "triton": "3.7.1", "quack-kernels": "0.6.1"},
     },
 }
