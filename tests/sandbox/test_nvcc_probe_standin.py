@@ -10,12 +10,10 @@ header not found, a header without sizes, sizes measured with another probe sour
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import re
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -38,21 +36,10 @@ REAL = {
 FITS = ("prefill-0.6.8.post1.cuh", "prefill-0.6.16.cuh")
 
 
-def _install(dist: wheelfile.Dist, target: Path) -> Path:
-    """Unpack a wheel as pip does for a purelib wheel: files in place, the executable bits kept."""
-    with zipfile.ZipFile(io.BytesIO(wheelfile.build(dist))) as zf:
-        for info in zf.infolist():
-            path = target / info.filename
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(zf.read(info))
-            path.chmod((info.external_attr >> 16) & 0o777)
-    return target
-
-
 @pytest.fixture(scope="module")
 def nvcc(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The upstream runtime's nvcc: PyPI's nvidia-cuda-nvcc stand-in, installed into a site-packages."""
-    site = _install(
+    site = wheelfile.install(
         next(d for d in upstream.cuda_dists() if d.name == "nvidia-cuda-nvcc"), tmp_path_factory.mktemp("cu")
     )
     path = site / upstream.CU13 / "bin" / "nvcc"
@@ -62,7 +49,7 @@ def nvcc(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _python(tmp_path: Path, version: str) -> Path:
     """A runtime python that sees the stand-in flashinfer-python `version` as pip installed it."""
-    site = _install(standins.flashinfer_python(version), tmp_path / f"site-{version}")
+    site = wheelfile.install(standins.flashinfer_python(version), tmp_path / f"site-{version}")
     python = tmp_path / f"python-{version}"
     python.write_text(f'#!/bin/sh\nPYTHONPATH="{site}" exec "{sys.executable}" "$@"\n')
     python.chmod(0o755)
@@ -179,7 +166,7 @@ def test_anything_else_is_refused(tmp_path: Path, nvcc: Path) -> None:
 def _build(tmp_path: Path, nvcc: Path, version: str, kv: str, fix: str | None) -> runtime_build.Build:
     """A runtime whose venv holds the stand-in flashinfer-python `version` (PR `fix`'s served prefill.cuh put in
     as the build puts it) and whose cuda_home is the stand-in nvcc's toolkit."""
-    site = _install(standins.flashinfer_python(version), tmp_path / "site")
+    site = wheelfile.install(standins.flashinfer_python(version), tmp_path / "site")
     if fix is not None:
         served = fixes.served()[fixes.fix(fix).raw_path(fixes.PREFILL)]
         (site / standins.INCLUDE / "prefill.cuh").write_bytes(served)

@@ -9,12 +9,10 @@ what the real server printed (fixtures/forge/real_parser_outputs/upstream-<versi
 from __future__ import annotations
 
 import ctypes
-import io
 import json
 import os
 import subprocess
 import sys
-import zipfile
 from email.parser import Parser
 from pathlib import Path
 
@@ -31,16 +29,6 @@ REAL = Path(__file__).resolve().parent / "fixtures" / "forge" / "real_parser_out
 SERVER = "vllm.entrypoints.openai.api_server"
 
 
-def _install(dist: wheelfile.Dist, target: Path) -> None:
-    """Unpack a wheel as pip does for a purelib wheel: files in place, the executable bits kept."""
-    with zipfile.ZipFile(io.BytesIO(wheelfile.build(dist))) as zf:
-        for info in zf.infolist():
-            path = target / info.filename
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(zf.read(info))
-            path.chmod((info.external_attr >> 16) & 0o777)
-
-
 @pytest.fixture(scope="module")
 def wheel() -> wheelfile.Dist:
     return upstream.vllm_dist()
@@ -49,7 +37,7 @@ def wheel() -> wheelfile.Dist:
 @pytest.fixture
 def site(tmp_path: Path, wheel: wheelfile.Dist) -> Path:
     target = tmp_path / "site-packages"
-    _install(wheel, target)
+    wheelfile.install(wheel, target)
     return target
 
 
@@ -213,7 +201,7 @@ def test_the_flashqla_patch_applies_to_the_stand_in_flashqla_once(tmp_path: Path
 
 def test_the_cuda_parts_install_nvcc_13_0_and_libcudart_13(tmp_path: Path) -> None:
     for dist in upstream.cuda_dists():
-        _install(dist, tmp_path)
+        wheelfile.install(dist, tmp_path)
     home = tmp_path / upstream.CU13
     out = subprocess.run([str(home / "bin" / "nvcc"), "--version"], capture_output=True, text=True, check=True)
     assert "Cuda compilation tools, release 13.0, V13.0.88" in out.stdout
