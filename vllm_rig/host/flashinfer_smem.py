@@ -18,7 +18,6 @@ records `record(...)` in runtime.json, so the service's start check compares has
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import re
 import subprocess
@@ -26,6 +25,8 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from . import runtime_artifact
 
 LIMIT = 65_536  # SM75's per-block opt-in shared memory (cudaDevAttrMaxSharedMemoryPerBlockOptin)
 HEADER = "include/flashinfer/attention/prefill.cuh"  # relative to the package's data directory
@@ -197,7 +198,7 @@ def measure(nvcc: str | Path, data: Path, env: dict[str, str] | None = None) -> 
 
 
 def sha256_of(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    return runtime_artifact.file_sha256(path)
 
 
 def probe(python: str | Path, nvcc: str | Path, env: dict[str, str] | None = None) -> tuple[Installed, Sizes]:

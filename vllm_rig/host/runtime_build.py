@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import ast
 import datetime
-import hashlib
 import json
 import os
 import re
@@ -75,11 +74,7 @@ def redact(text: str) -> str:
 
 def sha256_of(path: Path) -> str:
     """The file's sha256, read in pieces (a wheel is hundreds of MiB)."""
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while piece := f.read(CHUNK):
-            digest.update(piece)
-    return digest.hexdigest()
+    return runtime_artifact.file_sha256(path)
 
 
 def write_atomic(path: Path, text: str) -> None:
