@@ -283,9 +283,8 @@ class Settings(BaseModel):
         "CUTLASS v4.4.2 (the fork's build.sh), as a commit", "a 40-character commit SHA (a tag can move)"
     )
     triton_src_repo: str = _setting("triton_kernels sources, fetched before the build", "a git URL (https://...)")
-    triton_src_ref: str | None = _setting(
-        "Triton v3.6.0's commit (the fork's build.sh); None: not recorded, the fork kind needs it set",
-        "null or a 40-character commit SHA (a tag can move)",
+    triton_src_ref: str = _setting(
+        "Triton v3.6.0 (the fork's build.sh), as a commit", "a 40-character commit SHA (a tag can move)"
     )
     fetchcontent_sources: dict[str, dict[str, Any]] = _setting(
         "what the fork's CMake fetches in the compile: fetched ahead via the git cache, by variable",
@@ -784,9 +783,9 @@ class Settings(BaseModel):
 
     @field_validator("cutlass_ref", "triton_src_ref")
     @classmethod
-    def _commit(cls, value: str | None, info: ValidationInfo) -> str | None:
+    def _commit(cls, value: str, info: ValidationInfo) -> str:
         repo = {"cutlass_ref": "NVIDIA/cutlass", "triton_src_ref": "triton-lang/triton"}[str(info.field_name)]
-        problem = None if value is None else git_tags.ref_problem(value, repo)
+        problem = git_tags.ref_problem(value, repo)
         if problem:
             raise ValueError(problem)
         return value
@@ -1429,14 +1428,8 @@ def plain_http_warnings(by_host: Mapping[str, Settings]) -> list[str]:
 
 
 def _unpinned_sources(s: Settings):
-    """A git source this host would check out whose commit is not known: the fork kind's Triton, or a release's
-    CMake source known only by its tag (the commit goes in the setting; a tag is never checked out)."""
-    if s.runtime_kind == "fork" and s.triton_src_ref is None:
-        yield (
-            "triton_src_ref",
-            "must be set for runtime_kind fork: the 40-character commit of triton-lang/triton v3.6.0, which is not "
-            "recorded here (read it with git ls-remote from a machine you trust; a tag can move)",
-        )
+    """A release's CMake source this compile would check out that is known only by its tag, with no commit
+    recorded for it (the commit goes in upstream_compile_sources; a tag is never checked out)."""
     if s.runtime_kind == "upstream" and s.upstream_build == "compile" and s.upstream_compile_sources is None:
         try:
             sources = s.vllm_sdist().sources

@@ -19,17 +19,9 @@ def group_data(name: str) -> dict[str, Any]:
     }
 
 
-# Triton v3.6.0's commit is not recorded (vllm_rig/known/git_tags.py), so a host of the fork kind must set
-# triton_src_ref itself; the tests stand in for that host with this commit.
-TRITON_SRC_STANDIN = "3" * 40
-
-
 def profile_data(profile: str | None = None) -> dict[str, Any]:
-    """all.py, with a profile group's file on top (as pyinfra merges them for a host in that group), and the
-    Triton commit a host of the fork kind sets (TRITON_SRC_STANDIN)."""
+    """all.py, with a profile group's file on top (as pyinfra merges them for a host in that group)."""
     data = group_data("all")
     if profile:
         data.update(group_data(profile))
-    if data.get("triton_src_ref") is None:
-        data["triton_src_ref"] = TRITON_SRC_STANDIN
     return data

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from tests.unit.groupdata import profile_data
+from vllm_rig.known.git_tags import SHA40
 from vllm_rig.settings import Settings, plain_http_warnings
 from vllm_rig.validation import SettingsError, load_settings
 
@@ -494,7 +495,8 @@ def test_a_plain_http_mirror_is_refused_unless_allowed_and_then_warned(key: str,
 
 
 def test_a_tag_in_a_git_ref_setting_names_the_commit_it_should_be() -> None:
-    """A moved tag must not choose the code: a known tag is refused with its commit, an unknown one with the rule."""
+    """A moved tag must not choose the code: a known tag is refused with its commit, an unknown one with the rule;
+    the defaults are commits, so a default host of either kind is not refused."""
     with pytest.raises(SettingsError) as err:
         load_settings({**profile_data(), "cutlass_ref": "v4.4.2"})
     assert len(err.value.lines) == 1, err.value.lines
@@ -502,8 +504,10 @@ def test_a_tag_in_a_git_ref_setting_names_the_commit_it_should_be() -> None:
     with pytest.raises(SettingsError) as err:
         load_settings({**profile_data("qwen38"), "triton_src_ref": "v3.6.0"})
     assert len(err.value.lines) == 1, err.value.lines
-    assert "must be a 40-character lower-case commit SHA" in err.value.lines[0]
-    assert "triton-lang/triton v3.6.0 is not recorded here" in err.value.lines[0]
-    with pytest.raises(SettingsError) as err:  # the fork kind without the commit: refused, not a tag fallback
-        load_settings({**profile_data("qwen38"), "triton_src_ref": None})
-    assert len(err.value.lines) == 1 and err.value.lines[0].startswith("settings: triton_src_ref")
+    assert "use its commit 7c56a5e40f7fd928dfd5c72902d5def0097db73a (triton-lang/triton v3.6.0)" in err.value.lines[0]
+    with pytest.raises(SettingsError) as err:  # a tag whose commit is not recorded: the rule, and where to read it
+        load_settings({**profile_data(), "cutlass_ref": "v4.5.0"})
+    assert len(err.value.lines) == 1 and "must be a 40-character lower-case commit SHA" in err.value.lines[0]
+    for profile in (None, "qwen38"):  # the defaults: every git source a commit, nothing refused
+        s = load_settings(profile_data(profile))
+        assert SHA40.match(s.cutlass_ref) and SHA40.match(s.triton_src_ref)

@@ -16,9 +16,14 @@ TAG_COMMITS: dict[str, dict[str, str | None]] = {
     # v4.4.2 is a lightweight tag on this commit, read in a snapshot of the repository's own refs (the fork's
     # build.sh and vLLM 0.26.0/0.27.1's CUTLASS_REVISION name the tag).
     "NVIDIA/cutlass": {"v4.4.2": "da5e086dab31d63815acafdac9a9c5893b1c69e2"},
-    # v3.6.0 (the fork's build.sh) and v3.5.1 (vLLM 0.26.0/0.27.1's DEFAULT_TRITON_KERNELS_TAG): their commits
-    # were not found in any source read here; read them with `git ls-remote` from a machine you trust.
-    "triton-lang/triton": {"v3.6.0": None, "v3.5.1": None},
+    # v3.6.0 (the fork's build.sh): the commit that independent public pins name for the tag, none of them this
+    # project's: a later build script of the 2080 Ti fork family (TRITON_TAG, beside CUTLASS v4.4.2's da5e086d), a
+    # gfx906 vLLM build that rewrote vLLM's FetchContent tag v3.6.0 to it, a pin recorded as the tip of
+    # release/3.6.x, and a benchmark's "official 3.6.0" commit. The tag itself could not be read here (the
+    # repository is too big to mirror), so this rests on those pins agreeing.
+    # v3.5.1 (vLLM 0.26.0/0.27.1's DEFAULT_TRITON_KERNELS_TAG): its commit was not found in any source read here;
+    # read it with `git ls-remote` from a machine you trust.
+    "triton-lang/triton": {"v3.6.0": "7c56a5e40f7fd928dfd5c72902d5def0097db73a", "v3.5.1": None},
 }
 
 

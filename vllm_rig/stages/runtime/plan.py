@@ -177,7 +177,6 @@ def git_sources(s: Settings, dirs: RuntimeDirs) -> list[tuple[str, str, str, str
     if s.runtime_kind == "upstream":
         return upstream.git_sources(s, dirs)
     prefix = s.git_mirror_prefix
-    assert s.triton_src_ref is not None  # settings.py refuses the fork kind without its commit
     return [
         ("vLLM fork", prefix + s.fork_repo, s.fork_ref, dirs.fork),
         ("FlashQLA", prefix + s.flashqla_repo, s.flashqla_ref, dirs.flashqla),
