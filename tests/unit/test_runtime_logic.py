@@ -10,6 +10,7 @@ import pytest
 
 from tests.unit.groupdata import profile_data
 from vllm_rig.core.git import checkout_matches
+from vllm_rig.known.git_tags import SHA40
 from vllm_rig.settings import Settings
 from vllm_rig.stages.runtime import plan as runtime
 from vllm_rig.stages.runtime.facts import (
@@ -235,6 +236,15 @@ def test_git_sources_take_the_mirror_prefix_and_cache_names_ignore_it() -> None:
     assert all(url.startswith("https://gh-proxy.example/https://github.com/") for _, url, _, _ in sources)
     assert runtime.cache_name(sources[0][1]) == "weicj+vLLM-2080Ti-Definitive"
     assert runtime.cache_name("http://127.0.0.1:18181/git/NVIDIA/cutlass.git") == "NVIDIA+cutlass"
+
+
+@pytest.mark.parametrize("profile", [None, "qwen38", "fork_validated"])
+def test_every_git_source_a_default_host_checks_out_is_a_commit(profile: str | None) -> None:
+    """A moved tag cannot choose the code: whatever a host of each profile checks out (its kind's defaults), it
+    names by a 40-hex commit, so the fetch asks the remote for that commit and HEAD is checked against it."""
+    s = load_settings(profile_data(profile))
+    refs = [ref for _, _, ref, _ in runtime.git_sources(s, runtime.RuntimeDirs("/r", "x"))]
+    assert refs and all(SHA40.match(ref) for ref in refs), refs
 
 
 # ---- facts ---------------------------------------------------------------------------------------------
