@@ -2,7 +2,7 @@
 
 <install_root>/runtimes/<build fingerprint>/   a built runtime: venv/, src/vllm (the fork), src/flashqla
 <install_root>/current -> runtimes/<fp>         the runtime the service runs; previous -> the last good one
-<install_root>/tools/venv/                      host tools (huggingface_hub for `hf download`)
+<install_root>/tools/venv/                      host tools (huggingface_hub for the model fetch)
 <install_root>/bin/                             vllm-rig-host.pyz (vllm_rig/host/), the rig's shell scripts
 /var/lib/vllm-rig/                              state: fingerprints, markers, background job logs
 /etc/vllm-rig/                                  config: the service's env file with the API key (0600)
