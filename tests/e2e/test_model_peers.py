@@ -155,7 +155,7 @@ def test_one_url_for_both_rigs_spreads_fails_over_and_comes_back(two: Rig, monke
     monkeypatch.setenv("VLLM_RIG_SANDBOX_HOST_DATA", json.dumps({"rig1": {"front_of": ["rig2"]}}))
     refused = deploy(rig, "tasks/front.py", data=SAME_MODEL)  # rig2 serves its model as qwen38-27b
     assert not refused.ok and refused.changed == []
-    [line] = [line.strip() for line in refused.log.splitlines() if "settings: " in line]
+    [line] = {line.strip() for line in refused.log.splitlines() if "settings: " in line}  # said again at the end
     assert line.startswith("[rig1] settings: front_of: rig2 serves ") and "must serve the same model" in line, line
     run = deploy(rig, "tasks/service.py", "tasks/front.py", data=FRONT)
     assert run.ok, run.error_line()
