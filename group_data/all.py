@@ -287,6 +287,8 @@ lan_tls_key_file = None  # lan_tls = "own": its PEM private key on the control m
 lan_tls_names = []  # extra DNS names or IPs in the local CA's certificate (the host's name and addresses always are)
 lan_max_body_mb = 64  # largest request body: a 262K-token prompt as escaped JSON is a few MB, images more
 lan_read_timeout_s = 1800  # longest silence from the server: a non-streamed answer to a 100K prompt comes at the end
+front_of = []  # other boxes of the inventory this box also answers for at front_port (one URL; same model on all)
+front_port = 8444  # front_of: the one URL's HTTPS port on this box
 
 # ---- verify and bench: the GPU verdict after a change, the benchmark on demand (tasks/bench.py)
 verify_gate = "fail"  # a failed verdict gate stops the host (fail) or only warns (warn)

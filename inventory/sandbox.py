@@ -56,6 +56,7 @@ def _host(m: _machine.Machine) -> tuple[str, dict]:
             "_sudo": True,
             "vllm_port": _VLLM_PORT_BASE + m.index,
             "lan_port": _paths.LAN_PORT_BASE + m.index,  # every machine shares the host's addresses
+            "front_port": _paths.FRONT_PORT_BASE + m.index,
             "model_peer_port": _paths.MODEL_PEER_PORT_BASE + m.index,
             **_os_settings(m),
             **_host_data(m.name),

@@ -47,6 +47,8 @@ FLASHINFER_PATCHES = ("pr3621", "pr3526")
 DNS_NAME = re.compile(
     r"^(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
 )
+# An inventory host's name as front_of lists it (it names files and nginx sockets on the front).
+INVENTORY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
 
 # Paths on the box: they are spliced into commands, units, PATH and the rollback script, so they hold only
 # characters no consumer reads specially (no space, quote, $, %, ;, :, backslash or control character).
@@ -606,6 +608,13 @@ class Settings(BaseModel):
         "longest silence from the server: a non-streamed answer to a 100K prompt comes at the end",
         "seconds from 60 to 86400",
     )
+    front_of: list[str] = _setting(
+        "other boxes of the inventory this box also answers for at front_port (one URL; same model on all)",
+        "a list of other hosts' inventory names, each serving the same model behind its own proxy",
+    )
+    front_port: Annotated[int, Field(ge=1, le=65535)] = _setting(
+        "front_of: the one URL's HTTPS port on this box", "an integer from 1 to 65535, not lan_port or vllm_port"
+    )
 
     # ---- verify and bench
     verify_gate: Literal["fail", "warn"] = _setting(
@@ -926,6 +935,17 @@ class Settings(BaseModel):
             problem = _network_problem(entry)
             if problem:
                 raise ValueError(problem)
+        return value
+
+    @field_validator("front_of")
+    @classmethod
+    def _front_of(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not INVENTORY_NAME.match(name):
+                raise ValueError(f"{name!r} is not an inventory host name (letters, digits and . _ : @ -)")
+        repeated = sorted({name for name in value if value.count(name) > 1})
+        if repeated:
+            raise ValueError(f"names {', '.join(repeated)} more than once")
         return value
 
     @field_validator("lan_tls_names")
@@ -1602,12 +1622,26 @@ def _lan_problems(s: Settings):
             yield "vllm_api_key", "must be auto when lan_serving is proxy: the proxy asks for the key on every path"
         if s.lan_port == s.vllm_port:
             yield "lan_port", f"must differ from vllm_port ({s.vllm_port}): the server keeps that port on loopback"
+    if s.front_of:
+        yield from _front_problems(s)
     given = [key for key in ("lan_tls_cert_file", "lan_tls_key_file") if getattr(s, key) is not None]
     if s.lan_tls == "local_ca" and given:
         yield given[0], "is set but lan_tls is local_ca: set lan_tls: own to serve your certificate"
     elif s.lan_tls == "own" and s.lan_serving == "proxy" and len(given) < 2:
         missing = next(key for key in ("lan_tls_cert_file", "lan_tls_key_file") if key not in given)
         yield missing, "must be set when lan_tls is own (the certificate and its private key, PEM files)"
+
+
+def _front_problems(s: Settings):
+    """A front (front_of) serves beside its box's proxy, with its certificate and key check."""
+    if s.lan_serving != "proxy" or s.lan_tls != "local_ca":
+        yield (
+            "front_of",
+            "needs lan_serving: proxy and lan_tls: local_ca on this box (the front serves with the box's "
+            "certificate and checks its key; each box's certificate is checked against that box's own CA)",
+        )
+    if s.front_port in (s.lan_port, s.vllm_port):
+        yield "front_port", f"must differ from lan_port ({s.lan_port}) and vllm_port ({s.vllm_port})"
 
 
 def _fp8_kv_problems(s: Settings):

@@ -173,6 +173,8 @@ RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
     ("lan_tls_names", ["bad name"], ["box.lan", "192.168.1.5"], {}),
     ("lan_max_body_mb", 0, 256, {}),
     ("lan_read_timeout_s", 5, 3600, {}),
+    ("front_of", ["box two"], ["box2"], {}),
+    ("front_port", 8443, 9444, {"front_of": ["box2"]}),
     ("tensor_parallel_size", 3, 1, {"device_ids": None}),
     ("tensor_parallel_size", 4, 2, {"device_ids": None}),  # more than gpu_count=2
     ("device_ids", [0, 0], [1, 0], {}),
