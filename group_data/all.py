@@ -287,6 +287,7 @@ lan_tls_key_file = None  # lan_tls = "own": its PEM private key on the control m
 lan_tls_names = []  # extra DNS names or IPs in the local CA's certificate (the host's name and addresses always are)
 lan_max_body_mb = 64  # largest request body: a 262K-token prompt as escaped JSON is a few MB, images more
 lan_read_timeout_s = 1800  # longest silence from the server: a non-streamed answer to a 100K prompt comes at the end
+api_keys = []  # clients' own keys, one per name, each made on the box (sudo cat /etc/vllm-rig/keys/NAME)
 
 # ---- verify and bench: the GPU verdict after a change, the benchmark on demand (tasks/bench.py)
 verify_gate = "fail"  # a failed verdict gate stops the host (fail) or only warns (warn)
@@ -302,5 +303,7 @@ triage_journal_lines = 400  # journal lines of the service and the build in a tr
 logs_source = "service"  # whose log tasks/logs.py shows (bin/rig logs SOURCE)
 logs_lines = 100  # lines of the log tasks/logs.py shows first (bin/rig logs -n)
 logs_follow = False  # tasks/logs.py keeps printing new lines until Ctrl-C (bin/rig logs -f)
+keys_action = "list"  # what tasks/keys.py does: list the client keys, add or revoke one (bin/rig keys ACTION)
+keys_name = None  # the key tasks/keys.py adds or revokes (bin/rig keys add NAME)
 remove_model = False  # tasks/remove.py also deletes the model directories (bin/rig remove --with-model)
 remove_driver = False  # tasks/remove.py also removes the NVIDIA driver and CUDA (bin/rig remove --with-driver)
