@@ -1597,6 +1597,12 @@ def _cross_rule_problems(s: Settings):
     if min_driver and Version(s.nvidia_driver_version) < min_driver:
         yield "nvidia_driver_version", f"must be >= {min_driver} for CUDA {s.cuda_version}"
     yield from _lan_problems(s)
+    yield from _keys_task_problems(s)
+
+
+def _keys_task_problems(s: Settings):
+    if s.keys_action != "list" and s.keys_name is None:
+        yield "keys_name", f"must name the key to {s.keys_action} (bin/rig keys {s.keys_action} NAME)"
 
 
 def _key_name_problem(name: str) -> None:
@@ -1620,6 +1626,11 @@ def _lan_problems(s: Settings):
             yield "vllm_api_key", "must be auto when lan_serving is proxy: the proxy asks for the key on every path"
         if s.lan_port == s.vllm_port:
             yield "lan_port", f"must differ from vllm_port ({s.vllm_port}): the server keeps that port on loopback"
+    elif s.keys_action != "list":
+        yield (
+            "keys_action",
+            "needs lan_serving: proxy: client keys are nginx's (with direct the server's key is the one)",
+        )
     elif s.api_keys:
         yield (
             "api_keys",

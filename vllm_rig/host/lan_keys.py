@@ -237,7 +237,7 @@ def listing(directory: str, log: str, since: float) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="lan_keys", description="The LAN proxy's client keys (see the module doc).")
+    p = argparse.ArgumentParser(prog="lan_keys.py", description="The LAN proxy's client keys (see the module doc).")
     p.add_argument("action", choices=("ensure", "add", "revoke", "state", "map", "list"))
     p.add_argument("names", nargs="*")
     p.add_argument("--dir", required=True)
@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--check", action="store_true")
     p.add_argument("--log")
     p.add_argument("--since", type=float, default=0.0)
-    a = p.parse_args(argv)
+    a = p.parse_intermixed_args(argv)  # names after --dir too
     try:
         return _run(a)
     except Refused as err:

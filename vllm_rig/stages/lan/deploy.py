@@ -37,6 +37,8 @@ from vllm_rig.stages.lan.operations import (
 
 TEMPLATE = "lan/nginx-site.conf.j2"
 LOADED_STAMP = f"{paths.STATE_DIR}/lan-proxy-loaded"
+# What nginx loads of the stage's: a change to any of them is a reload (bin/rig keys changes the map alone).
+LOADED_FILES = (paths.NGINX_SITE, paths.LAN_KEY_MAP, paths.LAN_CERT, paths.LAN_KEY)
 LOOPBACK = ("127.0.0.0/8", "::1/128")
 # What vLLM serves without the key: its AuthenticationMiddleware checks only /v1, /v2, /inference and /cohere.
 OPEN_PATHS = ", ".join(server_routes.OPEN_PATHS)
@@ -89,7 +91,7 @@ def serve_lan(s: Settings) -> None:
     unit_enabled_and_started(name="nginx enabled and started", unit="nginx.service")
     nginx_loaded(
         name="nginx checked and reloaded when its files changed",
-        paths=(paths.NGINX_SITE, paths.LAN_KEY_MAP, paths.LAN_CERT, paths.LAN_KEY),
+        paths=LOADED_FILES,
         stamp=LOADED_STAMP,
         port=s.lan_port,
     )
