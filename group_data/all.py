@@ -289,6 +289,7 @@ lan_max_body_mb = 64  # largest request body: a 262K-token prompt as escaped JSO
 lan_read_timeout_s = 1800  # longest silence from the server: a non-streamed answer to a 100K prompt comes at the end
 front_of = []  # other boxes of the inventory this box also answers for at front_port (one URL; same model on all)
 front_port = 8444  # front_of: the one URL's HTTPS port on this box
+api_keys = []  # clients' own keys, one per name, each made on the box (sudo cat /etc/vllm-rig/keys/NAME)
 
 # ---- verify and bench: the GPU verdict after a change, the benchmark on demand (tasks/bench.py)
 verify_gate = "fail"  # a failed verdict gate stops the host (fail) or only warns (warn)
@@ -304,5 +305,7 @@ triage_journal_lines = 400  # journal lines of the service and the build in a tr
 logs_source = "service"  # whose log tasks/logs.py shows (bin/rig logs SOURCE)
 logs_lines = 100  # lines of the log tasks/logs.py shows first (bin/rig logs -n)
 logs_follow = False  # tasks/logs.py keeps printing new lines until Ctrl-C (bin/rig logs -f)
+keys_action = "list"  # what tasks/keys.py does: list the client keys, add or revoke one (bin/rig keys ACTION)
+keys_name = None  # the key tasks/keys.py adds or revokes (bin/rig keys add NAME)
 remove_model = False  # tasks/remove.py also deletes the model directories (bin/rig remove --with-model)
 remove_driver = False  # tasks/remove.py also removes the NVIDIA driver and CUDA (bin/rig remove --with-driver)

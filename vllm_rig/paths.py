@@ -7,6 +7,7 @@
 /var/lib/vllm-rig/                              state: fingerprints, markers, background job logs
 /etc/vllm-rig/                                  config: the service's env file with the API key (0600)
 /etc/vllm-rig/lan/                              the LAN proxy's TLS files (local CA, certificate) and key map
+/etc/vllm-rig/keys/<name>                       each client's key (api_keys, bin/rig keys), root only
 /etc/nginx/conf.d/vllm-rig-lan.conf             the LAN proxy's nginx site
 /etc/vllm-rig/front/, /etc/nginx/conf.d/vllm-rig-front.conf   one URL for several boxes (front_of)
 """
@@ -60,7 +61,11 @@ LAN_CA_CERT = f"{LAN_DIR}/ca.crt"  # what clients trust (local_ca); the deploy a
 LAN_CA_KEY = f"{LAN_DIR}/ca.key"
 LAN_CERT = f"{LAN_DIR}/server.crt"
 LAN_KEY = f"{LAN_DIR}/server.key"
-LAN_KEY_MAP = f"{LAN_DIR}/api-key.conf"  # nginx map: "Bearer <key>" -> 1, made on the host from the env file
+LAN_KEY_MAP = f"{LAN_DIR}/api-key.conf"  # nginx map: "Bearer <key>" -> the key's name, made on the host
+# The clients' keys (api_keys, bin/rig keys): one root-only file per name holding the bare key, made on the box;
+# a chat page on the box reads its own from KEYS_DIR/chat-page.
+KEYS_DIR = f"{ETC_DIR}/keys"
+LAN_ACCESS_LOG = "/var/log/nginx/vllm-rig-lan.access.log"  # names each request's key (never the key itself)
 NGINX_SITE = "/etc/nginx/conf.d/vllm-rig-lan.conf"
 # The front (stages/front, front_of): its nginx site, and per box the box's CA and key (root only).
 FRONT_DIR = f"{ETC_DIR}/front"

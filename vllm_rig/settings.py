@@ -38,6 +38,7 @@ CUDA_VERSION = re.compile(r"^\d{2}\.\d$")
 GIT_REF = re.compile(r"^(?!/)(?!.*\.\.)(?!.*//)[A-Za-z0-9._/-]{1,200}(?<!/)$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 UNIT_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+KEY_NAME = re.compile(r"^[a-z][a-z0-9-]{0,31}$")  # the host program lan_keys's NAME: a file name and a log word
 HF_TOKEN = re.compile(r"^[A-Za-z0-9_.-]{8,512}$")
 FLAG = re.compile(r"^--[a-z0-9][a-z0-9-]*(=.*)?$")
 RELEASE_LINE = re.compile(r"^v?\d+(\.\d+)*$")
@@ -615,6 +616,11 @@ class Settings(BaseModel):
     front_port: Annotated[int, Field(ge=1, le=65535)] = _setting(
         "front_of: the one URL's HTTPS port on this box", "an integer from 1 to 65535, not lan_port or vllm_port"
     )
+    api_keys: list[str] = _setting(
+        "clients' own keys, one per name, each made on the box (sudo cat /etc/vllm-rig/keys/NAME)",
+        "a list of distinct key names, each a short lowercase word (a-z first, then a-z, 0-9 or -, up to 32; not "
+        '"server"), e.g. ["laptop", "agent", "chat-page"]',
+    )
 
     # ---- verify and bench
     verify_gate: Literal["fail", "warn"] = _setting(
@@ -654,6 +660,14 @@ class Settings(BaseModel):
     )
     logs_follow: bool = _setting(
         "tasks/logs.py keeps printing new lines until Ctrl-C (bin/rig logs -f)", "true or false"
+    )
+    keys_action: Literal["list", "add", "revoke"] = _setting(
+        "what tasks/keys.py does: list the client keys, add or revoke one (bin/rig keys ACTION)",
+        '"list", "add" or "revoke"',
+    )
+    keys_name: str | None = _setting(
+        "the key tasks/keys.py adds or revokes (bin/rig keys add NAME)",
+        "null or a key name: a short lowercase word (a-z first, then a-z, 0-9 or -, up to 32)",
     )
     remove_model: bool = _setting(
         "tasks/remove.py also deletes the model directories (bin/rig remove --with-model)", "true or false"
@@ -954,6 +968,23 @@ class Settings(BaseModel):
         for name in value:
             if not (_is_ip(name) or DNS_NAME.match(name)):
                 raise ValueError(f"{name!r} is neither a DNS name (letters, digits, - and dots) nor an IP address")
+        return value
+
+    @field_validator("api_keys")
+    @classmethod
+    def _api_keys(cls, value: list[str]) -> list[str]:
+        for name in value:
+            _key_name_problem(name)
+        repeated = sorted({n for n in value if value.count(n) > 1})
+        if repeated:
+            raise ValueError(f"names {repeated[0]!r} twice: each key name once")
+        return value
+
+    @field_validator("keys_name")
+    @classmethod
+    def _keys_name(cls, value: str | None) -> str | None:
+        if value is not None:
+            _key_name_problem(value)
         return value
 
     @field_validator("runtime_artifact_store")
@@ -1607,6 +1638,20 @@ def _cross_rule_problems(s: Settings):
     if min_driver and Version(s.nvidia_driver_version) < min_driver:
         yield "nvidia_driver_version", f"must be >= {min_driver} for CUDA {s.cuda_version}"
     yield from _lan_problems(s)
+    yield from _keys_task_problems(s)
+
+
+def _keys_task_problems(s: Settings):
+    if s.keys_action != "list" and s.keys_name is None:
+        yield "keys_name", f"must name the key to {s.keys_action} (bin/rig keys {s.keys_action} NAME)"
+
+
+def _key_name_problem(name: str) -> None:
+    if not KEY_NAME.match(name) or name == "server":
+        raise ValueError(
+            f"{name!r} is not a key name: a short lowercase word (a-z first, then a-z, 0-9 or -, up to 32), "
+            'not "server" (the server\'s own key)'
+        )
 
 
 def _lan_problems(s: Settings):
@@ -1622,6 +1667,17 @@ def _lan_problems(s: Settings):
             yield "vllm_api_key", "must be auto when lan_serving is proxy: the proxy asks for the key on every path"
         if s.lan_port == s.vllm_port:
             yield "lan_port", f"must differ from vllm_port ({s.vllm_port}): the server keeps that port on loopback"
+    elif s.keys_action != "list":
+        yield (
+            "keys_action",
+            "needs lan_serving: proxy: client keys are nginx's (with direct the server's key is the one)",
+        )
+    elif s.api_keys:
+        yield (
+            "api_keys",
+            "needs lan_serving: proxy (nginx checks the clients' keys): with direct the server's own key is the "
+            "only one, as vLLM 0.27.1 takes more only as --api-key arguments, which every user of the box reads in ps",
+        )
     if s.front_of:
         yield from _front_problems(s)
     given = [key for key in ("lan_tls_cert_file", "lan_tls_key_file") if getattr(s, key) is not None]

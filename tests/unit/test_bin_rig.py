@@ -30,7 +30,7 @@ def _stub_env(tmp_path: Path) -> dict[str, str]:
 
 def test_every_subcommand_the_brief_names_is_there() -> None:
     assert COMMANDS == ["init", "check", "deploy", "status", "logs", "switch-model", "releases", "update",
-                        "rollback", "bench", "triage", "remove", "sandbox"]  # fmt: skip
+                        "rollback", "bench", "triage", "keys", "remove", "sandbox"]  # fmt: skip
 
 
 @pytest.mark.parametrize("args", [["--help"], [], *[[c, "--help"] for c in COMMANDS]], ids=lambda a: " ".join(a))
@@ -93,6 +93,13 @@ PYI = (".venv/bin/python", "-m", "vllm_rig.cli.pyinfra_run")
         (["bench", "--label", "FP16-KV"], True, [(BOX, (*PYI, "-y", "inventory.py", "tasks/bench.py", "--data",
          "bench_label=FP16-KV"))]),
         (["bench"], True, [(BOX, (*PYI, "-y", "inventory.py", "tasks/bench.py"))]),
+        # Listing keys only reads; adding or revoking one changes the box (the prompt stays).
+        (["keys", "list"], True, [(BOX, (*PYI, "-y", "inventory.py", "tasks/keys.py", "--data",
+         "keys_action=list"))]),
+        (["keys", "add", "laptop", "--limit", "gpubox"], True, [(BOX, (*PYI, "inventory.py", "tasks/keys.py",
+         "--limit", "gpubox", "--data", "keys_action=add", "--data", "keys_name=laptop"))]),
+        (["keys", "revoke", "chat-page"], False, [(SIM, (*PYI, "-y", "inventory/sandbox.py", "tasks/keys.py",
+         "--data", "keys_action=revoke", "--data", "keys_name=chat-page"))]),
         (["remove"], True, [(BOX, (*PYI, "inventory.py", "tasks/remove.py", "--data", "remove_model=false",
          "--data", "remove_driver=false"))]),
         (["remove", "--with-model", "--with-driver", "--data", "x=1", "-vv"], True, [(BOX, (*PYI, "inventory.py",
@@ -118,7 +125,7 @@ def test_each_subcommand_is_its_pyinfra_run(argv: list[str], has_box: bool, step
 
 def test_the_tasks_it_runs_exist() -> None:
     for argv in (["check"], ["logs"], ["switch-model", "m"], ["releases"], ["update", "r"], ["rollback"],
-                 ["bench"], ["remove"]):  # fmt: skip
+                 ["bench"], ["remove"], ["keys", "list"]):  # fmt: skip
         (_, command) = _plan(argv)[-1]
         assert (REPO / command[command.index("inventory.py") + 1]).is_file(), argv
 
@@ -130,6 +137,25 @@ def test_sandbox_without_root_is_one_line(monkeypatch: pytest.MonkeyPatch, capsy
     assert capsys.readouterr().err.splitlines() == [
         "sandbox: the simulated rig needs root (systemd-nspawn): run it with sudo: sudo bin/rig sandbox up"
     ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["keys", "add"], "keys: add needs a name: bin/rig keys add NAME (e.g. laptop)"),
+        (["keys", "revoke", "../x"], "keys: '../x' is not a key name"),
+        (["keys", "add", "server"], "keys: 'server' is not a key name"),
+        (["keys", "add", "Laptop"], "keys: 'Laptop' is not a key name"),
+        (["keys", "list", "laptop"], "keys: list takes no name"),
+    ],
+)
+def test_a_bad_key_command_is_one_line_before_any_box(
+    argv: list[str], line: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    monkeypatch.setattr(rig, "run", lambda steps: pytest.fail("ran something"))
+    assert rig.main(argv) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(line), err
 
 
 def test_a_bad_log_source_is_argparses_one_line(capsys: pytest.CaptureFixture) -> None:

@@ -27,10 +27,10 @@ from tests.unit.groupdata import profile_data
 from tests.unit.test_lan import _pair
 from vllm_rig import paths
 from vllm_rig.core.files import rendered
+from vllm_rig.host import lan_keys
 from vllm_rig.stages.front import deploy as front
 from vllm_rig.stages.front.facts import key_line
 from vllm_rig.stages.lan import deploy as lan
-from vllm_rig.stages.lan.facts import key_map_script
 from vllm_rig.validation import load_settings
 
 pytestmark = pytest.mark.skipif(shutil.which("nginx") is None, reason="needs nginx")
@@ -112,8 +112,8 @@ def _config(tmp: Path, rig: Rig, port: int, trust: dict[str, str]) -> None:
     context = {**front.site_context(s, boxes, ipv6=False), "fail_timeout_s": 1}
     front_site = rendered("/x", front.TEMPLATE, **context).content.decode()
     (tmp / "vllm.env").write_text(f"VLLM_API_KEY={CLIENT_KEY}\n")
-    made = subprocess.run(["sh", "-c", key_map_script(str(tmp / "vllm.env"))], capture_output=True, check=True)
-    (tmp / "api-key.conf").write_bytes(made.stdout)
+    made = ["map", "--dir", str(tmp / "keys"), "--env-file", str(tmp / "vllm.env"), "--out", str(tmp / "api-key.conf")]
+    assert lan_keys.main(made) == 0
     cert, key = _pair(tmp, name="front")
     for real, here in ((paths.LAN_KEY_MAP, tmp / "api-key.conf"), (paths.LAN_CERT, cert), (paths.LAN_KEY, key)):
         lan_site = lan_site.replace(real, str(here))

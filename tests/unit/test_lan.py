@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime
 import importlib.util
 import ipaddress
-import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -21,9 +20,11 @@ from cryptography.x509.oid import NameOID
 
 from tests.unit.groupdata import profile_data
 from vllm_rig.core.files import rendered
+from vllm_rig.core.host_package import zip_bytes
 from vllm_rig.core.secrets import KeyFile
+from vllm_rig.host import lan_keys
 from vllm_rig.stages.lan.deploy import TEMPLATE, site_context
-from vllm_rig.stages.lan.facts import KeyMap, LanTls, key_map_script
+from vllm_rig.stages.lan.facts import KeyMap, LanTls
 from vllm_rig.validation import SettingsError, load_settings
 
 HOST = Path(__file__).resolve().parents[2] / "vllm_rig" / "host"
@@ -138,47 +139,54 @@ def test_proxy_binds_the_server_to_loopback_and_direct_to_every_address() -> Non
     assert _settings(lan_serving="direct", vllm_host="127.0.0.1").server_host == "127.0.0.1"
 
 
-# ---- the key map, with the real sh
+# ---- the key map, made by the host program lan_keys, read back by the fact with the real sh
+
+
+def _key_map_fact(tmp: Path) -> str:
+    package = tmp / "vllm-rig-host.pyz"  # the host package as the deploy sends it
+    if not package.exists():
+        package.write_bytes(zip_bytes())
+    command = KeyMap().command(str(package), str(tmp / "keys"), str(tmp / "vllm.env"), str(tmp / "api-key.conf"))
+    run = subprocess.run(command, shell=True, capture_output=True, text=True)
+    return KeyMap().process(run.stdout.splitlines())
 
 
 @pytest.mark.skipif(shutil.which("sh") is None, reason="needs sh")
-def test_key_map_is_made_from_the_env_file_and_read_back_by_digest(tmp_path: Path) -> None:
+def test_key_map_is_made_from_the_keys_and_read_back(tmp_path: Path) -> None:
     env, map_file = tmp_path / "vllm.env", tmp_path / "api-key.conf"
     env.write_text("VLLM_API_KEY=abc-DEF_123\n")
-
-    def fact() -> str:
-        run = subprocess.run(KeyMap().command(str(env), str(map_file)), shell=True, capture_output=True, text=True)
-        return KeyMap().process(run.stdout.splitlines())
-
-    assert fact() == "differs"
-    make = f'want=$({key_map_script(str(env))}); printf "%s\\n" "$want" > {shlex.quote(str(map_file))}'
-    subprocess.run(["sh", "-c", make], check=True)
-    assert '"~^(?i:bearer) abc\\-DEF\\_123$" 1;' in map_file.read_text()  # escaped: literal
-    assert fact() == "differs"  # not 0600 yet
-    map_file.chmod(0o600)
-    assert fact() == "same"
+    assert _key_map_fact(tmp_path) == "differs"
+    lan_keys.main(["map", "--dir", str(tmp_path / "keys"), "--env-file", str(env), "--out", str(map_file)])
+    text = map_file.read_text()
+    assert '"~^(?i:bearer) abc\\-DEF\\_123$" server;' in text  # escaped: literal
+    assert 'default "Bearer abc-DEF_123";' in text and oct(map_file.stat().st_mode & 0o777) == "0o600"
+    assert _key_map_fact(tmp_path) == "same"
+    lan_keys.make(str(tmp_path / "keys"), "laptop")  # a new client key: the map must change
+    assert _key_map_fact(tmp_path) == "differs"
+    lan_keys.main(["map", "--dir", str(tmp_path / "keys"), "--env-file", str(env), "--out", str(map_file)])
+    assert " laptop;" in map_file.read_text() and _key_map_fact(tmp_path) == "same"
     env.write_text("VLLM_API_KEY=another\n")
-    assert fact() == "differs"
+    assert _key_map_fact(tmp_path) == "differs"
     env.write_text("# vllm_api_key: none\n")
-    assert fact() == "nokey"
+    assert _key_map_fact(tmp_path) == "nokey"
 
 
-@pytest.mark.skipif(shutil.which("sh") is None, reason="needs sh")
-def test_two_key_lines_are_refused_not_read_two_ways(tmp_path: Path) -> None:
-    """A rotation by hand that left the old line: nginx's map took the first, systemd gives vLLM the last."""
+def test_two_key_lines_are_refused_not_read_two_ways(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A rotation by hand that left the old line: nginx's map would take one, systemd gives vLLM the last."""
     env = tmp_path / "vllm.env"
     env.write_text("VLLM_API_KEY=old-key\nVLLM_API_KEY=new-key\n")
-    made = subprocess.run(
-        ["sh", "-c", "set -e; want=$(" + key_map_script(str(env)) + '); echo "$want"'], capture_output=True, text=True
-    )
-    assert made.returncode != 0 and "old-key" not in made.stdout and "new-key" not in made.stdout
-    assert made.stderr.count("\n") == 1 and "2 VLLM_API_KEY= lines" in made.stderr
+    out = tmp_path / "api-key.conf"
+    assert lan_keys.main(["map", "--dir", str(tmp_path / "keys"), "--env-file", str(env), "--out", str(out)]) == 1
+    said = capsys.readouterr()
+    assert not out.exists() and "old-key" not in said.out + said.err and "new-key" not in said.out + said.err
+    assert said.err.count("\n") == 1 and "2 VLLM_API_KEY= lines" in said.err
     state = KeyFile().process(
         subprocess.run(KeyFile().command(str(env)), shell=True, capture_output=True, text=True).stdout.splitlines()
     )
     assert state["keys"] == 2
     env.write_text("VLLM_API_KEY=new-key\n")
-    assert "new\\-key" in subprocess.run(["sh", "-c", key_map_script(str(env))], capture_output=True, text=True).stdout
+    assert lan_keys.main(["map", "--dir", str(tmp_path / "keys"), "--env-file", str(env), "--out", str(out)]) == 0
+    assert "new\\-key" in out.read_text()
 
 
 # ---- the local CA tool, with the real openssl

@@ -1,8 +1,10 @@
 """The LAN site as this machine's real nginx runs it (skipped without nginx): the rendered
-templates/lan/nginx-site.conf.j2 and the key map key_map_script makes, in front of an upstream that answers
-with the raw path it was sent. Every spelling that nginx normalises to one path while the server routes
+templates/lan/nginx-site.conf.j2 and the key map the host program lan_keys makes (the server's key and two
+client keys), in front of an upstream that answers with the raw path it was sent and records the Authorization
+header. Every spelling that nginx normalises to one path while the server routes
 another is refused (400) or stopped at /metrics (403); /health and keyed /v1 reach the server as they were
-asked; a hand-set key with regex characters in it works literally.
+asked; a hand-set key with regex characters in it works literally; each client key reaches the server as the
+server's own key, and the access log names the key, never holds it.
 
 Loopback is in the metrics allowlist of the real site; here the client is loopback, so the test drops
 loopback from that one list to stand for a LAN client in lan_allow but not in lan_metrics_allow
@@ -20,6 +22,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -30,13 +33,14 @@ from tests.unit.groupdata import profile_data
 from tests.unit.test_lan import _pair
 from vllm_rig import paths
 from vllm_rig.core.files import rendered
+from vllm_rig.host import lan_keys
 from vllm_rig.stages.lan.deploy import TEMPLATE, site_context
-from vllm_rig.stages.lan.facts import key_map_script
 from vllm_rig.validation import load_settings
 
 pytestmark = pytest.mark.skipif(shutil.which("nginx") is None, reason="needs nginx")
 
 KEY = 'a|b.*$c"d\\e'  # set by hand: regex metacharacters, a quote and a backslash
+CLIENTS = {"laptop": "laptopKey-" + "L4" * 16, "chat-page": "chatKey_" + "C7" * 16}
 
 
 class Echo(BaseHTTPRequestHandler):
@@ -44,6 +48,7 @@ class Echo(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
         body = json.dumps({"path": self.path}).encode()
+        self.server.seen.append(self.headers.get("Authorization"))  # type: ignore[attr-defined]
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -66,6 +71,7 @@ def _site(tmp: Path, upstream: int, port: int, health_open: bool) -> str:
         (paths.LAN_KEY_MAP, tmp / "api-key.conf"),
         (paths.LAN_CERT, tmp / "box.crt"),
         (paths.LAN_KEY, tmp / "box.key"),
+        (paths.LAN_ACCESS_LOG, str(tmp / "access.log")),
         ("/var/log/nginx/", f"{tmp}/"),
     ):
         site = site.replace(real, str(here))
@@ -75,14 +81,14 @@ def _site(tmp: Path, upstream: int, port: int, health_open: bool) -> str:
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["health_keyed", "health_open"])
-def proxy(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, bool]]:
+def proxy(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
     tmp = tmp_path_factory.mktemp("nginx")
     upstream = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    upstream.seen = []  # type: ignore[attr-defined]
     threading.Thread(target=upstream.serve_forever, daemon=True).start()
     _pair(tmp)
     (tmp / "vllm.env").write_text(f"VLLM_API_KEY={KEY}\n")
-    made = subprocess.run(["sh", "-c", key_map_script(str(tmp / "vllm.env"))], capture_output=True, check=True)
-    (tmp / "api-key.conf").write_bytes(made.stdout)
+    (tmp / "api-key.conf").write_text(lan_keys.render_map(KEY, CLIENTS))
     port = _free_port()
     (tmp / "site.conf").write_text(_site(tmp, upstream.server_address[1], port, request.param))
     user = "user root;\n" if os.geteuid() == 0 else ""
@@ -99,11 +105,19 @@ def proxy(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
         while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
             assert time.monotonic() < deadline and server.poll() is None, "nginx did not start"
             time.sleep(0.05)
-        yield port, request.param
+        yield Proxy(port, request.param, upstream.seen, tmp / "access.log")  # type: ignore[attr-defined]
     finally:
         server.terminate()
         server.wait(timeout=10)
         upstream.shutdown()
+
+
+@dataclass
+class Proxy:
+    port: int
+    health_open: bool
+    seen: list[str | None]  # the Authorization header of each request the upstream got
+    log: Path
 
 
 def get(port: int, path: str, auth: str | None = None) -> tuple[int, str]:
@@ -116,8 +130,8 @@ def get(port: int, path: str, auth: str | None = None) -> tuple[int, str]:
         conn.close()
 
 
-def test_every_bypass_spelling_is_refused_with_or_without_the_key(proxy: tuple[int, bool]) -> None:
-    port, _ = proxy
+def test_every_bypass_spelling_is_refused_with_or_without_the_key(proxy: Proxy) -> None:
+    port = proxy.port
     let_through = {}
     for path in BYPASS:
         for auth in (None, f"Bearer {KEY}"):
@@ -127,17 +141,51 @@ def test_every_bypass_spelling_is_refused_with_or_without_the_key(proxy: tuple[i
     assert let_through == {}
 
 
-def test_health_and_keyed_v1_reach_the_server_as_asked(proxy: tuple[int, bool]) -> None:
-    port, health_open = proxy
+def test_health_and_keyed_v1_reach_the_server_as_asked(proxy: Proxy) -> None:
+    port, health_open = proxy.port, proxy.health_open
     assert get(port, "/v1/models", f"Bearer {KEY}") == (200, '{"path": "/v1/models"}')
     assert get(port, "/v1/models?q=a/../b", f"bearer {KEY}") == (200, '{"path": "/v1/models?q=a/../b"}')
     assert get(port, "/health", f"Bearer {KEY}") == (200, '{"path": "/health"}')
     assert get(port, "/health")[0] == (200 if health_open else 401)
 
 
-def test_a_hand_set_key_with_regex_characters_is_compared_literally(proxy: tuple[int, bool]) -> None:
-    port, _ = proxy
+def test_a_hand_set_key_with_regex_characters_is_compared_literally(proxy: Proxy) -> None:
+    port = proxy.port
     for wrong in ("a", "b", "bc", "a|b", "zzz", KEY.upper(), KEY + "x", "x" + KEY, KEY[:-1]):
         assert get(port, "/v1/models", f"Bearer {wrong}")[0] == 401, wrong
     assert get(port, "/v1/models", f"Basic {KEY}")[0] == 401
     assert get(port, "/v1/models", f"BEARER {KEY}")[0] == 200  # vLLM's scheme check is case-blind too
+
+
+def test_each_client_key_gets_in_and_the_server_is_sent_its_own_key(proxy: Proxy) -> None:
+    """nginx swaps the client's Authorization for the server's key (vLLM checks only that one), whichever key
+    let the request in; a client key is compared as literally as the server's."""
+    for name, key in CLIENTS.items():
+        del proxy.seen[:]
+        assert get(proxy.port, "/v1/models", f"Bearer {key}") == (200, '{"path": "/v1/models"}'), name
+        assert proxy.seen == [f"Bearer {KEY}"], name  # the hand-set key, $ and quote and backslash as they are
+        for wrong in (key[:-1], key + "x", key.upper(), name):
+            assert get(proxy.port, "/v1/models", f"Bearer {wrong}")[0] == 401, wrong
+
+
+def test_the_access_log_names_each_key_and_never_holds_one(proxy: Proxy) -> None:
+    before = _log_lines(proxy.log)
+    get(proxy.port, "/v1/models", f"Bearer {CLIENTS['laptop']}")
+    get(proxy.port, "/v1/models", f"Bearer {CLIENTS['chat-page']}")
+    get(proxy.port, "/v1/models", f"Bearer {KEY}")
+    get(proxy.port, "/v1/models", "Bearer wrong-key")
+    deadline = time.monotonic() + 5  # nginx writes a request's line after its answer has gone
+    while _log_lines(proxy.log) < before + 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    text = proxy.log.read_text()
+    last = text.splitlines()[before : before + 4]
+    assert [line.split()[1] for line in last] == ["key=laptop", "key=chat-page", "key=server", "key=-"], last
+    for key in (*CLIENTS.values(), KEY, "wrong-key"):
+        assert key not in text
+    # The host program's own count reads these lines.
+    counts = lan_keys.requests_since([str(proxy.log)], 0)
+    assert counts["laptop"] >= 1 and counts["chat-page"] >= 1 and counts["server"] >= 1 and counts["-"] >= 1
+
+
+def _log_lines(log: Path) -> int:
+    return log.read_text().count("\n") if log.exists() else 0

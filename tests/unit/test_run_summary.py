@@ -36,6 +36,18 @@ def test_the_next_step_names_the_real_host_the_lan_port_the_model_the_key_and_th
     assert "<this host>" not in "\n".join(lines)
 
 
+def test_with_client_keys_the_next_step_says_where_they_are_read_never_a_key() -> None:
+    lines = next_step_lines(CONN, _settings(api_keys=["laptop", "chat-page"]))
+    [said] = [line for line in lines if line.startswith("each client's own key")]
+    assert said == (
+        "each client's own key (laptop, chat-page) is on the box, root only: laptop's is read with "
+        "ssh -i /home/me/.ssh/id_ed25519 -p 2222 ubuntu@192.168.1.50 sudo cat /etc/vllm-rig/keys/laptop; "
+        "bin/rig keys list shows them all"
+    )
+    assert lines[-1].startswith("try it: ")  # the curl line stays last
+    assert not any(line.startswith("each client") for line in next_step_lines(CONN, _settings()))
+
+
 def test_the_curl_line_is_one_shell_command_that_sends_the_key_and_the_served_name() -> None:
     curl = next_step_lines(CONN, _settings(lan_port=9443))[-1].removeprefix("try it: ")
     argv = shlex.split(curl.replace('"Authorization: Bearer $KEY"', "'Authorization: Bearer K'"))

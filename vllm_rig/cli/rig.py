@@ -99,6 +99,9 @@ def plan(ns: argparse.Namespace, extra: Sequence[str], has_box: bool) -> list[St
     if cmd == "remove":
         data = _data("remove_model", ns.with_model) + _data("remove_driver", ns.with_driver)
         return [_task("tasks/remove.py", [*fwd, *data], has_box)]
+    if cmd == "keys":
+        data = _data("keys_action", ns.action) + (_data("keys_name", ns.name) if ns.name else [])
+        return [_task("tasks/keys.py", [*fwd, *data], has_box, yes=ns.action == "list")]
     if cmd == "sandbox":
         return _sandbox(ns, fwd)
     raise ValueError(f"no plan for {cmd}")
@@ -181,6 +184,9 @@ def parser() -> argparse.ArgumentParser:
     p = _sub(sub, "bench", "the reference setup's benchmark against the running service", _BENCH_DOC, opts)
     p.add_argument("--label", help="a label stored with the results, e.g. FP8-KV (default: the bench_label setting)")
     _sub(sub, "triage", "a redacted bundle per box for a bug report (= bin/triage)", _TRIAGE_DOC, opts)
+    p = _sub(sub, "keys", "the clients' API keys: list, add or revoke one", _KEYS_DOC, opts)
+    p.add_argument("action", choices=("list", "add", "revoke"), help="list the keys, or add or revoke NAME")
+    p.add_argument("name", nargs="?", help="add, revoke: the key's name, e.g. laptop")
     p = _sub(sub, "remove", "remove what the deploy installed", _REMOVE_DOC, opts)
     p.add_argument("--with-model", action="store_true", help="also delete the downloaded model(s)")
     p.add_argument("--with-driver", action="store_true", help="also remove the NVIDIA driver and CUDA")
@@ -228,6 +234,11 @@ The next deploy does not switch back to the runtime rolled back from."""
 _BENCH_DOC = """The reference setup's benchmark against the running service (tasks/bench.py): its table, JSON and a
 chart under bench-results/."""
 _TRIAGE_DOC = """One archive per box for a bug report, secrets redacted, fetched to triage/ (tasks/triage.py)."""
+_KEYS_DOC = """A key for each client of the LAN proxy (tasks/keys.py), made on the box and never shown by a run:
+  list         the names, when each was made, its requests since the last read (this or bin/rig status)
+  add NAME     make NAME's key on the box; the run says how to read it there (sudo cat /etc/vllm-rig/keys/NAME)
+  revoke NAME  delete NAME's key; the next deploy does not make it again even if api_keys names it
+Adding or revoking reloads nginx; the server is not restarted and the other keys keep working."""
 _REMOVE_DOC = """Remove what the deploy installed (tasks/remove.py): the service, the watchdog timer, the GPU
 guard and the other vllm-rig units, the nginx site, the runtimes and tools under install_root, the caches,
 the API key and state. nginx and the other distribution packages stay. Running it again changes nothing.
@@ -358,6 +369,26 @@ def _fail(line: str) -> int:
     return 1
 
 
+# ---- keys
+
+
+KEY_NAME = re.compile(r"^[a-z][a-z0-9-]{0,31}$")  # settings.KEY_NAME (this file runs before the venv exists)
+
+
+def keys_problem(ns: argparse.Namespace) -> str | None:
+    """One line when the command line cannot be right, before any box is touched."""
+    if ns.action == "list":
+        return f"keys: list takes no name (got {ns.name!r})" if ns.name else None
+    if not ns.name:
+        return f"keys: {ns.action} needs a name: {PROG} keys {ns.action} NAME (e.g. laptop)"
+    if not KEY_NAME.match(ns.name) or ns.name == "server":
+        return (
+            f"keys: {ns.name!r} is not a key name: a short lowercase word (a-z first, then a-z, 0-9 or -, up to 32), "
+            'not "server"'
+        )
+    return None
+
+
 # ---- running
 
 
@@ -408,6 +439,10 @@ def main(argv: list[str]) -> int:
             os.execv(str(REPO / ".venv/bin/python"), [".venv/bin/python", "-m", "vllm_rig.cli", *argv])
         os.chdir(REPO)
         return init(ns, interactive=sys.stdin.isatty())
+    if ns.command == "keys":
+        problem = keys_problem(ns)
+        if problem:
+            return _fail(problem)
     if ns.command == "sandbox" and os.geteuid() != 0:
         return _fail(f"sandbox: {SANDBOX_ROOT}: sudo {PROG} sandbox {ns.action}")
     return run(plan(ns, extra, has_box=(REPO / HOSTS).exists()))

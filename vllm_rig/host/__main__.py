@@ -11,6 +11,7 @@ PROGRAMS = (
     "fork_releases",
     "gpu_verdict",
     "gpu_wait",
+    "lan_keys",
     "lan_tls",
     "model_catalogue",
     "model_fetch",

@@ -25,11 +25,20 @@ from vllm_rig.known import server_routes
 from vllm_rig.paths import Layout
 from vllm_rig.settings import Settings
 from vllm_rig.stages.lan import certificate
-from vllm_rig.stages.lan.facts import LanHost, LanTls
-from vllm_rig.stages.lan.operations import default_site_off, key_map, local_ca, nginx_loaded, site_absent
+from vllm_rig.stages.lan.facts import ClientKeys, LanHost, LanTls
+from vllm_rig.stages.lan.operations import (
+    client_keys_made,
+    default_site_off,
+    key_map,
+    local_ca,
+    nginx_loaded,
+    site_absent,
+)
 
 TEMPLATE = "lan/nginx-site.conf.j2"
 LOADED_STAMP = f"{paths.STATE_DIR}/lan-proxy-loaded"
+# What nginx loads of the stage's: a change to any of them is a reload (bin/rig keys changes the map alone).
+LOADED_FILES = (paths.NGINX_SITE, paths.LAN_KEY_MAP, paths.LAN_CERT, paths.LAN_KEY)
 LOOPBACK = ("127.0.0.0/8", "::1/128")
 # What vLLM serves without the key: its AuthenticationMiddleware checks only /v1, /v2, /inference and /cohere.
 OPEN_PATHS = ", ".join(server_routes.OPEN_PATHS)
@@ -48,8 +57,8 @@ def serve_lan(s: Settings) -> None:
     default_site_off(name="The distribution's port-80 default site stays off", path=paths.NGINX_DEFAULT_SITE)
     lists_fresh(name="Package lists know nginx and are less than a day old", packages=["nginx"])
     distro_packages(name="nginx and openssl from the distribution", packages=["nginx", "openssl"])
+    host_programs(layout.host_package)  # lan_tls and lan_keys run from it
     if s.lan_tls == "local_ca":
-        host_programs(layout.host_package)  # lan_tls runs from it
         tls = host.get_fact(LanTls, package=layout.host_package, directory=paths.LAN_DIR, names=tuple(s.lan_tls_names))
         for line in tls["warnings"]:  # on every run until the owner re-makes the CA (docs/lan.md: Security model)
             logger.warning(f"[{host.name}] LAN: {line}")
@@ -69,15 +78,20 @@ def serve_lan(s: Settings) -> None:
             path=paths.LAN_KEY,
             content=Secret(certificate.read(s.lan_tls_key_file or "").decode()),
         )
+    client_keys(s, layout.host_package)
     key_map(
-        name="The proxy's key check, from the service's API key", env_file=layout.env_file, map_file=paths.LAN_KEY_MAP
+        name="The proxy's key check, from the service's API key and the client keys",
+        package=layout.host_package,
+        keys_dir=paths.KEYS_DIR,
+        env_file=layout.env_file,
+        map_file=paths.LAN_KEY_MAP,
     )
     site = rendered(paths.NGINX_SITE, TEMPLATE, **site_context(s, ipv6=found["ipv6"]))
     config_files(name=f"nginx site: the LAN on port {s.lan_port}", files=(site,))
     unit_enabled_and_started(name="nginx enabled and started", unit="nginx.service")
     nginx_loaded(
         name="nginx checked and reloaded when its files changed",
-        paths=(paths.NGINX_SITE, paths.LAN_KEY_MAP, paths.LAN_CERT, paths.LAN_KEY),
+        paths=LOADED_FILES,
         stamp=LOADED_STAMP,
         port=s.lan_port,
     )
@@ -91,6 +105,23 @@ def serve_lan(s: Settings) -> None:
         )
 
 
+def client_keys(s: Settings, package: str) -> None:
+    """api_keys made on the box; a name revoked there is said on every run, not made again (docs/lan.md)."""
+    found = host.get_fact(ClientKeys, package=package, keys_dir=paths.KEYS_DIR)
+    for name in s.api_keys:
+        if name in found["revoked"] and name not in found["keys"]:
+            logger.warning(
+                f"[{host.name}] LAN: api_keys names {name}, revoked on the box with bin/rig keys revoke: not made "
+                f"again (take it out of api_keys, or bin/rig keys add {name} for a new key)"
+            )
+    client_keys_made(
+        name="A key on the box for each name of api_keys (root only; never printed)",
+        package=package,
+        keys_dir=paths.KEYS_DIR,
+        names=tuple(s.api_keys),
+    )
+
+
 def site_context(s: Settings, ipv6: bool) -> dict:
     """Template variables for templates/nginx-site.conf.j2."""
     upstream_host = f"[{s.server_host}]" if ":" in s.server_host else s.server_host
@@ -99,6 +130,7 @@ def site_context(s: Settings, ipv6: bool) -> dict:
         "ipv6": ipv6,
         "upstream": f"{upstream_host}:{s.vllm_port}",
         "key_map": paths.LAN_KEY_MAP,
+        "access_log": paths.LAN_ACCESS_LOG,
         "client_networks": _networks(s.lan_allow, ipv6),
         "metrics_networks": _networks(s.lan_metrics_allow, ipv6),
         "health_open": s.lan_health_open,

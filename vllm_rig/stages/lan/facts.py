@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 from typing import TypedDict
 
@@ -111,54 +112,53 @@ class Digest(SectionFact[DigestState]):
         }
 
 
-# The nginx map that checks the key, written on the host from the service's env file: the key never leaves
-# the host and never appears on a command line (the shell reads it from the file into a variable).
-# The key goes into a regex (the scheme is case-blind), so every character but a letter or digit is escaped
-# for PCRE, and for nginx's quoted string: a key set by hand with | . * $ in it matches only itself.
-ESCAPE_KEY = r"""sed -e 's/\\/\\\\\\\\/g' -e 's/"/\\"/g' -e 's/[^A-Za-z0-9\\"]/\\&/g'"""
-
-
-DUPLICATE_KEYS = (
-    "the API key file holds $n VLLM_API_KEY= lines: nginx would check the first and vLLM take the last; "
-    "keep one (delete the file to make a new key)"
-)
-
-
-def key_map_script(env_file: str) -> str:
-    """Shell that prints the map file's content for the key in env_file (nothing when there is no key)."""
-    env = shlex.quote(env_file)
-    # vLLM's AuthenticationMiddleware: scheme "bearer" in any case, one space, the key (server_utils.py).
-    # Two key lines (a rotation by hand): systemd gives vLLM the last, this would check the first. Refused.
-    return (
-        f'n=$(grep -c "^VLLM_API_KEY=" {env} 2>/dev/null); [ "${{n:-0}}" -le 1 ] || {{ echo "{DUPLICATE_KEYS}" >&2; '
-        "exit 1; }; "
-        f'k=$(sed -n "s/^VLLM_API_KEY=//p" {env} 2>/dev/null | head -n1); [ -n "$k" ] || exit 0; '
-        f'k=$(printf "%s" "$k" | {ESCAPE_KEY}); '
-        'printf "# vllm-rig: made on the host from the API key; root only. Do not edit.\\n'
-        "map \\$http_authorization \\$vllm_rig_key_ok {\\n    default 0;\\n"
-        '    \\"~^(?i:bearer) %s\\$\\" 1;\\n}\\n" "$k"'
-    )
+# The nginx map that checks the keys, made on the host by the host program lan_keys from the service's env file
+# and the client keys' files: no key leaves the host or appears on a command line.
+def lan_keys(package: str, action: str, *args: str) -> str:
+    """The shell command that runs the host program lan_keys (vllm_rig/host/lan_keys.py)."""
+    return shlex.join(["python3", package, "lan_keys", action, *args])
 
 
 class KeyMap(SectionFact[str]):
-    """ "same" when the map file holds the env file's key (mode 600), "differs", or "nokey"."""
+    """ "same" when the map file holds the server's and the clients' keys (mode 600), "differs", or "nokey"."""
 
     @staticmethod
     def default() -> str:
         return "differs"
 
-    def command(self, env_file: str, map_file: str) -> str:
-        m = shlex.quote(map_file)
-        script = (
-            f"want=$({key_map_script(env_file)}); "
-            '[ -n "$want" ] || { echo nokey; exit 0; }; '
-            f'if [ "$(stat -c %a {m} 2>/dev/null)" = 600 ] && printf "%s\\n" "$want" | cmp -s - {m}; '
-            "then echo same; else echo differs; fi"
-        )
-        return section_command({"map": f"( {script} )"})  # its own subshell: it sets a variable and exits
+    def command(self, package: str, keys_dir: str, env_file: str, map_file: str) -> str:
+        check = lan_keys(package, "map", "--dir", keys_dir, "--env-file", env_file, "--out", map_file, "--check")
+        return section_command({"map": f"if [ -f {shlex.quote(package)} ]; then {check}; else echo differs; fi"})
 
     def parse(self, sections: Sections) -> str:
         state = sections.required("map")
         if state not in ("same", "differs", "nokey"):
             sections.unreadable("map", state)
         return state
+
+
+class ClientKeysState(TypedDict):
+    keys: list[str]  # names with a key on the box
+    revoked: list[str]  # names revoked on the box (a deploy does not make them again)
+
+
+class ClientKeys(SectionFact[ClientKeysState]):
+    """The client keys' names on the box (never a key)."""
+
+    @staticmethod
+    def default() -> ClientKeysState:
+        return {"keys": [], "revoked": []}
+
+    def command(self, package: str, keys_dir: str) -> str:
+        state = lan_keys(package, "state", "--dir", keys_dir)
+        return section_command({"state": f"if [ -f {shlex.quote(package)} ]; then {state}; fi"})
+
+    def parse(self, sections: Sections) -> ClientKeysState:
+        text = sections.first("state")
+        if not text:
+            return self.default()
+        try:
+            data = json.loads(text)
+        except ValueError:
+            sections.unreadable("state", text)
+        return {"keys": list(data.get("keys") or []), "revoked": list(data.get("revoked") or [])}

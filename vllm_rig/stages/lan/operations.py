@@ -7,7 +7,7 @@ import shlex
 from pyinfra import host
 from pyinfra.api import operation
 
-from vllm_rig.stages.lan.facts import DEFAULT_SITE_MARK, Digest, KeyMap, LanHost, LanTls, key_map_script
+from vllm_rig.stages.lan.facts import DEFAULT_SITE_MARK, ClientKeys, Digest, KeyMap, LanHost, LanTls, lan_keys
 
 
 @operation()
@@ -37,21 +37,26 @@ def local_ca(package: str, directory: str, names: tuple[str, ...]):
 
 
 @operation()
-def key_map(env_file: str, map_file: str):
-    """The nginx map that accepts "Bearer <the service's API key>", made on the host from its env file."""
-    state = host.get_fact(KeyMap, env_file=env_file, map_file=map_file)
+def key_map(package: str, keys_dir: str, env_file: str, map_file: str):
+    """The nginx map that names each accepted key (the service's own and every client's), made on the host by
+    lan_keys from the env file and the keys' files."""
+    state = host.get_fact(KeyMap, package=package, keys_dir=keys_dir, env_file=env_file, map_file=map_file)
     if state == "same":
-        host.noop(f"{map_file} holds the service's key")
+        host.noop(f"{map_file} holds the service's key and the client keys")
         return
-    m = shlex.quote(map_file)
-    script = (
-        f"set -e; want=$({key_map_script(env_file)}); "
-        f'[ -n "$want" ] || {{ echo "lan: no VLLM_API_KEY in {env_file}: the proxy cannot check the key" >&2; '
-        "exit 1; }; "
-        f"umask 077; mkdir -p $(dirname {m}); tmp=$(mktemp {m}.XXXXXX); "
-        f'printf "%s\\n" "$want" > "$tmp"; chmod 600 "$tmp"; mv -f "$tmp" {m}'
-    )
-    yield f"sh -c {shlex.quote(script)}"
+    yield lan_keys(package, "map", "--dir", keys_dir, "--env-file", env_file, "--out", map_file)
+
+
+@operation()
+def client_keys_made(package: str, keys_dir: str, names: tuple[str, ...]):
+    """A key on the box for each name of api_keys that has none and was not revoked there (bin/rig keys
+    revoke); keys that are not in api_keys stay (bin/rig keys add made them)."""
+    found = host.get_fact(ClientKeys, package=package, keys_dir=keys_dir)
+    missing = [n for n in names if n not in found["keys"] and n not in found["revoked"]]
+    if not missing:
+        host.noop(f"{len(names)} client key(s) of api_keys on the box" if names else "no client key in api_keys")
+        return
+    yield lan_keys(package, "ensure", "--dir", keys_dir, *missing)
 
 
 @operation()

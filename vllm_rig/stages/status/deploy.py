@@ -18,6 +18,7 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 
 from vllm_rig.settings import Settings
+from vllm_rig.stages.keys import reads
 from vllm_rig.stages.status import report
 from vllm_rig.stages.status.facts import RigStatus, probe_stdin, status_spec
 from vllm_rig.stages.summary.deploy import client_url
@@ -33,12 +34,16 @@ def _previous(path: Path) -> dict | None:
 
 
 def read_status(s: Settings) -> dict:
-    raw = host.get_fact(RigStatus, spec=json.dumps(status_spec(s), sort_keys=True), _stdin=probe_stdin())
+    spec = status_spec(s, keys_since=reads.last_read(host.name))
+    raw = host.get_fact(RigStatus, spec=json.dumps(spec, sort_keys=True), _stdin=probe_stdin())
     path = RESULTS / f"{host.name}.json"
     url = client_url(str(host.data.get("ssh_hostname") or host.name), s)
     status = report.build(host.name, raw, s, _previous(path), url)
     RESULTS.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(status, indent=1, sort_keys=True) + "\n")
+    listing = report.keys_listing(raw) if "error" not in raw else None
+    if listing and listing.get("now"):
+        reads.mark_read(host.name, float(listing["now"]))  # the next read counts from here (as bin/rig keys list)
     return status
 
 

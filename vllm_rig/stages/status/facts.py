@@ -16,6 +16,8 @@ from vllm_rig.paths import (
     DRIVER_RECORD,
     GPU_VERDICT,
     HOST_FINGERPRINT,
+    KEYS_DIR,
+    LAN_ACCESS_LOG,
     MODEL_FETCH_STATUS,
     MODEL_FETCH_UNIT,
     START_CHECK_RESULT,
@@ -25,6 +27,7 @@ from vllm_rig.paths import (
 )
 from vllm_rig.settings import Settings
 from vllm_rig.stages.driver.facts import DriverState
+from vllm_rig.stages.keys.facts import listing_command
 from vllm_rig.stages.runtime.facts import RuntimeState
 
 # nvidia-smi --query-gpu fields of the live view (nvidia-smi --help-query-gpu spelling), parsed by the shared
@@ -72,15 +75,18 @@ def api_address(s: Settings) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def status_spec(s: Settings) -> dict[str, Any]:
+def status_spec(s: Settings, keys_since: float = 0.0) -> dict[str, Any]:
+    """`keys_since`: the box's time of the last read of the requests per key (stages/keys/reads.py)."""
     layout = Layout.of(s)
     root = s.install_root
     unit = f"{s.service_name}.service"
     props = " ".join(f"-p {p}" for p in SERVICE_PROPERTIES)
     base = f"http://{api_address(s)}:{s.vllm_port}"
+    keys = {"keys": listing_command(layout.host_package, KEYS_DIR, LAN_ACCESS_LOG, keys_since)}
     return {
         "timeout": 10,
-        "commands": {
+        "commands": (keys if s.lan_serving == "proxy" else {})
+        | {
             "driver": DriverState().command(),
             "runtimes": RuntimeState().command(root=root),
             "cuda": "readlink -f /usr/local/cuda; /usr/local/cuda/bin/nvcc --version 2>/dev/null | grep release",

@@ -441,6 +441,28 @@ def _throughput(read: dict, previous: dict | None) -> Any:
     return f"{generated / elapsed:.1f} generated, {prompt / elapsed:.1f} prompt over the last {_duration(elapsed)}"
 
 
+# ---- the clients' keys (lan_serving: proxy) ------------------------------------------------------------------
+def keys_listing(raw: dict) -> dict | None:
+    """lan_keys list's JSON from the probe, or None (direct serving, or the host programs not there yet)."""
+    rc, lines = _command(raw, "keys")
+    if rc != 0 or not lines:
+        return None
+    data = _json(lines[-1])
+    return data if isinstance(data, dict) and "keys" in data else None
+
+
+def keys_section(raw: dict) -> dict[str, Any]:
+    """Requests per key name since the last read (this or bin/rig keys list); never a key."""
+    found = keys_listing(raw)
+    if found is None:
+        return {"requests": Unknown("no key listing on this box (deploy it first)")}
+    since = found.get("since") or 0
+    window = f"since {_when(since)}" if since else "in nginx's log"
+    counts = {name: info.get("requests", 0) for name, info in sorted((found.get("keys") or {}).items())}
+    counts |= {"server": found.get("server", 0), "no key": found.get("without_key", 0)}
+    return {"requests " + window: ", ".join(f"{name} {n}" for name, n in counts.items())}
+
+
 # ---- the whole view ---------------------------------------------------------------------------------------
 def build(host_name: str, raw: dict, s: Settings, previous: dict | None, url: str = "") -> dict[str, Any]:
     """`url`: where clients reach the box (the summary's client_url), for the headline."""
@@ -462,6 +484,8 @@ def build(host_name: str, raw: dict, s: Settings, previous: dict | None, url: st
         "api": api_section(raw, s),
         "metrics": metrics,
     }
+    if "keys" in (raw.get("commands") or {}):
+        sections["keys"] = keys_section(raw)
     return _shape(host_name, raw["time"], sections, gpu_rows(raw), read) | {"headline": headline(raw, s, url)}
 
 

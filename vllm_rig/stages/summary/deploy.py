@@ -85,6 +85,13 @@ def next_step_lines(conn: dict[str, Any], s: Settings) -> list[str]:
         read = shlex.join([*ssh_command(conn), *sudo, "sed", "-n", "s/^VLLM_API_KEY=//p", env_file])
         lines.append(f"the API key is VLLM_API_KEY in {env_file} on the box (root only); read it: KEY=$({read})")
         curl += ["-H", "Authorization: Bearer $KEY"]
+    if s.api_keys and s.lan_serving == "proxy":
+        sudo = [] if conn.get("ssh_user") == "root" else ["sudo"]
+        read = shlex.join([*ssh_command(conn), *sudo, "cat", f"{paths.KEYS_DIR}/{s.api_keys[0]}"])
+        lines.append(
+            f"each client's own key ({', '.join(s.api_keys)}) is on the box, root only: {s.api_keys[0]}'s is "
+            f"read with {read}; bin/rig keys list shows them all"
+        )
     body = {"model": s.served_model_name, "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 32}
     curl += ["-H", "Content-Type: application/json", "-d", json.dumps(body), f"{url}/chat/completions"]
     # The key header in double quotes, so the shell expands $KEY; everything else quoted as it is.
