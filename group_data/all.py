@@ -72,7 +72,7 @@ flashqla_ref = "3ab27d77d8ca01d7a4718903b726add1a8886c0e"  # pinned FlashQLA com
 cutlass_repo = "https://github.com/NVIDIA/cutlass.git"  # CUTLASS sources, fetched before the build
 cutlass_ref = "da5e086dab31d63815acafdac9a9c5893b1c69e2"  # CUTLASS v4.4.2 (the fork's build.sh), as a commit
 triton_src_repo = "https://github.com/triton-lang/triton.git"  # triton_kernels sources, fetched before the build
-triton_src_ref = "v3.6.0"  # Triton release tag the fork's build.sh clones (its commit could not be confirmed)
+triton_src_ref = "7c56a5e40f7fd928dfd5c72902d5def0097db73a"  # Triton v3.6.0 (the fork's build.sh), as a commit
 fetchcontent_sources = {  # what the fork's CMake fetches in the compile: fetched ahead via the git cache, by variable
     "flashmla": {  # cmake/external_projects/flashmla.cmake: upstream reads it before its SM90+ check
         "repo": "https://github.com/vllm-project/FlashMLA.git",

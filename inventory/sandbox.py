@@ -179,6 +179,7 @@ def _settings() -> dict:
         "cutlass_repo": _forge.remote_url(_forge.CUTLASS),
         "cutlass_ref": refs.get(_forge.CUTLASS, {}).get(_forge.CUTLASS_TAG, "(run: python -m tests.sandbox up)"),
         "triton_src_repo": _forge.remote_url(_forge.TRITON),
+        "triton_src_ref": refs.get(_forge.TRITON, {}).get(_forge.TRITON_TAG, "(run: python -m tests.sandbox up)"),
         "fetchcontent_sources": _fetchcontent_sources(refs),
         "upstream_compile_sources": _compile_sources(refs),
         "flashinfer_sm75_patches": _flashinfer_patches(),

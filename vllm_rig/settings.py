@@ -24,6 +24,7 @@ from vllm_rig.known import (
     cuda_toolkit,
     flashinfer_fix,
     fork_interface,
+    git_tags,
     server_interface,
     sm75_patch,
     upstream_compile,
@@ -39,7 +40,6 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 UNIT_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 HF_TOKEN = re.compile(r"^[A-Za-z0-9_.-]{8,512}$")
 FLAG = re.compile(r"^--[a-z0-9][a-z0-9-]*(=.*)?$")
-RELEASE_TAG = re.compile(r"^v?\d+(\.\d+)+([.-]?[A-Za-z0-9]+)*$")
 RELEASE_LINE = re.compile(r"^v?\d+(\.\d+)*$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 SM75_PATCH_NAMES = ("flashqla", "vllm")
@@ -280,16 +280,15 @@ class Settings(BaseModel):
     flashqla_ref: str = _setting("pinned FlashQLA commit", "a full 40-character commit SHA")
     cutlass_repo: str = _setting("CUTLASS sources, fetched before the build", "a git URL (https://...)")
     cutlass_ref: str = _setting(
-        "CUTLASS v4.4.2 (the fork's build.sh), as a commit", "a 40-character commit SHA or a release tag such as v4.4.2"
+        "CUTLASS v4.4.2 (the fork's build.sh), as a commit", "a 40-character commit SHA (a tag can move)"
     )
     triton_src_repo: str = _setting("triton_kernels sources, fetched before the build", "a git URL (https://...)")
     triton_src_ref: str = _setting(
-        "Triton release tag the fork's build.sh clones (its commit could not be confirmed)",
-        "a 40-character commit SHA or a release tag such as v3.6.0",
+        "Triton v3.6.0 (the fork's build.sh), as a commit", "a 40-character commit SHA (a tag can move)"
     )
     fetchcontent_sources: dict[str, dict[str, Any]] = _setting(
         "what the fork's CMake fetches in the compile: fetched ahead via the git cache, by variable",
-        'a mapping name -> {"repo": a git URL, "ref": a 40-character commit SHA or release tag, "env": the '
+        'a mapping name -> {"repo": a git URL, "ref": a 40-character commit SHA (a tag can move), "env": the '
         'variable the fork\'s CMake reads for a local source, "min_arch": null or the lowest compute capability '
         "the fork's CMake fetches it for}",
     )
@@ -784,9 +783,11 @@ class Settings(BaseModel):
 
     @field_validator("cutlass_ref", "triton_src_ref")
     @classmethod
-    def _commit_or_tag(cls, value: str) -> str:
-        if not (SHA40.match(value) or RELEASE_TAG.match(value)):
-            raise ValueError("must be a 40-character commit SHA or a release tag such as v4.4.2 (not a branch)")
+    def _commit(cls, value: str, info: ValidationInfo) -> str:
+        repo = {"cutlass_ref": "NVIDIA/cutlass", "triton_src_ref": "triton-lang/triton"}[str(info.field_name)]
+        problem = git_tags.ref_problem(value, repo)
+        if problem:
+            raise ValueError(problem)
         return value
 
     @field_validator("flashinfer_requirement_overrides")
@@ -1426,6 +1427,25 @@ def plain_http_warnings(by_host: Mapping[str, Settings]) -> list[str]:
     ]
 
 
+def _unpinned_sources(s: Settings):
+    """A release's CMake source this compile would check out that is known only by its tag, with no commit
+    recorded for it (the commit goes in upstream_compile_sources; a tag is never checked out)."""
+    if s.runtime_kind == "upstream" and s.upstream_build == "compile" and s.upstream_compile_sources is None:
+        try:
+            sources = s.vllm_sdist().sources
+        except ValueError:
+            return  # no archive recorded for the release: its own line says so
+        for name, entry in sorted(sources.items()):
+            problem = git_tags.ref_problem(str(entry["ref"]), str(entry["repo"]))
+            if problem:
+                yield (
+                    "upstream_compile_sources",
+                    f"must be set for upstream_build compile of vLLM {s.vllm_version}: its {name} is pinned by the "
+                    f"tag {entry['ref']!r} only ({problem}); give every source with its commit",
+                )
+                return
+
+
 def _upstream_problems(s: Settings):
     """The upstream kind installs the release's own pins: the torch and FlashInfer settings must be them."""
     if s.runtime_kind != "upstream":
@@ -1536,6 +1556,7 @@ def _cross_rule_problems(s: Settings):
             "gpu_power_limit_w",
             f"must be null or from {s.gpu_power_limit_min_w} to {s.gpu_power_limit_max_w} W (the card's range)",
         )
+    yield from _unpinned_sources(s)
     upstream_lines = list(_upstream_problems(s))
     yield from upstream_lines
     fix_problem = any(key == "flashinfer_version" for key, _ in upstream_lines)  # one line: the pin it must be
@@ -1646,9 +1667,9 @@ def _fetchcontent_problem(entry: Any) -> str | None:
         _check_url(str(entry["repo"]))
     except ValueError:
         return '"repo" must be an http:// or https:// git URL'
-    ref = str(entry["ref"])
-    if not (SHA40.match(ref) or RELEASE_TAG.match(ref)):
-        return '"ref" must be a 40-character commit SHA or a release tag (not a branch)'
+    problem = git_tags.ref_problem(str(entry["ref"]), str(entry["repo"]))
+    if problem:
+        return f'"ref": {problem}'
     if not CMAKE_VARIABLE.match(str(entry["env"])):
         return '"env" must be a variable name such as FLASH_MLA_SRC_DIR'
     min_arch = entry.get("min_arch")
