@@ -19,12 +19,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vllm_rig.stages.preflight.facts import HostState  # noqa: E402
-from vllm_rig.stages.preflight.gpu_facts import GPU_FIELDS, NvidiaGpus, NvidiaTopology  # noqa: E402
+from vllm_rig.stages.preflight.gpu_facts import NvidiaGpus, NvidiaTopology  # noqa: E402
 
 SMI_CALLS = {
-    "nvidia-smi --query-gpu (preflight's fields)": f"nvidia-smi --query-gpu={','.join(GPU_FIELDS)} "
-    "--format=csv,noheader,nounits",
-    "nvidia-smi -q -d MEMORY (BAR1)": "nvidia-smi -q -d MEMORY",
+    "nvidia-smi -q -x (the GPUs, BAR1 included)": "nvidia-smi -q -x",
     "nvidia-smi topo -m": "nvidia-smi topo -m",
     "nvidia-smi topo -p2p rw": "nvidia-smi topo -p2p rw",
     "nvidia-smi nvlink -s": "nvidia-smi nvlink -s",

@@ -368,37 +368,25 @@ def test_errors_match_the_real_tool(machine: Machine) -> None:
     assert (bad.returncode, bad.stdout) == (2, capture("nvidia-smi_query_badfield"))
     combo = machine.smi("-i", "97", "-L")
     assert (combo.returncode, combo.stdout) == (2, capture("nvidia-smi_bad_index"))
-    assert machine.smi("-q", "-i", "7").returncode == 6
+    assert machine.smi("-q", "-x", "-i", "7").returncode == 6
+    assert machine.smi("-q").returncode == 2  # the text -q has no reader left: refused, not faked
     assert machine.smi("--bogus").returncode == 2
 
 
-def _q_skeleton(text: str) -> list[str]:
-    """Each -q line reduced to its indent and key: the structure without the values."""
-    lines = [line.split(" : ")[0].rstrip() if " : " in line else line.rstrip() for line in text.splitlines()]
-    return ["GPU <bus id>" if re.fullmatch(r"GPU [0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.0", x) else x for x in lines]
+def test_q_x_is_the_xml_the_reader_reads(machine: Machine) -> None:
+    """`-q -x`: the stand-in's XML (smi_xml.py, checked against NVIDIA's DTD in tests/unit/test_gpu_facts.py)
+    read by the deploy's one reader; BAR1 follows its knob, -i picks a GPU."""
+    from vllm_rig.host import gpu_facts
 
-
-def test_q_has_the_real_layout(machine: Machine) -> None:
-    ours = machine.smi("-q", "-i", "0").stdout
-    real = capture("nvidia-smi_q")
-    assert _q_skeleton(ours)[:8] == _q_skeleton(real)[:8]
-    assert _q_skeleton(ours)[8:] == _q_skeleton(real)[8:]  # one GPU block, key for key
-    assert "    Product Name                                       : NVIDIA GeForce RTX 2080 Ti\n" in ours
-    assert "Attached GPUs                                          : 2\n" in ours
-    assert ours.endswith("\n\n") and real.endswith("\n\n")
-
-
-def test_q_memory_and_power_have_the_real_layout(machine: Machine) -> None:
-    for display in ("MEMORY", "POWER"):
-        ours = machine.smi("-q", "-d", display, "-i", "0").stdout
-        real = capture(f"nvidia-smi_q_{display.lower()}")
-        assert _q_skeleton(ours) == _q_skeleton(real), display
-    memory = machine.smi("-q", "-d", "MEMORY").stdout
-    assert (
-        memory.count("    BAR1 Memory Usage\n        Total                                          : 32768 MiB") == 2
-    )
+    facts = gpu_facts.parse(machine.smi("-q", "-x").stdout)
+    assert [(g.index, g.architecture, g.compute_cap, g.bar1_mib) for g in facts.gpus] == [
+        (0, "Turing", "7.5", 32768),
+        (1, "Turing", "7.5", 32768),
+    ]
+    assert facts.driver_version == OLD
     machine.knobs(bar1_mib=256)
-    assert "Total                                          : 256 MiB" in machine.smi("-q", "-d", "MEMORY").stdout
+    [gpu] = gpu_facts.parse(machine.smi("-q", "-x", "-i", "1").stdout).gpus
+    assert (gpu.bus_id, gpu.bar1_mib) == ("00000000:02:00.0", 256)
 
 
 def test_plain_table_has_the_real_layout(machine: Machine) -> None:
@@ -650,7 +638,7 @@ def test_open_modules_drop_a_22gb_card_with_a_small_bar1(machine: Machine) -> No
     machine.reboot()
     assert len(machine.smi("-L").stdout.splitlines()) == 2
     assert "Kernel Module  " + OLD in machine.file("/proc/driver/nvidia/version").read_text()
-    assert "GSP Firmware Version                               : N/A" in machine.smi("-q").stdout
+    assert "<product_name>NVIDIA GeForce RTX 2080 Ti</product_name>" in machine.smi("-q", "-x").stdout
 
 
 def test_persistence_daemon(machine: Machine) -> None:
@@ -762,10 +750,9 @@ def test_install_upgrade_purge_in_debian12(repo: Path, tmp_path: Path, rig: obje
 
 
 def test_the_gpu_wait_names_a_desktop_on_the_stand_in(machine: Machine, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A graphics process (type G) shows in plain nvidia-smi's table and in memory.used, never in
-    --query-compute-apps (as on a real driver: nvitop-152's table, the query's compute-only list); the GPU
-    wait names it from the table, and allows it within a desktop's allowance."""
-    from vllm_rig.host import gpu_wait, nvidia_smi
+    """A graphics process (type G) shows in the XML's processes and in memory.used; the GPU wait names it, and
+    allows it within a desktop's allowance, while a compute process holds its card."""
+    from vllm_rig.host import gpu_facts, gpu_wait
 
     xorg = {"gpu": 1, "pid": 1248, "name": "/usr/lib/xorg/Xorg", "used_mib": 28, "type": "G"}
     worker = {
@@ -775,12 +762,13 @@ def test_the_gpu_wait_names_a_desktop_on_the_stand_in(machine: Machine, monkeypa
         "used_mib": 900,
     }
     machine.knobs(compute_apps=[xorg, worker])
-    apps = machine.smi("--query-compute-apps=gpu_bus_id,pid,process_name,used_memory", "--format=csv,noheader,nounits")
-    assert [a.pid for a in nvidia_smi.parse_compute_apps(apps.stdout.splitlines())] == [4242]
-    table = nvidia_smi.parse_process_table(machine.smi().stdout.splitlines())
-    assert [(p.gpu, p.pid, p.kind, p.used_mib) for p in table] == [(0, 4242, "C", 900), (1, 1248, "G", 28)]
-    assert table[0].name.startswith("...") and len(table[0].name) == 35
-    monkeypatch.setattr(gpu_wait, "_smi", lambda *args: machine.smi(*args).stdout.splitlines())
+    facts = gpu_facts.parse(machine.smi("-q", "-x").stdout)
+    assert [[(p.pid, p.kind, p.used_mib) for p in g.processes] for g in facts.gpus] == [
+        [(4242, "C", 900)],
+        [(1248, "G", 28)],
+    ]
+    assert facts.gpus[0].memory_used_mib == 901  # memory.used counts the process
+    monkeypatch.setattr(gpu_wait.gpu_facts, "read", lambda: facts)
     held = gpu_wait.busy([0, 1], 1024)  # no allowance for a desktop: its graphics hold the card
     assert held[1] == (
         "GPU 1 (00000000:02:00.0) is held by pid 1248 /usr/lib/xorg/Xorg (graphics, 28 MiB): graphics 28 MiB,"

@@ -7,8 +7,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from tests.unit.test_host_nvidia_smi import CAPTURED_FIELDS
-from vllm_rig.stages.preflight.gpu_facts import GPU_FIELDS, NvidiaGpus, NvidiaTopology
+from tests.unit.gpu_xml import real_xml, rtx_xml
+from vllm_rig.stages.preflight.gpu_facts import NvidiaGpus, NvidiaTopology
 
 OUTPUTS = Path(__file__).parent / "fixtures" / "tool_outputs"
 
@@ -17,59 +17,42 @@ def _lines(name: str) -> list[str]:
     return (OUTPUTS / f"{name}.out").read_text().splitlines()
 
 
-def _fact_query_line(line: str) -> str:
-    """The H200's captured row, cut down to the fields the fact asks for, in its order."""
-    row = dict(zip(CAPTURED_FIELDS, [c.strip() for c in line.split(",")], strict=True))
-    return ", ".join(row[f] for f in GPU_FIELDS)
-
-
-def test_gpus_fact_adds_bar1_from_the_memory_report() -> None:
-    """h200/nvidia-smi_query_noheader_nounits and h200/nvidia-smi_q_memory."""
-    line = _fact_query_line(_lines("h200/nvidia-smi_query_noheader_nounits")[0])
-    out = ["@@query", line, "rc=0", "@@memory", *_lines("h200/nvidia-smi_q_memory")]
-    result = NvidiaGpus().process(out)
+def test_gpus_fact_reads_the_real_xml() -> None:
+    """h100-xml/nvidia-smi_q_x: one call, BAR1 and the architecture included."""
+    result = NvidiaGpus().process(["@@xml", *real_xml("nvidia-smi_q_x").splitlines(), "rc=0"])
     [gpu] = result["gpus"]
-    assert result["rc"] == 0 and result["error"] is None and result["problem"] is None
-    assert gpu == {
-        "index": 0,
-        "name": "NVIDIA H200",
-        "uuid": "GPU-f0f9f763-1b99-6737-76cb-3fd72b1216d3",
-        "memory_mib": 143771,
-        "compute_cap": "9.0",
-        "driver_version": "580.159.04",
-        "persistence": True,
-        "power_limit_w": 700.0,
-        "power_min_w": 200.0,
-        "power_max_w": 700.0,
-        "pcie_width": 16,
-        "pcie_width_max": 16,
-        "bus_id": "00000000:00:06.0",
-        "bar1_mib": 262144,
-    }
+    assert (result["rc"], result["error"], result["problem"], result["driver_version"]) == (0, None, None, "580.159.04")
+    assert (gpu["index"], gpu["name"], gpu["memory_mib"], gpu["bar1_mib"]) == (
+        0,
+        "NVIDIA H100 80GB HBM3",
+        81559,
+        131072,
+    )
+    assert (gpu["architecture"], gpu["compute_cap"], gpu["pcie_width"], gpu["persistence"]) == (
+        "Hopper",
+        "9.0",
+        16,
+        True,
+    )
+    assert "processes" not in gpu
 
 
 def test_not_available_link_width_is_none_in_the_fact() -> None:
-    """The H200's row with [N/A] in the link-width columns (as h200/nvidia-smi_query_na shows [N/A] in a
-    numeric column): the fact reads it as None instead of stopping the deploy."""
-    line = _fact_query_line(_lines("h200/nvidia-smi_query_noheader_nounits")[0]).replace(", 16, 16,", ", [N/A], [N/A],")
-    [gpu] = NvidiaGpus().process(["@@query", line, "rc=0", "@@memory"])["gpus"]
-    assert (gpu["pcie_width"], gpu["pcie_width_max"], gpu["memory_mib"]) == (None, None, 143771)
+    """N/A in the link width (a riser): the fact reads it as None instead of stopping the deploy."""
+    xml = rtx_xml(gpu0={"pcie_width_current": None, "pcie_width_max": None})
+    [gpu, _] = NvidiaGpus().process(["@@xml", *xml.splitlines(), "rc=0"])["gpus"]
+    assert (gpu["pcie_width"], gpu["pcie_width_max"], gpu["memory_mib"]) == (None, None, 22528)
 
 
 def test_version_mismatch_becomes_data() -> None:
     """truenas-580/nvidia-smi_plain: the mismatch, with the NVML library's version kept."""
-    out = [
-        "@@query",
-        *_lines("truenas-580/nvidia-smi_plain"),
-        "rc=18",
-        "@@memory",
-        *_lines("truenas-580/nvidia-smi_plain"),
-    ]
+    out = ["@@xml", *_lines("truenas-580/nvidia-smi_plain"), "rc=18"]
     assert NvidiaGpus().process(out) == {
         "rc": 18,
         "error": "Failed to initialize NVML: Driver/library version mismatch",
         "library_version": "580.178",
         "problem": None,
+        "driver_version": None,
         "gpus": [],
     }
 

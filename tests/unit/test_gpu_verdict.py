@@ -10,11 +10,14 @@ from typing import Any
 
 import pytest
 
+from tests.unit.gpu_xml import real_xml, rtx_xml
+from vllm_rig.host import gpu_facts
 from vllm_rig.host import gpu_verdict as gv
 
 ROOT = Path(__file__).resolve().parents[2]
 OUTPUTS = ROOT / "tests" / "unit" / "fixtures" / "tool_outputs"
 H200 = OUTPUTS / "h200"
+XML = gpu_facts.COMMAND
 
 
 def _real(name: str) -> list[str]:
@@ -25,21 +28,16 @@ def _real_result(name: str) -> Any:
     return gv.ToolResult(int((H200 / f"{name}.rc").read_text()), _real(name))
 
 
+# One real H100's XML (h100-xml/) beside the one-GPU H200's topology commands: neither has a peer.
 H200_OUTPUTS = {
-    gv.SMI_QUERY: _real_result("nvidia-smi_query_noheader_nounits"),
-    gv.SMI_MEMORY: _real_result("nvidia-smi_q_memory"),
+    XML: gv.ToolResult(0, real_xml("nvidia-smi_q_x").splitlines()),
     gv.SMI_TOPO: _real_result("nvidia-smi_topo_m"),
     gv.SMI_P2P: _real_result("nvidia-smi_topo_p2p_rw"),
     gv.SMI_NVLINK: _real_result("nvidia-smi_nvlink_s"),
 }
 
-# Two 2080 Ti with a bridge, in the field order the script asks for (the layout of the real H200 line).
-RTX_QUERY = [
-    "0, NVIDIA GeForce RTX 2080 Ti, GPU-a4211eb1-75b7-df20-7a29-4bd4fd504774, 22528, 1, 7.5, 580.159.03, Enabled, "
-    "250.00, 250.00, 100.00, 320.00, 8, 16, 3, 00000000:06:00.0",
-    "1, NVIDIA GeForce RTX 2080 Ti, GPU-39ac7bce-e3d6-b426-008e-fa47897c72d5, 22528, 1, 7.5, 580.159.03, Enabled, "
-    "250.00, 250.00, 100.00, 320.00, 8, 16, 3, 00000000:07:00.0",
-]
+# Two 2080 Ti with a bridge: the sandbox stand-in's XML (tests/unit/gpu_xml.py).
+RTX_XML = rtx_xml()
 RTX_TOPO = [
     "\t\x1b[4mGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m",
     "GPU0\t X \tNV2\t0-15\t0\t\tN/A",
@@ -61,26 +59,8 @@ RTX_NVLINK = [
 ]
 
 
-def _memory_block(bus: str) -> list[str]:
-    return [
-        f"GPU {bus}",
-        "    FB Memory Usage",
-        "        Total                                          : 22528 MiB",
-        "        Reserved                                       : 318 MiB",
-        "    BAR1 Memory Usage",
-        "        Total                                          : 256 MiB",
-        "        Used                                           : 2 MiB",
-        "    Conf Compute Protected Memory Usage",
-        "        Total                                          : 0 MiB",
-    ]
-
-
-RTX_MEMORY = ["", "==============NVSMI LOG==============", "", "Attached GPUs : 2"]
-RTX_MEMORY += _memory_block("00000000:06:00.0") + _memory_block("00000000:07:00.0")
-
 RTX_OUTPUTS = {
-    gv.SMI_QUERY: gv.ToolResult(0, RTX_QUERY),
-    gv.SMI_MEMORY: gv.ToolResult(0, RTX_MEMORY),
+    XML: gv.ToolResult(0, RTX_XML.splitlines()),
     gv.SMI_TOPO: gv.ToolResult(0, RTX_TOPO),
     gv.SMI_P2P: gv.ToolResult(0, RTX_P2P),
     gv.SMI_NVLINK: gv.ToolResult(0, RTX_NVLINK),
@@ -186,29 +166,28 @@ def gates(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 # --- parsing (the shared parser's results, as the report keeps them) ----------------------------------
-def test_report_keeps_every_field_of_the_real_h200() -> None:
+def test_report_keeps_every_field_of_the_real_h100() -> None:
     view = gv.collect_smi(_runner(H200_OUTPUTS), which=lambda n: n)
     [gpu] = view.gpus
-    assert gpu["name"] == "NVIDIA H200" and gpu["memory_mib"] == 143771 and gpu["memory_used_mib"] == 0
-    assert (gpu["compute_cap"], gpu["driver_version"], gpu["persistence"]) == ("9.0", "580.159.04", True)
+    assert gpu["name"] == "NVIDIA H100 80GB HBM3" and gpu["memory_mib"] == 81559 and gpu["memory_used_mib"] == 0
+    assert (gpu["compute_cap"], view.driver_version, gpu["persistence"]) == ("9.0", "580.159.04", True)
     assert (gpu["power_limit_w"], gpu["power_min_w"], gpu["power_max_w"]) == (700.0, 200.0, 700.0)
-    assert (gpu["pcie_width"], gpu["pcie_width_max"], gpu["pcie_gen"], gpu["bar1_mib"]) == (16, 16, 5, 262144)
+    assert (gpu["pcie_width"], gpu["pcie_width_max"], gpu["pcie_gen"], gpu["bar1_mib"]) == (16, 16, 5, 131072)
     assert view.notes == [] and view.error is None
 
 
-def test_query_with_not_available_cells_still_parses(capsys: pytest.CaptureFixture) -> None:
-    """[N/A] where a riser hides the link width (the cells of h200/nvidia-smi_query_na): no crash, None."""
-    line = RTX_QUERY[0].replace(", 8, 16, 3,", ", [N/A], [N/A], [N/A],").replace("250.00, 250.00", "[N/A], [N/A]")
-    outputs = {**RTX_OUTPUTS, gv.SMI_QUERY: gv.ToolResult(0, [line, RTX_QUERY[1]])}
-    _, data = verdict(outputs, FakeProbe(devices=2), RIG, capsys)
+def test_xml_with_not_available_cells_still_parses(capsys: pytest.CaptureFixture) -> None:
+    """N/A where a riser hides the link width and the power limit: no crash, None."""
+    xml = rtx_xml(gpu0={"pcie_width_current": None, "power_limit_w": None})
+    _, data = verdict({**RTX_OUTPUTS, XML: gv.ToolResult(0, xml.splitlines())}, FakeProbe(devices=2), RIG, capsys)
     assert data["gpus"][0]["pcie_width"] is None and data["gpus"][0]["power_limit_w"] is None
     assert data["gpus"][0]["memory_mib"] == 22528 and gates(data)["power_limit_w"]["result"] == "warn"
 
 
-def test_a_row_not_understood_is_could_not_run(capsys: pytest.CaptureFixture) -> None:
-    outputs = {**RTX_OUTPUTS, gv.SMI_QUERY: gv.ToolResult(0, [RTX_QUERY[0].rsplit(",", 1)[0]])}
+def test_an_answer_that_is_not_the_xml_is_could_not_run(capsys: pytest.CaptureFixture) -> None:
+    outputs = {**RTX_OUTPUTS, XML: gv.ToolResult(0, RTX_XML.splitlines()[:9])}  # cut off mid-way
     rc, data = verdict(outputs, FakeProbe(devices=2), RIG, capsys)
-    assert rc == 2 and data["problems"][0].startswith("nvidia-smi --query-gpu output not understood: expected 16")
+    assert rc == 2 and data["problems"][0].startswith("nvidia-smi -q -x did not print its XML")
 
 
 def test_plateau_is_the_median_of_the_largest_sizes() -> None:
@@ -248,7 +227,7 @@ def test_single_gpu_passes_and_says_not_applicable(capsys: pytest.CaptureFixture
     assert g["gpu_count"]["result"] == "pass" and g["gpu_count"]["measured"] == 1
     assert g["gpu_memory_mib"] == {
         "name": "gpu_memory_mib",
-        "measured": [143771],
+        "measured": [81559],
         "threshold": 22000,
         "result": "pass",
         "fatal": True,
@@ -257,7 +236,7 @@ def test_single_gpu_passes_and_says_not_applicable(capsys: pytest.CaptureFixture
     for name in ("p2p_copy_gbps", "allreduce_busbw_gbps", "nvlink", "p2p_grant", "peer_access"):
         assert g[name]["result"] == "not applicable", name
     assert data["p2p_bandwidth"] == data["allreduce"] == data["peer_access"] == "not applicable"
-    assert data["gpus"][0]["bar1_mib"] == 262144 and data["driver_version"] == "580.159.04"
+    assert data["gpus"][0]["bar1_mib"] == 131072 and data["driver_version"] == "580.159.04"
     assert probe.calls == []  # nothing to measure between GPUs
 
 
@@ -373,13 +352,16 @@ def test_thresholds_unset_report_figures_without_judging(capsys: pytest.CaptureF
 def test_pcie_only_box_warns_but_is_judged_by_bandwidth(capsys: pytest.CaptureFixture) -> None:
     topo = [line.replace("NV2", "PHB") for line in RTX_TOPO]
     p2p = [line.replace("OK", "CNS") for line in RTX_P2P]
-    query = [line.replace("Enabled, 250.00", "Disabled, 300.00") for line in RTX_QUERY]
+    xml = rtx_xml(
+        gpu0={"persistence_mode": False, "power_limit_w": 300.0},
+        gpu1={"persistence_mode": False, "power_limit_w": 300.0},
+    )
     outputs = {
         **RTX_OUTPUTS,
         gv.SMI_TOPO: gv.ToolResult(0, topo),
         gv.SMI_P2P: gv.ToolResult(0, p2p),
         gv.SMI_NVLINK: gv.ToolResult(0, []),
-        gv.SMI_QUERY: gv.ToolResult(0, query),
+        XML: gv.ToolResult(0, xml.splitlines()),
     }
     rc, data = verdict(outputs, FakeProbe(devices=2), RIG, capsys)
     g = gates(data)
@@ -401,28 +383,31 @@ def test_many_equal_links_read_short() -> None:
 def test_inactive_nvlink_warns(capsys: pytest.CaptureFixture) -> None:
     outputs = {**RTX_OUTPUTS, gv.SMI_NVLINK: gv.ToolResult(0, [*RTX_NVLINK[:-1], "\t Link 1: <inactive>"])}
     _, data = verdict(outputs, FakeProbe(devices=2), RIG, capsys)
-    assert gates(data)["nvlink"]["result"] == "warn" and gates(data)["nvlink"]["detail"] == "inactive: GPU1 link 1"
+    assert gates(data)["nvlink"]["result"] == "warn" and gates(data)["nvlink"]["detail"] == "GPU1 link 1 inactive"
 
 
 def test_inactive_links_of_a_real_v100_are_named(capsys: pytest.CaptureFixture) -> None:
-    """v100/nvidia-smi_nvlink_s: GPU 3's links 3 and 5 <inactive> (only GPU 3 was published)."""
-    outputs = {**RTX_OUTPUTS, gv.SMI_NVLINK: _box("v100/nvidia-smi_nvlink_s")}
+    """v100/nvidia-smi_nvlink_s: GPU 3's links 3 and 5 <inactive> (only GPU 3 was published), told as GPU 1
+    of the two the XML lists (the rule judges the GPUs nvidia-smi lists)."""
+    v100 = [line.replace("GPU 3:", "GPU 1:") for line in _box("v100/nvidia-smi_nvlink_s").out]
+    outputs = {**RTX_OUTPUTS, gv.SMI_NVLINK: gv.ToolResult(0, v100)}
     _, data = verdict(outputs, FakeProbe(devices=2), RIG, capsys)
-    assert gates(data)["nvlink"]["detail"] == "inactive: GPU3 link 3, GPU3 link 5"
-    assert data["nvlink_down"] == ["GPU3 link 3", "GPU3 link 5"]
+    assert gates(data)["nvlink"]["detail"] == "GPU1 link 3, GPU1 link 5 inactive"
+    assert data["nvlink_down"] == ["GPU1 link 3", "GPU1 link 5"]
 
 
 def test_all_links_inactive_names_the_bridge_as_down(capsys: pytest.CaptureFixture) -> None:
-    """Case 2: b200/nvidia-smi_nvlink_s, one NVML message for GPU 2 instead of its link lines."""
-    outputs = {**RTX_OUTPUTS, gv.SMI_NVLINK: _box("b200/nvidia-smi_nvlink_s")}
+    """Case 2: b200/nvidia-smi_nvlink_s, one NVML message for GPU 2 instead of its link lines (told as GPU 1)."""
+    b200 = [line.replace("GPU 2:", "GPU 1:") for line in _box("b200/nvidia-smi_nvlink_s").out]
+    outputs = {**RTX_OUTPUTS, gv.SMI_NVLINK: gv.ToolResult(0, RTX_NVLINK[:3] + b200)}
     load = FakeProbe(devices=2)
     _, data = verdict(outputs, load, RIG, capsys)
     nvlink = gates(data)["nvlink"]
     assert nvlink["result"] == "warn" and nvlink["detail"] == (
-        "GPU2: all links inactive (the NVLink bridge is down: missing or not seated)"
+        "GPU1: NVML says all links are inactive: the NVLink bridge is down (missing or not seated)"
     )
     gv.main(RIG, run=_runner(outputs), load_probe=lambda: load, which=lambda n: n)
-    assert "  NVLink GPU2: all links inactive (NVML: the bridge is down or missing)" in capsys.readouterr().out
+    assert "  NVLink GPU1: all links inactive (NVML: the bridge is down or missing)" in capsys.readouterr().out
 
 
 def test_a_failing_topology_command_is_a_note_not_silence(capsys: pytest.CaptureFixture) -> None:
@@ -463,7 +448,7 @@ def test_nvml_mismatch_is_could_not_run_and_names_both_versions(capsys: pytest.C
     """Case 4: truenas-580/nvidia-smi_plain (NVML library 580.178) and its proc_driver_nvidia_version
     (the proprietary module 580.173.02)."""
     outputs = {
-        gv.SMI_QUERY: _box("truenas-580/nvidia-smi_plain", 18),
+        XML: _box("truenas-580/nvidia-smi_plain", 18),
         gv.MODULE_VERSION: _box("truenas-580/proc_driver_nvidia_version"),
     }
     error = "CUDA unusable: RuntimeError: CUDA driver initialization failed"
@@ -481,12 +466,10 @@ def test_nvml_mismatch_is_could_not_run_and_names_both_versions(capsys: pytest.C
 
 
 def test_other_nvidia_smi_failures_say_its_sentence(capsys: pytest.CaptureFixture) -> None:
-    """h200/nvidia-smi_bad_index: not a mismatch, so no module version is read."""
-    outputs = {gv.SMI_QUERY: _real_result("nvidia-smi_bad_index")}
+    """h100-xml/nvidia-smi_q_x_bad_index: not a mismatch, so no module version is read."""
+    outputs = {XML: gv.ToolResult(6, real_xml("nvidia-smi_q_x_bad_index").splitlines())}
     rc, data = verdict(outputs, FakeProbe(devices=0, error="CUDA unusable: x"), RIG, capsys)
-    assert rc == 2 and data["problems"][0] == (
-        "nvidia-smi failed: ERROR: Option -i is not valid for this command. Please run 'nvidia-smi -h' for help."
-    )
+    assert rc == 2 and data["problems"][0] == "nvidia-smi failed: No devices were found"
 
 
 def test_no_torch_is_could_not_run_unless_a_gate_already_failed(capsys: pytest.CaptureFixture) -> None:
@@ -540,4 +523,4 @@ def test_table_for_one_gpu(capsys: pytest.CaptureFixture) -> None:
     rc = gv.main([], run=_runner(H200_OUTPUTS), load_probe=lambda: FakeProbe(1, "9.0"), which=lambda n: n)
     out = capsys.readouterr().out
     assert rc == 0 and "Links: not applicable (1 GPU)" in out and "Bandwidth: not applicable" in out
-    assert "NVIDIA H200" in out and "262144 MiB" in out
+    assert "NVIDIA H100 80GB HBM3" in out and "131072 MiB" in out

@@ -1,4 +1,4 @@
-"""vllm_rig/host/nvidia_smi.py, the one parser of nvidia-smi and /proc/driver/nvidia for both sides, on real
+"""vllm_rig/host/nvidia_smi.py, the parser of what nvidia-smi's XML lacks and of /proc/driver/nvidia, on real
 outputs only: tests/unit/fixtures/tool_outputs/<box>/, captured on the H200 (h200/) or copied from public
 reports (each folder's README names the URL). The test names the fixture it reads."""
 
@@ -8,29 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from vllm_rig.host import gpu_facts
 from vllm_rig.host import nvidia_smi as smi
 
 OUTPUTS = Path(__file__).parent / "fixtures" / "tool_outputs"
-
-# The fields capture.sh asks for, in its order.
-CAPTURED_FIELDS = (
-    "index",
-    "name",
-    "uuid",
-    "memory.total",
-    "memory.used",
-    "compute_cap",
-    "driver_version",
-    "persistence_mode",
-    "power.limit",
-    "power.default_limit",
-    "power.min_limit",
-    "power.max_limit",
-    "pcie.link.width.current",
-    "pcie.link.width.max",
-    "pcie.link.gen.current",
-    "pci.bus_id",
-)
 
 
 def out(path: str) -> list[str]:
@@ -39,70 +20,6 @@ def out(path: str) -> list[str]:
 
 def rc(path: str) -> int:
     return int((OUTPUTS / f"{path}.rc").read_text())
-
-
-# --- --query-gpu ---------------------------------------------------------------------------------------
-def test_query_real_h200_noheader_nounits() -> None:
-    """h200/nvidia-smi_query_noheader_nounits: every field the facts and the verdict read."""
-    query = smi.parse_query_gpu(out("h200/nvidia-smi_query_noheader_nounits"), CAPTURED_FIELDS)
-    [gpu] = query.gpus
-    assert query.problem is None
-    assert (gpu.index, gpu.name, gpu.uuid) == (0, "NVIDIA H200", "GPU-f0f9f763-1b99-6737-76cb-3fd72b1216d3")
-    assert (gpu.memory_mib, gpu.memory_used_mib, gpu.compute_cap) == (143771, 0, "9.0")
-    assert (gpu.driver_version, gpu.persistence) == ("580.159.04", True)
-    assert (gpu.power_limit_w, gpu.power_default_w, gpu.power_min_w, gpu.power_max_w) == (700.0, 700.0, 200.0, 700.0)
-    assert (gpu.pcie_width, gpu.pcie_width_max, gpu.pcie_gen, gpu.bus_id) == (16, 16, 5, "00000000:00:06.0")
-    assert gpu.cells["pcie.link.gen.current"] == "5"
-
-
-def test_query_real_h200_with_header_and_units_reads_the_same() -> None:
-    """h200/nvidia-smi_query (--format=csv): the header names the fields, the cells carry units."""
-    header = smi.parse_query_gpu(out("h200/nvidia-smi_query")).gpus
-    plain = smi.parse_query_gpu(out("h200/nvidia-smi_query_noheader_nounits"), CAPTURED_FIELDS).gpus
-    skip = {"cells"}
-    assert [{k: v for k, v in vars(g).items() if k not in skip} for g in header] == [
-        {k: v for k, v in vars(g).items() if k not in skip} for g in plain
-    ]
-    assert header[0].cells["memory.total"] == "143771 MiB"
-
-
-def test_not_available_cells_are_none_not_a_crash() -> None:
-    """Case 7, `[N/A]` in numeric columns: h200/nvidia-smi_query_na* (fan.speed of a passive card, both
-    formats), gb10/nvidia-smi_query and gb10/nvidia-smi_query_power (a GB10's memory columns; URLs in
-    gb10/README.md)."""
-    fields = ("index", "fan.speed", "temperature.memory", "pcie.link.width.current", "power.draw")
-    for query in (
-        smi.parse_query_gpu(out("h200/nvidia-smi_query_na")),
-        smi.parse_query_gpu(out("h200/nvidia-smi_query_na_noheader_nounits"), fields),
-    ):
-        [gpu] = query.gpus
-        assert query.problem is None and gpu.cells["fan.speed"] == "[N/A]" and gpu.pcie_width == 16
-        assert gpu.power_draw_w is not None and gpu.power_draw_w > 0
-    [gb10] = smi.parse_query_gpu(out("gb10/nvidia-smi_query")).gpus
-    assert (gb10.index, gb10.name, gb10.memory_mib, gb10.memory_free_mib) == (0, "NVIDIA GB10", None, None)
-    [gb10] = smi.parse_query_gpu(out("gb10/nvidia-smi_query_power")).gpus
-    assert (gb10.memory_mib, gb10.memory_used_mib, gb10.power_draw_w) == (None, None, 11.17)
-    # The fields the facts ask for, with `[N/A]` where a riser hides the link width (the GB10 line's cells).
-    line = out("h200/nvidia-smi_query_noheader_nounits")[0].replace(", 16, 16, 5,", ", [N/A], [N/A], [N/A],")
-    [gpu] = smi.parse_query_gpu([line], CAPTURED_FIELDS).gpus
-    assert (gpu.pcie_width, gpu.pcie_width_max, gpu.pcie_gen, gpu.memory_mib) == (None, None, None, 143771)
-
-
-def test_a_row_of_the_wrong_width_is_a_problem_not_a_crash() -> None:
-    """h200/nvidia-smi_query_noheader_nounits read with one field too few."""
-    query = smi.parse_query_gpu(out("h200/nvidia-smi_query_noheader_nounits"), CAPTURED_FIELDS[:-1])
-    assert query.gpus == () and query.problem.startswith("expected 15 fields, got 16: ")
-
-
-def test_bad_field_is_an_error_not_a_gpu() -> None:
-    """h200/nvidia-smi_query_badfield (exit 2), as the facts' `echo rc=$?` wrapper returns it."""
-    result = smi.split_rc([*out("h200/nvidia-smi_query_badfield"), f"rc={rc('h200/nvidia-smi_query_badfield')}"])
-    assert result.rc == 2 and result.error == 'Field "bogus.field" is not a valid field to query.'
-    query = smi.parse_query_gpu(result.lines, ("index", "bogus.field"), rc=result.rc)
-    assert query.gpus == () and query.problem == (
-        'nvidia-smi --query-gpu exited 2: Field "bogus.field" is not a valid field to query.'
-    )
-    assert smi.split_rc(["0, NVIDIA H200"]) == smi.SmiResult(0, ["0, NVIDIA H200"])
 
 
 # --- NVML errors ---------------------------------------------------------------------------------------
@@ -235,15 +152,6 @@ def test_nvlink_command_that_fails_says_so() -> None:
     assert smi.parse_nvlink_status(out(name)).problem == "nvidia-smi nvlink -s: not understood: No devices were found"
 
 
-# --- -q -d MEMORY ---------------------------------------------------------------------------------------
-def test_memory_report_real_h200() -> None:
-    """h200/nvidia-smi_q_memory: FB and BAR1 totals (the H200's 256 GiB BAR1)."""
-    assert smi.parse_memory(out("h200/nvidia-smi_q_memory")) == (
-        smi.MemoryReport("00000000:00:06.0", fb_total_mib=143771, bar1_total_mib=262144),
-    )
-    assert smi.parse_memory(out("truenas-580/nvidia-smi_plain"), rc=18) == ()
-
-
 # --- never raise ----------------------------------------------------------------------------------------
 ALL_OUTPUTS = sorted(str(p.relative_to(OUTPUTS))[: -len(".out")] for p in OUTPUTS.glob("*/*.out"))
 
@@ -253,11 +161,9 @@ def test_every_parser_reads_every_real_output_without_raising(name: str) -> None
     """Any real output, fed to any parser (with and without a failing exit code), gives a result."""
     lines = out(name)
     for code in (0, 1):
-        smi.parse_query_gpu(lines, rc=code)
-        smi.parse_query_gpu(lines, CAPTURED_FIELDS, rc=code)
+        gpu_facts.parse("\n".join(lines), rc=code)
         smi.parse_matrix(lines, rc=code)
         smi.parse_nvlink_status(lines, rc=code)
-        smi.parse_memory(lines, rc=code)
         smi.parse_error(lines, code)
     smi.parse_driver_module(lines)
     smi.split_rc(lines)

@@ -80,15 +80,15 @@ def _gpu(index: int, **changes: Any) -> dict[str, Any]:
         "index": index,
         "name": "NVIDIA GeForce RTX 2080 Ti",
         "memory_mib": 22528,
+        "architecture": "Turing",
         "compute_cap": "7.5",
-        "driver_version": "580.159.03",
         "pcie_width": 8,
     }
     gpu.update(changes)
     return gpu
 
 
-GPUS = {"rc": 0, "error": None, "gpus": [_gpu(0), _gpu(1)]}
+GPUS = {"rc": 0, "error": None, "problem": None, "driver_version": "580.159.03", "gpus": [_gpu(0), _gpu(1)]}
 TOPO = {
     "rc": 0,
     "error": None,
@@ -249,7 +249,7 @@ def test_other_driver_is_kept_unless_settings_say_replace() -> None:
 
 
 def test_one_gpu_missing_after_driver() -> None:
-    gpus = {"rc": 0, "error": None, "gpus": [_gpu(0)]}
+    gpus = {"rc": 0, "error": None, "problem": None, "driver_version": "580.159.03", "gpus": [_gpu(0)]}
     checks = preflight.verdict(_host(), gpus, TOPO, SETTINGS)
     failed = _failed(checks)
     assert "gpus" in failed and "need 2" in failed["gpus"].detail
@@ -257,21 +257,35 @@ def test_one_gpu_missing_after_driver() -> None:
 
 
 def test_small_card_and_wrong_arch() -> None:
-    gpus = {"rc": 0, "error": None, "gpus": [_gpu(0), _gpu(1, memory_mib=11264, compute_cap="8.6")]}
+    gpus = {
+        "rc": 0,
+        "error": None,
+        "problem": None,
+        "driver_version": "580.159.03",
+        "gpus": [_gpu(0), _gpu(1, memory_mib=11264, compute_cap=None, architecture="Ampere")],
+    }
     failed = [c for c in preflight.verdict(_host(), gpus, TOPO, SETTINGS) if c.status == "fail"]
-    assert [c.detail for c in failed] == ["11264 MiB", "compute capability 8.6"]
+    assert [c.detail for c in failed] == ["11264 MiB", "GPU architecture Ampere, not Turing (compute capability 7.5)"]
     # The default profile runs the upstream kind: the line names it, not "the fork" (issue 36).
     assert (
         failed[1].way_out
         == f"runtime_kind upstream (vLLM {SETTINGS.vllm_version}) is set up here for compute capability 7.5"
     )
     fork = load_settings({**profile_data(), "runtime_kind": "fork"})
-    [wrong] = [c for c in preflight.verdict(_host(), gpus, TOPO, fork) if c.detail == "compute capability 8.6"]
+    [wrong] = [
+        c for c in preflight.verdict(_host(), gpus, TOPO, fork) if c.detail.startswith("GPU architecture Ampere")
+    ]
     assert wrong.way_out.startswith("runtime_kind fork (the SM75 fork, ") and "the fork targets" not in wrong.way_out
 
 
 def test_small_bar1_fails_only_with_the_open_modules() -> None:
-    gpus = {"rc": 0, "error": None, "gpus": [_gpu(0, bar1_mib=256), _gpu(1, bar1_mib=256)]}
+    gpus = {
+        "rc": 0,
+        "error": None,
+        "problem": None,
+        "driver_version": "580.159.03",
+        "gpus": [_gpu(0, bar1_mib=256), _gpu(1, bar1_mib=256)],
+    }
     open_flavor = load_settings({**profile_data(), "nvidia_driver_flavor": "open"})
     failed = [c for c in preflight.verdict(_host(), gpus, TOPO, open_flavor) if c.status == "fail"]
     assert len(failed) == 2 and "proprietary" in failed[0].way_out and "BAR1 256 MiB" in failed[0].detail
@@ -359,7 +373,13 @@ def test_secure_boot_passes_a_kept_archive_driver_whose_modules_canonical_signed
 
 # --- links, on real outputs (issue 15) ---------------------------------------------------------------------
 FOUR = load_settings({**profile_data(), "gpu_count": 4})
-FOUR_GPUS = {"rc": 0, "error": None, "gpus": [_gpu(i) for i in range(4)]}
+FOUR_GPUS = {
+    "rc": 0,
+    "error": None,
+    "problem": None,
+    "driver_version": "580.159.03",
+    "gpus": [_gpu(i) for i in range(4)],
+}
 
 
 def _links(checks: list[preflight.Check]) -> dict[str, preflight.Check]:
@@ -445,7 +465,7 @@ def test_the_driver_line_names_the_loaded_modules_flavour() -> None:
 
 def test_the_mismatch_line_names_both_versions() -> None:
     """Case 4: truenas-580/nvidia-smi_plain (NVML library 580.178) beside its loaded module (580.173.02)."""
-    gpus = NvidiaGpus().process(["@@query", *_real("truenas-580/nvidia-smi_plain"), "rc=18", "@@memory"])
+    gpus = NvidiaGpus().process(["@@xml", *_real("truenas-580/nvidia-smi_plain"), "rc=18"])
     state = HostState().process(
         ["@@kernel", "6.8.0-1-generic", "@@driver_loaded", *_real("truenas-580/proc_driver_nvidia_version")]
     )
@@ -463,7 +483,7 @@ def test_not_available_cells_never_crash_a_gpu_line() -> None:
     checks = preflight.check_driver_gpus({**GPUS, "gpus": [_gpu(0, memory_mib=None), _gpu(1)]}, SETTINGS)
     assert {c.name: (c.status, c.detail) for c in checks}["gpu0"] == (
         "fail",
-        "memory not reported by nvidia-smi ([N/A])",
+        "memory not reported by nvidia-smi (N/A)",
     )
 
 

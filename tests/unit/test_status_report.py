@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
+from tests.unit.gpu_xml import real_xml, rtx_xml
 from tests.unit.groupdata import profile_data
 from vllm_rig.core.host_package import run_from_stdin, stdin_text
 from vllm_rig.stages.status import report
-from vllm_rig.stages.status.facts import GPU_FIELDS, status_spec
+from vllm_rig.stages.status.facts import status_spec
 from vllm_rig.validation import load_settings
 
 STANDIN_METRICS = Path(__file__).resolve().parents[1] / "sandbox/fixtures/forge/standin_fork/vllm/standin/metrics.py"
@@ -84,37 +85,41 @@ def test_nvidia_smi_failing_is_the_gpu_fields_reason() -> None:
     assert report.gpu_rows(raw) == report.Unknown(
         "nvidia-smi: Failed to initialize NVML: Driver/library version mismatch (a reboot loads the installed driver)"
     )
-    live = "0, NVIDIA GeForce RTX 2080 Ti, 41, 61.20, 250.00, 1350, 2160, 21720, 22528\n"
-    [gpu] = report.gpu_rows({"commands": {"gpus": {"rc": 0, "out": live}}})
-    assert (gpu["temperature_c"], gpu["power_draw_w"], gpu["sm_clock_mhz"], gpu["memory_used_mib"]) == (
+    live = rtx_xml(
+        gpu0={
+            "temperature_c": 41,
+            "power_draw_w": 61.2,
+            "clocks_mhz": {"graphics": 1350, "sm": 1350, "memory": 7000, "video": 1200},
+        }
+    )
+    gpu, _ = report.gpu_rows({"commands": {"gpus": {"rc": 0, "out": live}}})
+    assert (gpu["temperature_c"], gpu["power_draw_w"], gpu["sm_clock_mhz"], gpu["memory_mib"]) == (
         41,
         61.2,
         1350,
-        21720,
+        22528,
+    )
+    assert report.gpu_rows({"commands": {"gpus": {"rc": 0, "out": "<nvidia_smi_log><gpu>"}}}) == report.Unknown(
+        "nvidia-smi's output not understood: nvidia-smi -q -x did not print its XML (no element found: line 1, column"
+        " 21): <nvidia_smi_log><gpu>"
     )
 
 
-H200 = Path(__file__).parent / "fixtures" / "tool_outputs" / "h200"
-
-
-def test_the_live_gpu_fields_of_a_real_h200() -> None:
-    out = (H200 / "nvidia-smi_query_live.out").read_text()
-    rc = int((H200 / "nvidia-smi_query_live.rc").read_text())
-    [gpu] = report.gpu_rows({"commands": {"gpus": {"rc": rc, "out": out}}})
+def test_the_live_gpu_fields_of_a_real_h100() -> None:
+    """h100-xml/nvidia-smi_q_x: the status view's fields from the real XML."""
+    [gpu] = report.gpu_rows({"commands": {"gpus": {"rc": 0, "out": real_xml("nvidia-smi_q_x")}}})
     assert gpu == {
         "index": 0,
-        "name": "NVIDIA H200",
-        "temperature_c": 33.0,
-        "power_draw_w": 78.27,
+        "name": "NVIDIA H100 80GB HBM3",
+        "temperature_c": 39.0,
+        "power_draw_w": 71.81,
         "power_limit_w": 700.0,
         "sm_clock_mhz": 345,
         "sm_clock_max_mhz": 1980,
         "memory_used_mib": 0,
-        "memory_mib": 143771,
+        "memory_mib": 81559,
     }
-    header = (H200 / "nvidia-smi_query_live_csv.out").read_text().splitlines()[0]
-    assert header.count(",") == len(GPU_FIELDS) - 1  # the fields we ask for, in our order
-    assert "GPU0 NVIDIA H200: 33 C, 78 W of 700 W, SM 345 MHz (max 1980 MHz), memory 0 MiB of 143771 MiB" in (
+    assert "GPU0 NVIDIA H100 80GB HBM3: 39 C, 72 W of 700 W, SM 345 MHz (max 1980 MHz), memory 0 MiB of 81559 MiB" in (
         report._gpu_line(gpu)
     )
 

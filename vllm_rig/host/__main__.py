@@ -9,6 +9,7 @@ PROGRAMS = (
     "bench",
     "flashinfer_smem",
     "fork_releases",
+    "gpu_facts",
     "gpu_verdict",
     "gpu_wait",
     "lan_keys",

@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
 """GPU, NVLink, P2P and NCCL verdict for a vllm-rig host: stdlib, plus torch from the venv, plus the host
-package's nvidia-smi parser (nvidia_smi.py, the one the control side's facts use).
+package's GPU reader and rules (gpu_facts.py, gpu_rules.py: the ones preflight uses).
 
     python vllm-rig-host.pyz gpu_verdict [--json] [--expect-gpus N] [--driver-version V] [--min-memory-mib M]
                                          [--compute-cap 7.5] [--power-limit-w W] [--min-p2p-gbps X]
                                          [--min-allreduce-gbps Y] [--skip-bandwidth]
 
-What it reads: nvidia-smi (GPUs, driver, NVLink links, topology, the driver's P2P grant, BAR1, PCIe,
-persistence, power limit) and torch (CUDA devices, peer access). What it measures, in spawned child
-processes that are killed at a timeout (a broken P2P path hangs rather than fails): P2P copy bandwidth
-both ways between every pair of GPUs, and NCCL all-reduce bus bandwidth over two ranks on GPUs 0 and 1.
+What it reads: nvidia-smi's XML (GPUs, driver, BAR1, PCIe, persistence, power limit), its topology and NVLink
+commands (what the XML lacks: topology, the driver's P2P grant, link states) and torch (CUDA devices, peer
+access). What it measures, in spawned child processes that are killed at a timeout (a broken P2P path hangs
+rather than fails): P2P copy bandwidth both ways between every pair of GPUs, and NCCL all-reduce bus
+bandwidth over two ranks on GPUs 0 and 1.
 
 Exit codes: 0 every gate passed; 1 a gate failed (GPU count, memory, compute capability, driver pin,
 P2P copy, all-reduce); 2 no verdict could be reached (no nvidia-smi, NVML mismatch, no torch, CUDA
@@ -32,48 +33,18 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .nvidia_smi import (  # the parser the control side's facts use too
-    Gpu,
-    NvlinkStatus,
-    first_line,
-    parse_driver_module,
-    parse_error,
-    parse_matrix,
-    parse_memory,
-    parse_nvlink_status,
-    parse_query_gpu,
-)
+from . import gpu_facts, gpu_rules
+from .nvidia_smi import NvlinkStatus, first_line, parse_driver_module, parse_matrix, parse_nvlink_status
 
 EXIT_PASS, EXIT_FAIL, EXIT_CANNOT = 0, 1, 2
 
-# --query-gpu fields, in order (nvidia-smi --help-query-gpu spelling).
-QUERY_FIELDS = (
-    "index",
-    "name",
-    "uuid",
-    "memory.total",
-    "memory.used",
-    "compute_cap",
-    "driver_version",
-    "persistence_mode",
-    "power.limit",
-    "power.default_limit",
-    "power.min_limit",
-    "power.max_limit",
-    "pcie.link.width.current",
-    "pcie.link.width.max",
-    "pcie.link.gen.current",
-    "pci.bus_id",
-)
-SMI_QUERY = ("nvidia-smi", f"--query-gpu={','.join(QUERY_FIELDS)}", "--format=csv,noheader,nounits")
 SMI_TOPO = ("nvidia-smi", "topo", "-m")
 SMI_P2P = ("nvidia-smi", "topo", "-p2p", "rw")
 SMI_NVLINK = ("nvidia-smi", "nvlink", "-s")
-SMI_MEMORY = ("nvidia-smi", "-q", "-d", "MEMORY")
 MODULE_VERSION = ("cat", "/proc/driver/nvidia/version")  # read when NVML refuses: which module is loaded
 
 P2P_MIB = 256  # copy size: large enough to sit on the bandwidth plateau
@@ -114,29 +85,9 @@ def run_tool(argv: tuple[str, ...], timeout: float = 30.0) -> ToolResult:
 
 
 # ---- what nvidia-smi says ----------------------------------------------------------------------------
-# What the report keeps of each GPU (Gpu's attributes), in its JSON.
-GPU_KEYS = (
-    "index",
-    "name",
-    "uuid",
-    "memory_mib",
-    "memory_used_mib",
-    "compute_cap",
-    "driver_version",
-    "persistence",
-    "power_limit_w",
-    "power_default_w",
-    "power_min_w",
-    "power_max_w",
-    "pcie_width",
-    "pcie_width_max",
-    "pcie_gen",
-    "bus_id",
-)
-
-
-def _gpu_dict(gpu: Gpu) -> dict[str, Any]:
-    return {key: getattr(gpu, key) for key in GPU_KEYS}
+def _gpu_dict(gpu: gpu_facts.Gpu) -> dict[str, Any]:
+    """The report's JSON of one GPU: the reader's fields but its processes."""
+    return {key: value for key, value in asdict(gpu).items() if key != "processes"}
 
 
 @dataclass
@@ -144,15 +95,12 @@ class SmiView:
     """Everything read from nvidia-smi; error is set when nvidia-smi cannot be used at all."""
 
     error: str | None = None
+    driver_version: str | None = None
     gpus: list[dict[str, Any]] = field(default_factory=list)
     topology: dict[str, dict[str, str]] = field(default_factory=dict)
     p2p_grant: dict[str, dict[str, str]] = field(default_factory=dict)
     nvlink_status: NvlinkStatus = field(default_factory=NvlinkStatus)
     notes: list[str] = field(default_factory=list)
-
-    @property
-    def driver_version(self) -> str | None:
-        return self.gpus[0]["driver_version"] if self.gpus else None
 
     @property
     def nvlink(self) -> dict[int, list[float | None]]:
@@ -162,14 +110,13 @@ class SmiView:
 def collect_smi(run: Runner, which: Callable[[str], str | None] = shutil.which) -> SmiView:
     if which("nvidia-smi") is None:
         return SmiView(error="nvidia-smi not found: no NVIDIA driver installed, or not on PATH")
-    result = run(SMI_QUERY)
-    if result.rc != 0:
-        return SmiView(error=f"nvidia-smi failed: {_failure(run, result)}")
-    query = parse_query_gpu(result.out, QUERY_FIELDS)
-    if query.problem:
-        return SmiView(error=f"nvidia-smi --query-gpu output not understood: {query.problem}")
-    view = SmiView(gpus=[_gpu_dict(gpu) for gpu in query.gpus])
-    _attach_bar1(view, run(SMI_MEMORY))
+    result = run(gpu_facts.COMMAND)
+    facts = gpu_facts.parse("\n".join(result.out if result.rc == 0 else [*result.out, *result.err]), result.rc)
+    if facts.error:
+        return SmiView(error=f"nvidia-smi failed: {_failure(run, facts.error)}")
+    if facts.problem:
+        return SmiView(error=facts.problem)
+    view = SmiView(driver_version=facts.driver_version, gpus=[_gpu_dict(gpu) for gpu in facts.gpus])
     if len(view.gpus) > 1:
         view.topology = _matrix_or_note(view, run(SMI_TOPO), "topo -m")
         view.p2p_grant = _matrix_or_note(view, run(SMI_P2P), "topo -p2p rw")
@@ -183,10 +130,9 @@ def _out_rc(result: ToolResult) -> tuple[list[str], int]:
     return [*result.out, *result.err], result.rc
 
 
-def _failure(run: Runner, result: ToolResult) -> str:
+def _failure(run: Runner, error: gpu_facts.SmiError) -> str:
     """nvidia-smi's sentence; for the NVML mismatch with both sides of it: the library's version (newer
     drivers print it) and the loaded module's (/proc/driver/nvidia/version)."""
-    error = parse_error(*_out_rc(result))
     if not error.mismatch:
         return error.message
     module = parse_driver_module(run(MODULE_VERSION).out)
@@ -196,14 +142,6 @@ def _failure(run: Runner, result: ToolResult) -> str:
     ]
     said = ", ".join(v for v in versions if v)
     return f"{error.message} ({said})" if said else error.message
-
-
-def _attach_bar1(view: SmiView, result: ToolResult) -> None:
-    if result.rc != 0:
-        view.notes.append(f"nvidia-smi -q -d MEMORY failed: {result.error}")
-        return
-    for gpu, memory in zip(view.gpus, parse_memory(result.out), strict=False):
-        gpu["bar1_mib"] = memory.bar1_total_mib
 
 
 def _matrix_or_note(view: SmiView, result: ToolResult, what: str) -> dict[str, dict[str, str]]:
@@ -564,19 +502,24 @@ def gate_memory(report: Report) -> dict[str, Any]:
         return gate("gpu_memory_mib", None, least, NOT_MEASURED, True)
     if least is None:
         return gate("gpu_memory_mib", values, None, NOT_CHECKED, True)
-    small = [f"GPU{i}: {v} MiB" for i, v in enumerate(values) if v is None or v < least]
+    small = [f"GPU{g['index']}: {p}" for g in report.smi.gpus if (p := gpu_rules.memory_problem(g, least))]
     return gate("gpu_memory_mib", values, least, FAIL if small else PASS, True, ", ".join(small))
 
 
 def gate_compute_cap(report: Report) -> dict[str, Any]:
-    wanted, values = report.options.compute_cap, _per_gpu(report, "compute_cap")
-    if not values and report.torch and report.torch_devices:
-        values = [d["capability"] for d in report.torch["devices"]]
-    if not values:
+    """By preflight's rule; torch's capability fills in where the XML's architecture does not fix it (Ampere)."""
+    wanted, gpus = report.options.compute_cap, [dict(g) for g in report.smi.gpus]
+    devices = report.torch["devices"] if report.torch and report.torch_devices == len(gpus) else []
+    for gpu, device in zip(gpus, devices, strict=False):
+        gpu["compute_cap"] = gpu.get("compute_cap") or device["capability"]
+    if not gpus and devices:
+        gpus = [{"index": i, "compute_cap": d["capability"]} for i, d in enumerate(devices)]
+    values = [g.get("compute_cap") or g.get("architecture") for g in gpus]
+    if not gpus:
         return gate("compute_capability", None, wanted, NOT_MEASURED, True)
     if wanted is None:
         return gate("compute_capability", values, None, NOT_CHECKED, True)
-    odd = [f"GPU{i}: {v}" for i, v in enumerate(values) if v != wanted]
+    odd = [f"GPU{g['index']}: {p}" for g in gpus if (p := gpu_rules.capability_problem(g, wanted))]
     return gate("compute_capability", values, wanted, FAIL if odd else PASS, True, ", ".join(odd))
 
 
@@ -635,32 +578,27 @@ def gate_allreduce(report: Report) -> dict[str, Any]:
     return gate("allreduce_busbw_gbps", busbw, least, PASS if ok else FAIL, True)
 
 
-def _pairs(report: Report) -> list[tuple[str, str]]:
-    names = [f"GPU{i}" for i in range(len(report.smi.gpus))]
-    return [(a, b) for a in names for b in names if a < b]
+def _links(report: Report) -> gpu_rules.Links:
+    indexes = [g["index"] for g in report.smi.gpus]
+    return gpu_rules.links(report.smi.topology, report.smi.p2p_grant, report.smi.nvlink_status.down(), indexes)
 
 
 def check_nvlink(report: Report) -> dict[str, Any]:
-    """NV# between every pair in topo -m, and every link of every GPU up; a GPU whose links NVML reports
-    all inactive (one message instead of the link lines) names the bridge as down."""
+    """NV# between every pair in topo -m, and every link of every GPU up: preflight's rule (gpu_rules)."""
     if len(report.smi.gpus) < 2:
         return gate("nvlink", None, "NV# between GPUs", NOT_APPLICABLE, False)
-    kinds = {f"{a}-{b}": report.smi.topology.get(a, {}).get(b) for a, b in _pairs(report)}
-    status = report.smi.nvlink_status
-    all_down = [f"GPU{i}" for i, gpu in sorted(status.gpus.items()) if gpu.all_inactive]
-    down = [d for d in status.down() if not d.endswith("all links")]
-    ok = all(k and k.startswith("NV") for k in kinds.values()) and not status.down()
-    details = [f"{', '.join(all_down)}: all links inactive (the NVLink bridge is down: missing or not seated)"]
-    details = (details if all_down else []) + ([f"inactive: {', '.join(down)}"] if down else [])
-    return gate("nvlink", kinds, "NV# between GPUs", PASS if ok else WARN, False, "; ".join(details))
+    links = _links(report)
+    problem = links.nvlink_problem()
+    return gate("nvlink", links.kinds, "NV# between GPUs", WARN if problem else PASS, False, problem or "")
 
 
 def check_p2p_grant(report: Report) -> dict[str, Any]:
     if len(report.smi.gpus) < 2:
         return gate("p2p_grant", None, "OK", NOT_APPLICABLE, False)
-    grants = {f"{a}-{b}": report.smi.p2p_grant.get(a, {}).get(b) for a, b in _pairs(report)}
-    ok = all(v == "OK" for v in grants.values())
-    return gate("p2p_grant", grants, "OK", PASS if ok else WARN, False, "" if ok else "CNS/GNS/TNS/NS = refused")
+    links = _links(report)
+    refused = links.refused()
+    detail = "CNS/GNS/TNS/NS = refused" if refused else ""
+    return gate("p2p_grant", links.grants, "OK", WARN if refused else PASS, False, detail)
 
 
 def check_peer_access(report: Report) -> dict[str, Any]:

@@ -5,9 +5,8 @@
         [--interval 2]
 
 Free means no compute process on the card, graphics processes holding at most --graphics-max-mib together, and
-memory.used at most --max-used-mib. Compute processes come from `nvidia-smi --query-compute-apps` (bus id,
-memory); graphics ones (an Xorg or a desktop shell: type G in plain nvidia-smi's process table; the query has
-no graphics twin) from that table, by the GPU's nvidia-smi index. A desktop on the box puts its display
+memory.used at most --max-used-mib. Every process comes from nvidia-smi's XML (gpu_facts.py), under its GPU with
+its type: C compute, G graphics (an Xorg or a desktop shell), C+G both. A desktop on the box puts its display
 server's graphics contexts on every card (Xorg and gnome-shell, 4-9 MiB each on a card without a monitor):
 they are not compute and stay small, so up to --graphics-max-mib they are named and allowed (0: none); a
 process that computes (C or C+G) always holds the card. A leftover worker is the classic cause. A restart onto
@@ -26,16 +25,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from . import nvidia_smi
-
-GPU_FIELDS = ("index", "pci.bus_id", "memory.used")
-
-
-def _smi(*args: str) -> list[str]:
-    run = subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=60, check=False)
-    if run.returncode != 0:
-        raise RuntimeError(nvidia_smi.first_line((run.stdout + run.stderr).splitlines(), run.returncode))
-    return run.stdout.splitlines()
+from . import gpu_facts
 
 
 def _named(pid: int, name: str, kind: str, used_mib: int | None) -> str:
@@ -49,8 +39,8 @@ def _short(name: str) -> str:
     return program or name
 
 
-def _kind(table_kind: str) -> str:
-    return "compute and graphics" if table_kind == "C+G" else "compute"
+def _kind(kind: str) -> str:
+    return "compute and graphics" if kind == "C+G" else "compute"
 
 
 @dataclass(frozen=True)
@@ -64,28 +54,17 @@ class Survey:
 
 def survey(devices: list[int] | None, max_used: int, graphics_max: int = 0) -> Survey:
     """What holds each chosen GPU, and which desktops' graphics were allowed."""
-    query = nvidia_smi.parse_query_gpu(
-        _smi(f"--query-gpu={','.join(GPU_FIELDS)}", "--format=csv,noheader,nounits"), GPU_FIELDS
-    )
-    if query.problem:
-        raise RuntimeError(query.problem)
-    gpus = query.gpus
-    apps = nvidia_smi.parse_compute_apps(
-        _smi("--query-compute-apps=gpu_bus_id,pid,process_name,used_memory", "--format=csv,noheader,nounits")
-    )
-    table = nvidia_smi.parse_process_table(_smi())
+    facts = gpu_facts.read()
+    if facts.why_not:
+        raise RuntimeError(facts.why_not)
+    gpus = facts.gpus
     chosen = [g for g in gpus if devices is None or g.index in devices]
     missing = sorted(set(devices or []) - {g.index for g in gpus})
     seen = Survey([f"GPU {i} is not there (nvidia-smi lists {len(gpus)})" for i in missing])
     for gpu in chosen:
         card = f"GPU {gpu.index} ({gpu.bus_id})"
-        on_card = [a for a in apps if a.bus_id.lower() == (gpu.bus_id or "").lower()]
-        compute = [_named(a.pid, a.name, "compute", a.used_mib) for a in on_card]
-        known = {a.pid for a in on_card}
-        rows = [p for p in table if p.gpu == gpu.index and p.pid not in known]
-        # A C or C+G row the query did not list (it ran a moment earlier) computes all the same.
-        compute += [_named(p.pid, p.name, _kind(p.kind), p.used_mib) for p in rows if p.kind != "G"]
-        graphics = [p for p in rows if p.kind == "G"]
+        compute = [_named(p.pid, p.name, _kind(p.kind), p.used_mib) for p in gpu.processes if not p.graphics_only]
+        graphics = [p for p in gpu.processes if p.graphics_only]
         named = compute + [_named(p.pid, p.name, "graphics", p.used_mib) for p in graphics]
         graphics_mib = sum(p.used_mib or 0 for p in graphics)
         if compute:

@@ -1,4 +1,8 @@
-"""Parsers for what nvidia-smi and /proc/driver/nvidia print: the one copy both sides use.
+"""Parsers for what nvidia-smi's XML does not carry, and for its errors: the one copy both sides use.
+
+The GPUs themselves are read from `nvidia-smi -q -x` (gpu_facts.py). Its DTD has no topology matrix, no P2P
+grant and no NVLink link states, so `topo -m`, `topo -p2p` and `nvlink -s` are read here; and a failing
+nvidia-smi prints a sentence, not XML (the NVML mismatch, "No devices were found").
 
 The control side's facts and preflight import it as `vllm_rig.host.nvidia_smi`; the host's GPU verdict
 imports it relatively, inside the zipped host package the system Python runs. So: standard library only.
@@ -14,10 +18,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-NOT_AVAILABLE = re.compile(r"^\[?(N/A|Not Supported|Unknown Error|Insufficient Permissions|Requested functionality)")
 MISMATCH = "Driver/library version mismatch"
 
 
@@ -74,181 +76,6 @@ def parse_error(lines: list[str], rc: int) -> SmiError:
         mismatch=any(MISMATCH.lower() in line.lower() for line in text),
         library_version=match.group(1) if match else None,
     )
-
-
-# ---- --query-gpu ---------------------------------------------------------------------------------------
-# Query field -> (attribute of Gpu, type). Fields not listed still parse (they are in Gpu.cells).
-QUERY_ATTRS: dict[str, tuple[str, type]] = {
-    "index": ("index", int),
-    "name": ("name", str),
-    "uuid": ("uuid", str),
-    "memory.total": ("memory_mib", int),
-    "memory.used": ("memory_used_mib", int),
-    "memory.free": ("memory_free_mib", int),
-    "compute_cap": ("compute_cap", str),
-    "driver_version": ("driver_version", str),
-    "persistence_mode": ("persistence", bool),
-    "power.limit": ("power_limit_w", float),
-    "power.default_limit": ("power_default_w", float),
-    "power.min_limit": ("power_min_w", float),
-    "power.max_limit": ("power_max_w", float),
-    "power.draw": ("power_draw_w", float),
-    "temperature.gpu": ("temperature_c", float),
-    "clocks.sm": ("sm_clock_mhz", int),
-    "clocks.current.sm": ("sm_clock_mhz", int),  # what the csv header calls clocks.sm
-    "clocks.max.sm": ("sm_clock_max_mhz", int),
-    "pcie.link.width.current": ("pcie_width", int),
-    "pcie.link.width.max": ("pcie_width_max", int),
-    "pcie.link.gen.current": ("pcie_gen", int),
-    "pci.bus_id": ("bus_id", str),
-}
-NUMBER = re.compile(r"^[-+]?\d+(?:\.\d+)?")
-
-
-@dataclass(frozen=True)
-class Gpu:
-    """One row of `--query-gpu`. A field that was not asked for, or that nvidia-smi answered with `[N/A]`
-    or `[Not Supported]` (a riser's link width, a GB10's memory), is None."""
-
-    index: int | None = None
-    name: str | None = None
-    uuid: str | None = None
-    memory_mib: int | None = None
-    memory_used_mib: int | None = None
-    memory_free_mib: int | None = None
-    compute_cap: str | None = None
-    driver_version: str | None = None
-    persistence: bool | None = None
-    power_limit_w: float | None = None
-    power_default_w: float | None = None
-    power_min_w: float | None = None
-    power_max_w: float | None = None
-    power_draw_w: float | None = None
-    temperature_c: float | None = None
-    sm_clock_mhz: int | None = None
-    sm_clock_max_mhz: int | None = None
-    pcie_width: int | None = None
-    pcie_width_max: int | None = None
-    pcie_gen: int | None = None
-    bus_id: str | None = None
-    cells: dict[str, str] = field(default_factory=dict)  # every field as printed, by query name
-
-
-@dataclass(frozen=True)
-class GpuQuery:
-    gpus: tuple[Gpu, ...] = ()
-    problem: str | None = None  # the command failed, or a row did not have one cell per field
-
-
-def _value(text: str, kind: type) -> object:
-    if not text or NOT_AVAILABLE.match(text):
-        return None
-    if kind is str:
-        return text
-    if kind is bool:
-        return {"Enabled": True, "Disabled": False}.get(text)
-    number = NUMBER.match(text)  # "700.00 W", "143771 MiB" and "0 %" where units were not turned off
-    if number is None:
-        return None
-    return float(number.group()) if kind is float else int(float(number.group()))
-
-
-def _field_name(header_cell: str) -> str:
-    """ "memory.total [MiB]" -> "memory.total" (the csv header names the unit after the field)."""
-    return header_cell.split(" [", 1)[0].strip()
-
-
-def parse_query_gpu(lines: list[str], fields: tuple[str, ...] | None = None, rc: int = 0) -> GpuQuery:
-    """`--query-gpu=<fields> --format=csv[,noheader][,nounits]` -> one Gpu per row. Without `fields` the
-    first line is the csv header; with them, a header line (if there is one) is skipped."""
-    if rc != 0:
-        return GpuQuery(problem=f"nvidia-smi --query-gpu exited {rc}: {first_line(lines, rc)}")
-    rows = [[cell.strip() for cell in ANSI.sub("", line).split(",")] for line in lines if line.strip()]
-    if fields is None:
-        if not rows:
-            return GpuQuery(problem="nvidia-smi --query-gpu printed nothing")
-        fields, rows = tuple(_field_name(c) for c in rows[0]), rows[1:]
-    elif rows and [_field_name(c) for c in rows[0]] == list(fields):
-        rows = rows[1:]
-    gpus, problems = [], []
-    for cells in rows:
-        if len(cells) != len(fields):
-            problems.append(f"expected {len(fields)} fields, got {len(cells)}: {', '.join(cells)!r}")
-            continue
-        printed = dict(zip(fields, cells, strict=True))
-        # Each value has the kind QUERY_ATTRS gives its attribute (_value converts to it): Any for Gpu(**).
-        values: dict[str, Any] = {
-            QUERY_ATTRS[name][0]: _value(text, QUERY_ATTRS[name][1])
-            for name, text in printed.items()
-            if name in QUERY_ATTRS
-        }
-        gpus.append(Gpu(**values, cells=printed))
-    return GpuQuery(tuple(gpus), "; ".join(problems) or None)
-
-
-# ---- --query-compute-apps -----------------------------------------------------------------------------
-@dataclass(frozen=True)
-class ComputeApp:
-    """One row of `--query-compute-apps=gpu_bus_id,pid,process_name,used_memory --format=csv,noheader,nounits`
-    (nvidia-smi prints nothing when no process uses a GPU). used_mib is None where it prints `[N/A]`."""
-
-    bus_id: str
-    pid: int
-    name: str
-    used_mib: int | None
-
-
-def parse_compute_apps(lines: list[str]) -> tuple[ComputeApp, ...]:
-    """A process name may hold commas: the first two cells and the last one are split off."""
-    apps = []
-    for line in lines:
-        line = ANSI.sub("", line).strip()
-        if not line or line.startswith("gpu_bus_id") or line.count(",") < 3:
-            continue
-        bus, pid, rest = (cell.strip() for cell in line.split(",", 2))
-        name, _, used = rest.rpartition(",")
-        if pid.isdigit():
-            used_mib = _value(used.strip(), int)
-            apps.append(ComputeApp(bus, int(pid), name.strip(), used_mib if isinstance(used_mib, int) else None))
-    return tuple(apps)
-
-
-# ---- the process table of plain `nvidia-smi` -------------------------------------------------------------
-@dataclass(frozen=True)
-class TableProcess:
-    """One row of plain `nvidia-smi`'s "Processes:" table: the GPU's nvidia-smi index, the PID, its type
-    (G graphics, C compute, C+G both: `--query-compute-apps` lists only C and C+G, and has no graphics twin),
-    the name as printed (long ones cut to "..." and their end), and its memory (None where N/A)."""
-
-    gpu: int
-    pid: int
-    kind: str
-    name: str
-    used_mib: int | None
-
-    @property
-    def graphics(self) -> bool:
-        return "G" in self.kind
-
-
-# "|    0   N/A  N/A     10734      C   ...-x86_64-Release/abcdefgh/foo_bar         160MiB |" (GI and CI
-# columns since 450; older drivers print "|    0      1136      G   /usr/lib/xorg/Xorg    56MiB |").
-PROCESS_ROW = re.compile(r"^\|\s+(\d+)\s+(?:\S+\s+\S+\s+)?(\d+)\s+(C\+G|G|C|M\+C|M)\s+(.+?)\s+(\d+)?(?:MiB|N/A)\s*\|$")
-
-
-def parse_process_table(lines: list[str]) -> tuple[TableProcess, ...]:
-    """The rows after "| Processes:"; () for "No running processes found" or no table."""
-    rows, inside = [], False
-    for line in lines:
-        line = ANSI.sub("", line).rstrip()
-        if line.startswith("| Processes:"):
-            inside = True
-            continue
-        match = PROCESS_ROW.match(line) if inside else None
-        if match:
-            gpu, pid, kind, name, used = match.groups()
-            rows.append(TableProcess(int(gpu), int(pid), kind, name, int(used) if used else None))
-    return tuple(rows)
 
 
 # ---- topo -m and topo -p2p X -------------------------------------------------------------------------
@@ -383,34 +210,6 @@ def parse_nvlink_status(lines: list[str], rc: int = 0) -> NvlinkStatus:
     gpus = {i: GpuLinks(i, b["name"], tuple(b["links"]), b["all"], b["none"]) for i, b in blocks.items()}
     problem = f"nvidia-smi nvlink -s: not understood: {unread[0]}" if unread else None
     return NvlinkStatus(gpus, problem)
-
-
-# ---- -q -d MEMORY ----------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class MemoryReport:
-    """One GPU's block of `nvidia-smi -q -d MEMORY`, in the tool's GPU order."""
-
-    bus_id: str
-    fb_total_mib: int | None = None
-    bar1_total_mib: int | None = None
-
-
-def parse_memory(lines: list[str], rc: int = 0) -> tuple[MemoryReport, ...]:
-    if rc != 0:
-        return ()
-    found: list[dict] = []
-    section = None
-    for line in lines:
-        stripped = line.strip()
-        if line.startswith("GPU "):
-            found.append({"bus_id": stripped[4:]})
-        elif stripped in ("FB Memory Usage", "BAR1 Memory Usage"):
-            section = "fb_total_mib" if stripped.startswith("FB") else "bar1_total_mib"
-        elif stripped.endswith("Memory Usage"):
-            section = None
-        elif found and section and (match := re.match(r"Total\s*:\s*(\d+) MiB", stripped)):
-            found[-1][section] = int(match.group(1))
-    return tuple(MemoryReport(**gpu) for gpu in found)
 
 
 # ---- /proc/driver/nvidia/version -------------------------------------------------------------------------

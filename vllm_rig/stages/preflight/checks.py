@@ -10,6 +10,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from vllm_rig.host import gpu_rules
 from vllm_rig.host.nvidia_smi import MISMATCH
 from vllm_rig.settings import Settings
 from vllm_rig.stages.driver.packages import archive_driver, archive_modules
@@ -284,7 +285,7 @@ def _loaded_module(host: Host) -> str:
 def check_existing_driver(host: Host, gpus: GpusResult | None, s: Settings) -> Check:
     found = installed_driver_version(host) or host["driver_loaded"]
     if gpus and gpus.get("gpus"):
-        found = found or gpus["gpus"][0]["driver_version"]
+        found = found or gpus["driver_version"]
     if found is None:
         return ok("driver", "none installed")
     loaded = _loaded_module(host)
@@ -368,6 +369,8 @@ def check_driver_gpus(
                 )
             ]
         return [fail("nvidia-smi", gpus["error"] or "failed", "check `dmesg | grep -i nvidia` and the driver install")]
+    if gpus["problem"]:
+        return [fail("nvidia-smi", gpus["problem"], "run nvidia-smi -q -x on the host to see what it prints")]
     found = gpus["gpus"]
     checks = [
         ok("gpus", f"{len(found)} x {found[0]['name']}")
@@ -390,18 +393,15 @@ def _runtime_named(s: Settings) -> str:
 
 
 def _gpu_checks(gpu: GpuInfo, s: Settings) -> list[Check]:
-    """One GPU's line(s). nvidia-smi answers [N/A] for what it cannot read (a riser's link width): that
-    value is None here and is said, never compared."""
+    """One GPU's line(s), by the rules the verdict shares (vllm_rig/host/gpu_rules.py). nvidia-smi says N/A for
+    what it cannot read (a riser's link width): that value is None here and is said, never compared."""
     name = f"gpu{gpu['index']}"
     checks = []
     memory = gpu.get("memory_mib")
-    if memory is None:
-        checks.append(fail(name, "memory not reported by nvidia-smi ([N/A])", f"need {s.gpu_min_memory_mib} MiB"))
-    elif memory < s.gpu_min_memory_mib:
-        checks.append(fail(name, f"{memory} MiB", f"need {s.gpu_min_memory_mib} MiB (a 22 GB card)"))
-    if gpu["compute_cap"] != s.gpu_compute_capability:
-        cc = gpu["compute_cap"] or "not reported ([N/A])"
-        checks.append(fail(name, f"compute capability {cc}", f"{_runtime_named(s)} {s.gpu_compute_capability}"))
+    if short := gpu_rules.memory_problem(gpu, s.gpu_min_memory_mib):
+        checks.append(fail(name, short, f"need {s.gpu_min_memory_mib} MiB (a 22 GB card)"))
+    if off := gpu_rules.capability_problem(gpu, s.gpu_compute_capability):
+        checks.append(fail(name, off, f"{_runtime_named(s)} {s.gpu_compute_capability}"))
     bar1 = gpu.get("bar1_mib")
     if s.nvidia_driver_flavor == "open" and bar1 is not None and memory is not None and bar1 < memory:
         checks.append(
@@ -420,13 +420,9 @@ def _gpu_checks(gpu: GpuInfo, s: Settings) -> list[Check]:
     return checks or [ok(name, f"{memory} MiB, CC {gpu['compute_cap']}, PCIe {width_text}{bar1_text}")]
 
 
-def _cell(matrix: dict[str, dict[str, str]], a: str, b: str) -> str | None:
-    return matrix.get(a, {}).get(b) or matrix.get(b, {}).get(a)
-
-
 def check_links(gpus: GpusResult | None, topo: TopologyResult | None, s: Settings) -> list[Check]:
     """NVLink and the driver's P2P grant between every pair of the GPUs the rig uses (the first gpu_count
-    that nvidia-smi lists), and every NVLink of those GPUs up."""
+    that nvidia-smi lists), and every NVLink of those GPUs up: the verdict's rules (gpu_rules.links)."""
     if s.gpu_count < 2 or not gpus or gpus["rc"] != 0 or len(gpus["gpus"]) < 2 or not topo:
         return []  # fewer than two GPUs seen: the GPU count check already says so
     problems = topo.get("problems") or ({"topo": topo["error"] or f"exited {topo['rc']}"} if topo["rc"] else {})
@@ -439,36 +435,18 @@ def check_links(gpus: GpusResult | None, topo: TopologyResult | None, s: Setting
             )
         ]
     used = [gpu["index"] for gpu in gpus["gpus"][: s.gpu_count]]
-    pairs = [(f"GPU{a}", f"GPU{b}") for i, a in enumerate(used) for b in used[i + 1 :]]
-    kinds = {f"{a}-{b}": _cell(topo["topo"], a, b) for a, b in pairs}
-    grants = {f"{a}-{b}": _cell(topo["p2p"], a, b) for a, b in pairs}
-    nvlink = topo.get("nvlink") or {}
-    down = [d for d in topo.get("nvlink_down", []) if int(d.split()[0][3:]) in used]
-    all_down = [d.split()[0] for d in down if d.endswith("all links")]
-    return [_nvlink_check(kinds, nvlink, used, down, all_down), _p2p_check(grants)]
+    found = gpu_rules.links(topo["topo"], topo["p2p"], topo.get("nvlink_down", []), used)
+    return [_nvlink_check(found, topo.get("nvlink") or {}, used), _p2p_check(found)]
 
 
-def _nvlink_check(
-    kinds: dict[str, str | None], nvlink: dict, used: list[int | None], down: list[str], all_down: list[str]
-) -> Check:
+def _nvlink_check(found: gpu_rules.Links, nvlink: dict, used: list[int]) -> Check:
     seat = "seat the NVLink bridge: GeForce Turing has no PCIe P2P, so TP traffic goes through the CPU"
-    if all_down:
-        return warn(
-            "nvlink",
-            f"{', '.join(all_down)}: NVML says all links are inactive: the NVLink bridge is down (missing or not "
-            "seated)",
-            seat,
-        )
-    not_nv = {pair: kind for pair, kind in kinds.items() if not (kind and kind.startswith("NV"))}
-    if not_nv:
-        said = ", ".join(f"{pair} connected by {kind or 'unknown'}" for pair, kind in not_nv.items())
-        return warn("nvlink", f"{said}, no NVLink", seat)
-    if down:
-        return warn(
-            "nvlink",
-            f"{', '.join(down)} inactive ({', '.join(f'{p} {k}' for p, k in kinds.items())})",
-            "reseat the NVLink bridge (a link down halves the bandwidth between the pair)",
-        )
+    pairs = ", ".join(f"{p} {k}" for p, k in found.kinds.items())
+    if problem := found.nvlink_problem():
+        if found.down and not found.all_down and not found.not_nvlink():
+            way = "reseat the NVLink bridge (a link down halves the bandwidth between the pair)"
+            return warn("nvlink", f"{problem} ({pairs})", way)
+        return warn("nvlink", problem, seat)
     up = {i: [v for v in nvlink.get(i, nvlink.get(str(i), [])) if v] for i in used}
     counts = {len(v) for v in up.values()}
     speeds = sorted({v for links in up.values() for v in links})
@@ -478,12 +456,12 @@ def _nvlink_check(
         rate = f"{counts.pop()} link(s) per GPU up at {'/'.join(f'{v:g}' for v in speeds)} GB/s"
     else:
         rate = ", ".join(f"GPU{i} {len(v)} link(s)" for i, v in up.items()) + f" up at {speeds[0]:g} GB/s"
-    return ok("nvlink", f"{', '.join(f'{p} {k}' for p, k in kinds.items())}; {rate}")
+    return ok("nvlink", f"{pairs}; {rate}")
 
 
-def _p2p_check(grants: dict[str, str | None]) -> Check:
-    refused = {pair: grant for pair, grant in grants.items() if grant != "OK"}
-    if not refused:
+def _p2p_check(found: gpu_rules.Links) -> Check:
+    if not (refused := found.refused()):
+        grants = found.grants
         return ok("p2p", "driver grants P2P (OK)" + (f" for {', '.join(grants)}" if len(grants) > 1 else ""))
     return warn("p2p", "driver reports " + ", ".join(f"{pair} {grant or 'unknown'}" for pair, grant in refused.items()))
 

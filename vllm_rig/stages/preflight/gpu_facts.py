@@ -1,5 +1,6 @@
-"""The facts that run nvidia-smi; its outputs are read by vllm_rig/host/nvidia_smi.py, the parser the host's
-GPU verdict uses too.
+"""The facts that run nvidia-smi on the host; vllm_rig/host/gpu_facts.py reads its XML (the reader the host's
+GPU verdict, GPU wait and the status view use too), vllm_rig/host/nvidia_smi.py the topology and NVLink
+commands whose facts the XML lacks.
 
 Both are `SectionFact`s (vllm_rig/core/facts.py). Each nvidia-smi call in a section ends with
 `echo rc=$?`, so a failing nvidia-smi (no driver, the "Driver/library version mismatch" after an upgrade)
@@ -8,64 +9,49 @@ is data for the deploy to act on, not a failed host.
 
 from __future__ import annotations
 
-from typing import TypedDict
+from dataclasses import asdict
+from typing import TypedDict, cast
 
 from vllm_rig.core.facts import SectionFact, Sections, section_command
-from vllm_rig.host.nvidia_smi import (
-    Gpu,
-    parse_error,
-    parse_matrix,
-    parse_memory,
-    parse_nvlink_status,
-    parse_query_gpu,
-    split_rc,
-)
-
-# Fields the GPU fact asks for, in order (names as nvidia-smi --help-query-gpu spells them).
-GPU_FIELDS = (
-    "index",
-    "name",
-    "uuid",
-    "memory.total",
-    "compute_cap",
-    "driver_version",
-    "persistence_mode",
-    "power.limit",
-    "power.min_limit",
-    "power.max_limit",
-    "pcie.link.width.current",
-    "pcie.link.width.max",
-    "pci.bus_id",
-)
+from vllm_rig.host import gpu_facts
+from vllm_rig.host.nvidia_smi import parse_matrix, parse_nvlink_status, split_rc
 
 
 class GpuInfo(TypedDict):
-    """What preflight reads of one GPU (Gpu's attributes for GPU_FIELDS); None where nvidia-smi said [N/A]."""
+    """What preflight reads of one GPU (gpu_facts.Gpu's fields but its processes); None where the XML says N/A."""
 
-    index: int | None
+    index: int
     name: str | None
     uuid: str | None
-    memory_mib: int | None
+    bus_id: str | None
+    architecture: str | None
     compute_cap: str | None
-    driver_version: str | None
+    memory_mib: int | None
+    memory_used_mib: int | None
+    bar1_mib: int | None
     persistence: bool | None
     power_limit_w: float | None
+    power_default_w: float | None
     power_min_w: float | None
     power_max_w: float | None
+    power_draw_w: float | None
+    temperature_c: float | None
+    sm_clock_mhz: int | None
+    sm_clock_max_mhz: int | None
+    pcie_gen: int | None
     pcie_width: int | None
     pcie_width_max: int | None
-    bus_id: str | None
-    bar1_mib: int | None  # from `nvidia-smi -q -d MEMORY`; None where it lists no block for this GPU
 
 
 class GpusResult(TypedDict):
     """NvidiaGpus: nvidia-smi's exit status and error line, the NVML library's version where the error
-    names it, the rows not understood, and the GPUs."""
+    names it, why its XML was not understood, the driver version and the GPUs."""
 
     rc: int
     error: str | None
     library_version: str | None
     problem: str | None
+    driver_version: str | None
     gpus: list[GpuInfo]
 
 
@@ -82,23 +68,10 @@ class TopologyResult(TypedDict):
     nvlink_down: list[str]
 
 
-def _gpu_info(gpu: Gpu, bar1_mib: int | None) -> GpuInfo:
-    return GpuInfo(
-        index=gpu.index,
-        name=gpu.name,
-        uuid=gpu.uuid,
-        memory_mib=gpu.memory_mib,
-        compute_cap=gpu.compute_cap,
-        driver_version=gpu.driver_version,
-        persistence=gpu.persistence,
-        power_limit_w=gpu.power_limit_w,
-        power_min_w=gpu.power_min_w,
-        power_max_w=gpu.power_max_w,
-        pcie_width=gpu.pcie_width,
-        pcie_width_max=gpu.pcie_width_max,
-        bus_id=gpu.bus_id,
-        bar1_mib=bar1_mib,
-    )
+def _gpu_info(gpu: gpu_facts.Gpu) -> GpuInfo:
+    info = asdict(gpu)
+    info.pop("processes")
+    return cast(GpuInfo, info)  # GpuInfo names Gpu's fields but its processes
 
 
 def _with_rc(command: str) -> str:
@@ -117,30 +90,28 @@ class NvidiaGpus(SectionFact[GpusResult | None]):
         return "nvidia-smi"
 
     def command(self) -> str:
-        query = f"nvidia-smi --query-gpu={','.join(GPU_FIELDS)} --format=csv,noheader,nounits"
-        return section_command({"query": _with_rc(query), "memory": "nvidia-smi -q -d MEMORY 2>&1"})
+        return section_command({"xml": _with_rc(" ".join(gpu_facts.COMMAND))})
 
     def parse(self, sections: Sections) -> GpusResult:
-        result = split_rc(sections.lines("query"))
-        query = parse_query_gpu(result.lines, GPU_FIELDS, rc=result.rc)
-        # BAR1 per GPU, in the same order as the query's rows (both follow nvidia-smi's index order).
-        bar1 = [memory.bar1_total_mib for memory in parse_memory(sections.lines("memory"))]
-        gpus = [_gpu_info(gpu, bar1[i] if i < len(bar1) else None) for i, gpu in enumerate(query.gpus)]
-        error = parse_error(result.lines, result.rc) if result.rc != 0 else None
+        result = split_rc(sections.lines("xml"))
+        facts = gpu_facts.parse("\n".join(result.lines), result.rc)
         return GpusResult(
             rc=result.rc,
-            error=error.message if error else None,
+            error=facts.error.message if facts.error else None,
             # The NVML mismatch names the library's version ("NVML library version: 580.178"): preflight
             # puts it beside the loaded module's.
-            library_version=error.library_version if error else None,
-            problem=None if result.rc != 0 else query.problem,
-            gpus=gpus,
+            library_version=facts.error.library_version if facts.error else None,
+            problem=facts.problem,
+            driver_version=facts.driver_version,
+            gpus=[_gpu_info(gpu) for gpu in facts.gpus],
         )
 
 
 class NvidiaTopology(SectionFact[TopologyResult | None]):
     """Links between GPUs, one remote command for three; None when nvidia-smi is absent (or the host
-    failed). A section that is missing altogether reads as exit 127 (not run)."""
+    failed). A section that is missing altogether reads as exit 127 (not run). nvidia-smi's XML has no
+    topology matrix, no P2P grant and no NVLink link states (its DTD has none of them): these three stay
+    on the text commands, each read by one parser in vllm_rig/host/nvidia_smi.py."""
 
     COMMANDS = {"-m": "topo -m", "rw": "topo -p2p rw", "-s": "nvlink -s"}
 

@@ -1,7 +1,7 @@
 """What the status view reads off a host, in one remote command: vllm_rig/host/status_probe.py run by the host's
 python3 from the host package sent on stdin, with a spec built here from the stages' own fact commands (the
-driver's packages and module, the runtimes and links), the state files in vllm_rig/paths.py, nvidia-smi's live
-fields, the service's systemd properties, and two local HTTP requests (/v1/models with the key, /metrics)."""
+driver's packages and module, the runtimes and links), the state files in vllm_rig/paths.py, nvidia-smi's XML,
+the service's systemd properties, and two local HTTP requests (/v1/models with the key, /metrics)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 from vllm_rig.core.facts import SectionFact, Sections, section_command
 from vllm_rig.core.host_package import run_from_stdin, stdin_text
 from vllm_rig.core.secrets import SecretStdin
+from vllm_rig.host import gpu_facts
 from vllm_rig.paths import (
     DRIVER_RECORD,
     GPU_VERDICT,
@@ -30,19 +31,6 @@ from vllm_rig.stages.driver.facts import DriverState
 from vllm_rig.stages.keys.facts import listing_command
 from vllm_rig.stages.runtime.facts import RuntimeState
 
-# nvidia-smi --query-gpu fields of the live view (nvidia-smi --help-query-gpu spelling), parsed by the shared
-# parser (vllm_rig/host/nvidia_smi.py QUERY_ATTRS).
-GPU_FIELDS = (
-    "index",
-    "name",
-    "temperature.gpu",
-    "power.draw",
-    "power.limit",
-    "clocks.sm",
-    "clocks.max.sm",
-    "memory.used",
-    "memory.total",
-)
 SERVICE_PROPERTIES: tuple[str, ...] = (
     "LoadState",
     "ActiveState",
@@ -93,7 +81,7 @@ def status_spec(s: Settings, keys_since: float = 0.0) -> dict[str, Any]:
             "service": f"systemctl show {shlex.quote(unit)} --timestamp=unix {props}",
             "journal": f"journalctl --no-pager -u {shlex.quote(unit)} -n {JOURNAL_LINES} -o cat",
             "fetch_unit": f"systemctl show {MODEL_FETCH_UNIT} -p ActiveState",
-            "gpus": f"nvidia-smi --query-gpu={','.join(GPU_FIELDS)} --format=csv,noheader,nounits",
+            "gpus": " ".join(gpu_facts.COMMAND),  # read by the one GPU reader (vllm_rig/host/gpu_facts.py)
             "verdict_mtime": f"stat -c %Y {GPU_VERDICT}",
             "watchdog_timer": (
                 f"systemctl show {WATCHDOG_UNIT}.timer --timestamp=unix "

@@ -15,12 +15,11 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from vllm_rig.host import model_fetch, nvidia_smi, server_gone
+from vllm_rig.host import gpu_facts, model_fetch, server_gone
 from vllm_rig.settings import Settings
 from vllm_rig.stages.driver.facts import DriverState
 from vllm_rig.stages.driver.reboot import reboot_reasons
 from vllm_rig.stages.runtime.facts import parse_runtime_state
-from vllm_rig.stages.status.facts import GPU_FIELDS
 
 # vLLM's metric names on the fork's line (vLLM 0.21.0: vllm/v1/metrics/loggers.py, spec decode in
 # vllm/v1/spec_decode/metrics.py). Counters are exposed with the _total suffix prometheus_client adds.
@@ -34,7 +33,7 @@ ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 COUNTERS = {"generated": GENERATED, "prompt": PROMPT, "drafted": DRAFTED, "accepted": ACCEPTED}
 COUNTERS |= {"prefix_queries": PREFIX_QUERIES, "prefix_hits": PREFIX_HITS}
 DRIVER_PACKAGES = ("nvidia-driver", "cuda-drivers", "nvidia-open", "nvidia-dkms")
-# The Gpu attributes of the live fields (vllm_rig/host/nvidia_smi.py QUERY_ATTRS), as the JSON names them.
+# The live fields of a GPU (vllm_rig/host/gpu_facts.py Gpu), as the JSON names them.
 GPU_KEYS: tuple[str, ...] = (
     "index",
     "name",
@@ -348,14 +347,13 @@ def verdict_section(raw: dict) -> dict[str, Any]:
 
 def gpu_rows(raw: dict) -> list[dict[str, Any]] | Unknown:
     rc, lines = _command(raw, "gpus")
-    if rc != 0:
-        error = nvidia_smi.parse_error(lines, rc)
-        loaded = " (a reboot loads the installed driver)" if error.mismatch else ""
-        return Unknown(f"nvidia-smi: {error.message}{loaded}")
-    query = nvidia_smi.parse_query_gpu(lines, GPU_FIELDS, rc)
-    if query.problem:
-        return Unknown(f"nvidia-smi's output not understood: {query.problem}")
-    return [{k: v for k, v in asdict(gpu).items() if k in GPU_KEYS} for gpu in query.gpus]
+    facts = gpu_facts.parse("\n".join(lines), rc)
+    if facts.error:
+        loaded = " (a reboot loads the installed driver)" if facts.error.mismatch else ""
+        return Unknown(f"nvidia-smi: {facts.error.message}{loaded}")
+    if facts.problem:
+        return Unknown(f"nvidia-smi's output not understood: {facts.problem}")
+    return [{k: v for k, v in asdict(gpu).items() if k in GPU_KEYS} for gpu in facts.gpus]
 
 
 def api_section(raw: dict, s: Settings) -> dict[str, Any]:
