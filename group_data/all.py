@@ -287,6 +287,15 @@ lan_tls_key_file = None  # lan_tls = "own": its PEM private key on the control m
 lan_tls_names = []  # extra DNS names or IPs in the local CA's certificate (the host's name and addresses always are)
 lan_max_body_mb = 64  # largest request body: a 262K-token prompt as escaped JSON is a few MB, images more
 lan_read_timeout_s = 1800  # longest silence from the server: a non-streamed answer to a 100K prompt comes at the end
+chat_page = False  # True: Open WebUI, a chat page for the household, on chat_page_port (docs/chat-page.md)
+chat_page_port = 8444  # the chat page's HTTPS port (its own: Open WebUI cannot live under a path)
+chat_page_backend_port = 3080  # Open WebUI's own port, on loopback only (nginx serves chat_page_port)
+chat_page_backups_keep = 7  # daily copies of the chat page's database kept on the box
+chat_page_torch_version = "2.11.0"  # the CPU torch installed before Open WebUI (so pip never pulls the CUDA build)
+chat_page_torch_index_url = (
+    None  # where that CPU torch comes from; None: torch_index_url's CPU lane (/cpu/ for /cu128/)
+)
+chat_page_index_url = None  # index for Open WebUI and its hash-locked dependencies; None: pip_index_url
 
 # ---- verify and bench: the GPU verdict after a change, the benchmark on demand (tasks/bench.py)
 verify_gate = "fail"  # a failed verdict gate stops the host (fail) or only warns (warn)

@@ -124,15 +124,24 @@ DUPLICATE_KEYS = (
 )
 
 
-def key_map_script(env_file: str) -> str:
-    """Shell that prints the map file's content for the key in env_file (nothing when there is no key)."""
+def api_key_script(env_file: str) -> str:
+    """Shell that sets $k to the service's API key from its root-only env file, never printing it; it exits
+    0 with $k empty when there is none and 1 (saying why) when the file holds two. The proxy's key map and
+    the chat page's env file both read the key through this."""
     env = shlex.quote(env_file)
-    # vLLM's AuthenticationMiddleware: scheme "bearer" in any case, one space, the key (server_utils.py).
-    # Two key lines (a rotation by hand): systemd gives vLLM the last, this would check the first. Refused.
+    # Two key lines (a rotation by hand): systemd gives vLLM the last, a reader would take the first. Refused.
     return (
         f'n=$(grep -c "^VLLM_API_KEY=" {env} 2>/dev/null); [ "${{n:-0}}" -le 1 ] || {{ echo "{DUPLICATE_KEYS}" >&2; '
         "exit 1; }; "
-        f'k=$(sed -n "s/^VLLM_API_KEY=//p" {env} 2>/dev/null | head -n1); [ -n "$k" ] || exit 0; '
+        f'k=$(sed -n "s/^VLLM_API_KEY=//p" {env} 2>/dev/null | head -n1); [ -n "$k" ] || exit 0'
+    )
+
+
+def key_map_script(env_file: str) -> str:
+    """Shell that prints the map file's content for the key in env_file (nothing when there is no key)."""
+    # vLLM's AuthenticationMiddleware: scheme "bearer" in any case, one space, the key (server_utils.py).
+    return (
+        f"{api_key_script(env_file)}; "
         f'k=$(printf "%s" "$k" | {ESCAPE_KEY}); '
         'printf "# vllm-rig: made on the host from the API key; root only. Do not edit.\\n'
         "map \\$http_authorization \\$vllm_rig_key_ok {\\n    default 0;\\n"
