@@ -313,3 +313,6 @@ logs_lines = 100  # lines of the log tasks/logs.py shows first (bin/rig logs -n)
 logs_follow = False  # tasks/logs.py keeps printing new lines until Ctrl-C (bin/rig logs -f)
 remove_model = False  # tasks/remove.py also deletes the model directories (bin/rig remove --with-model)
 remove_driver = False  # tasks/remove.py also removes the NVIDIA driver and CUDA (bin/rig remove --with-driver)
+remove_chat_data = (
+    False  # tasks/remove.py also deletes the chat page's accounts and chats (bin/rig remove --with-chat-data)
+)

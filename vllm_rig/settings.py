@@ -679,6 +679,10 @@ class Settings(BaseModel):
     remove_driver: bool = _setting(
         "tasks/remove.py also removes the NVIDIA driver and CUDA (bin/rig remove --with-driver)", "true or false"
     )
+    remove_chat_data: bool = _setting(
+        "tasks/remove.py also deletes the chat page's accounts and chats (bin/rig remove --with-chat-data)",
+        "true or false",
+    )
 
     # The model catalogue: the chosen entry becomes the model and server settings.
 

@@ -98,6 +98,7 @@ def plan(ns: argparse.Namespace, extra: Sequence[str], has_box: bool) -> list[St
         return [_task("tasks/bench.py", [*fwd, *label], has_box, yes=True)]
     if cmd == "remove":
         data = _data("remove_model", ns.with_model) + _data("remove_driver", ns.with_driver)
+        data += _data("remove_chat_data", ns.with_chat_data)
         return [_task("tasks/remove.py", [*fwd, *data], has_box)]
     if cmd == "sandbox":
         return _sandbox(ns, fwd)
@@ -184,6 +185,7 @@ def parser() -> argparse.ArgumentParser:
     p = _sub(sub, "remove", "remove what the deploy installed", _REMOVE_DOC, opts)
     p.add_argument("--with-model", action="store_true", help="also delete the downloaded model(s)")
     p.add_argument("--with-driver", action="store_true", help="also remove the NVIDIA driver and CUDA")
+    p.add_argument("--with-chat-data", action="store_true", help="also the chat page's accounts and chats")
     p = _sub(sub, "sandbox", "the simulated rig on this machine (needs root)", _SANDBOX_DOC, opts)
     p.add_argument("action", choices=("up", "down", "deploy"), help="start it, stop it, or start it and deploy")
     p.add_argument("--machines", type=int, default=1, metavar="N", help="machines rig1..rigN (up, deploy)")
@@ -232,7 +234,8 @@ _REMOVE_DOC = """Remove what the deploy installed (tasks/remove.py): the service
 guard and the other vllm-rig units, the nginx site, the runtimes and tools under install_root, the caches,
 the API key and state. nginx and the other distribution packages stay. Running it again changes nothing.
   --with-model   also the model directories (a new deploy downloads them again)
-  --with-driver  also the NVIDIA driver, CUDA and their apt sources (a reboot unloads the module)"""
+  --with-driver  also the NVIDIA driver, CUDA and their apt sources (a reboot unloads the module)
+  --with-chat-data  also the chat page's accounts, chats and database copies (/var/lib/open-webui)"""
 _SANDBOX_DOC = """The simulated rig (tests/sandbox), the only place these act: `up` builds what is missing
 and starts machines rig1..rigN, `down` stops them, `deploy` starts them and deploys to them
 (`pyinfra -y inventory/sandbox.py deploy.py`). Needs root (systemd-nspawn) and installs its host tools."""
