@@ -162,6 +162,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--key", help="the private SSH key on this machine (default ~/.ssh/id_ed25519)")
     p.add_argument("--port", type=int, help="the SSH port (default 22)")
     p.add_argument("--profile", help="default (the reference box's setup) or another group_data/<profile>.py")
+    p.add_argument("--chat-page", choices=("yes", "no"), help="a chat page for the household (default no)")
     p.add_argument("--force", action="store_true", help="replace an existing file (kept as hosts.yml.bak)")
     p.add_argument("--file", default=HOSTS, help=argparse.SUPPRESS)
 
@@ -261,6 +262,7 @@ def init_answers(
         ("key", "private SSH key on this machine", "~/.ssh/id_ed25519"),
         ("port", "SSH port", "22"),
         ("profile", "profile (default or a group_data/<profile>.py)", "default"),
+        ("chat_page", "a chat page for the household (Open WebUI on port 8444, ~3 GB disk): yes or no", "no"),
     )
     for key, label, default in questions:
         given = getattr(ns, key)
@@ -303,6 +305,8 @@ def _init_problem(key: str, value: str) -> str | None:
         return address_problem(value)
     if key == "key":
         return key_problem(value)
+    if key == "chat_page" and value not in ("yes", "no"):
+        return f"{value!r}: yes or no"
     return None
 
 
@@ -318,6 +322,7 @@ def hosts_yaml(values: dict[str, object]) -> str:
         f"    ssh_port: {values['port']}\n"
         f"    ssh_key: {q(values['key'])}\n"
         f"    profile: {q(values['profile'])}\n"
+        + ("    settings:\n      chat_page: true\n" if values.get("chat_page") == "yes" else "")
     )
 
 
