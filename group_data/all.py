@@ -292,9 +292,7 @@ chat_page_port = 8444  # the chat page's HTTPS port (its own: Open WebUI cannot 
 chat_page_backend_port = 3080  # Open WebUI's own port, on loopback only (nginx serves chat_page_port)
 chat_page_backups_keep = 7  # daily copies of the chat page's database kept on the box
 chat_page_torch_version = "2.11.0"  # the CPU torch installed before Open WebUI (so pip never pulls the CUDA build)
-chat_page_torch_index_url = (
-    None  # where that CPU torch comes from; None: torch_index_url's CPU lane (/cpu/ for /cu128/)
-)
+chat_page_torch_index_url = None  # that CPU torch's index; None: torch_index_url's CPU lane (/cpu/ for /cu128/)
 chat_page_index_url = None  # index for Open WebUI and its hash-locked dependencies; None: pip_index_url
 
 # ---- verify and bench: the GPU verdict after a change, the benchmark on demand (tasks/bench.py)
@@ -313,6 +311,4 @@ logs_lines = 100  # lines of the log tasks/logs.py shows first (bin/rig logs -n)
 logs_follow = False  # tasks/logs.py keeps printing new lines until Ctrl-C (bin/rig logs -f)
 remove_model = False  # tasks/remove.py also deletes the model directories (bin/rig remove --with-model)
 remove_driver = False  # tasks/remove.py also removes the NVIDIA driver and CUDA (bin/rig remove --with-driver)
-remove_chat_data = (
-    False  # tasks/remove.py also deletes the chat page's accounts and chats (bin/rig remove --with-chat-data)
-)
+remove_chat_data = False  # tasks/remove.py also deletes the chat page's data (bin/rig remove --with-chat-data)

@@ -626,7 +626,7 @@ class Settings(BaseModel):
         "the CPU torch installed before Open WebUI (so pip never pulls the CUDA build)", "a PEP 440 version"
     )
     chat_page_torch_index_url: str | None = _setting(
-        "where that CPU torch comes from; None: torch_index_url's CPU lane (/cpu/ for /cu128/)",
+        "that CPU torch's index; None: torch_index_url's CPU lane (/cpu/ for /cu128/)",
         "null (torch_index_url with its lane replaced by cpu) or an http(s) URL of a torch wheel index",
     )
     chat_page_index_url: str | None = _setting(
@@ -680,8 +680,7 @@ class Settings(BaseModel):
         "tasks/remove.py also removes the NVIDIA driver and CUDA (bin/rig remove --with-driver)", "true or false"
     )
     remove_chat_data: bool = _setting(
-        "tasks/remove.py also deletes the chat page's accounts and chats (bin/rig remove --with-chat-data)",
-        "true or false",
+        "tasks/remove.py also deletes the chat page's data (bin/rig remove --with-chat-data)", "true or false"
     )
 
     # The model catalogue: the chosen entry becomes the model and server settings.

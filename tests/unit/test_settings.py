@@ -182,6 +182,7 @@ RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
         {"chat_page": True, "torch_index_url": "https://mirror.example/torch/"},
     ),
     ("chat_page_index_url", "ftp://x", None, {}),
+    ("remove_chat_data", "yes", True, {}),
     ("lan_tls", "self_signed", "local_ca", {}),
     ("lan_tls_cert_file", "/etc/ssl/box.pem", None, {}),  # set, but lan_tls is local_ca
     ("lan_tls_key_file", "/etc/ssl/box.key", None, {}),
