@@ -72,7 +72,7 @@ flashqla_ref = "3ab27d77d8ca01d7a4718903b726add1a8886c0e"  # pinned FlashQLA com
 cutlass_repo = "https://github.com/NVIDIA/cutlass.git"  # CUTLASS sources, fetched before the build
 cutlass_ref = "da5e086dab31d63815acafdac9a9c5893b1c69e2"  # CUTLASS v4.4.2 (the fork's build.sh), as a commit
 triton_src_repo = "https://github.com/triton-lang/triton.git"  # triton_kernels sources, fetched before the build
-triton_src_ref = "v3.6.0"  # Triton release tag the fork's build.sh clones (its commit could not be confirmed)
+triton_src_ref = "7c56a5e40f7fd928dfd5c72902d5def0097db73a"  # Triton v3.6.0 (the fork's build.sh), as a commit
 fetchcontent_sources = {  # what the fork's CMake fetches in the compile: fetched ahead via the git cache, by variable
     "flashmla": {  # cmake/external_projects/flashmla.cmake: upstream reads it before its SM90+ check
         "repo": "https://github.com/vllm-project/FlashMLA.git",
@@ -287,8 +287,10 @@ lan_tls_key_file = None  # lan_tls = "own": its PEM private key on the control m
 lan_tls_names = []  # extra DNS names or IPs in the local CA's certificate (the host's name and addresses always are)
 lan_max_body_mb = 64  # largest request body: a 262K-token prompt as escaped JSON is a few MB, images more
 lan_read_timeout_s = 1800  # longest silence from the server: a non-streamed answer to a 100K prompt comes at the end
+front_of = []  # other boxes of the inventory this box also answers for at front_port (one URL; same model on all)
+front_port = 8444  # front_of: the one URL's HTTPS port on this box
 chat_page = False  # True: Open WebUI, a chat page for the household, on chat_page_port (docs/chat-page.md)
-chat_page_port = 8444  # the chat page's HTTPS port (its own: Open WebUI cannot live under a path)
+chat_page_port = 8445  # the chat page's HTTPS port (its own: Open WebUI cannot live under a path)
 chat_page_backend_port = 3080  # Open WebUI's own port, on loopback only (nginx serves chat_page_port)
 chat_page_backups_keep = 7  # daily copies of the chat page's database kept on the box
 chat_page_torch_version = "2.11.0"  # the CPU torch installed before Open WebUI (so pip never pulls the CUDA build)

@@ -57,6 +57,7 @@ def _host(m: _machine.Machine) -> tuple[str, dict]:
             "_sudo": True,
             "vllm_port": _VLLM_PORT_BASE + m.index,
             "lan_port": _paths.LAN_PORT_BASE + m.index,  # every machine shares the host's addresses
+            "front_port": _paths.FRONT_PORT_BASE + m.index,
             "model_peer_port": _paths.MODEL_PEER_PORT_BASE + m.index,
             "chat_page_port": _paths.LAN_PORT_BASE + 20 + m.index,  # the chat page's nginx port
             "chat_page_backend_port": _paths.LAN_PORT_BASE + 40 + m.index,  # Open WebUI on loopback
@@ -182,6 +183,7 @@ def _settings() -> dict:
         "cutlass_repo": _forge.remote_url(_forge.CUTLASS),
         "cutlass_ref": refs.get(_forge.CUTLASS, {}).get(_forge.CUTLASS_TAG, "(run: python -m tests.sandbox up)"),
         "triton_src_repo": _forge.remote_url(_forge.TRITON),
+        "triton_src_ref": refs.get(_forge.TRITON, {}).get(_forge.TRITON_TAG, "(run: python -m tests.sandbox up)"),
         "fetchcontent_sources": _fetchcontent_sources(refs),
         "upstream_compile_sources": _compile_sources(refs),
         "flashinfer_sm75_patches": _flashinfer_patches(),

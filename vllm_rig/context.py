@@ -14,6 +14,7 @@ from vllm_rig import host_settings
 from vllm_rig.core import become, heartbeat, run_summary
 from vllm_rig.core.facts import FactUnreadable
 from vllm_rig.settings import Settings, plain_http_warnings
+from vllm_rig.stages.front import check as front_check
 from vllm_rig.validation import SettingsError, load_settings
 
 _validated: dict[str, Settings] = {}
@@ -32,6 +33,8 @@ def stop_on_bad_settings() -> None:
             _validated[each.name] = load_settings(each.data.dict())
         except SettingsError as err:
             lines += [f"[{each.name}] {line}" for line in err.lines]
+    if not lines:
+        lines += _front_lines()
     if lines:
         _validated.clear()
         for line in lines:
@@ -44,6 +47,30 @@ def stop_on_bad_settings() -> None:
     # stage's time and changes for the summary (tasks/summary.py).
     heartbeat.install(ctx_state.get())
     run_summary.install(ctx_state.get())
+
+
+def _front_lines() -> list[str]:
+    """front_of's check across boxes (a box outside --limit is read from the inventory, not touched)."""
+
+    def settings_of(name: str) -> Settings | str:
+        if name in _validated:
+            return _validated[name]
+        try:
+            outside = load_settings(state.inventory.get_host(name).data.dict())
+        except SettingsError as err:
+            return err.lines[0]
+        host_settings.record_outside(name, outside)
+        return outside
+
+    def address_of(name: str) -> str:  # where the deploy reaches it: where the front dials it
+        return str(state.inventory.get_host(name).data.get("ssh_hostname") or name)
+
+    names = [h.name for h in state.inventory]
+    return [
+        f"[{name}] {line}"
+        for name, s in _validated.items()
+        for line in front_check.problems(name, s, names, settings_of, address_of)
+    ]
 
 
 def settings() -> Settings:

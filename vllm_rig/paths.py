@@ -2,12 +2,13 @@
 
 <install_root>/runtimes/<build fingerprint>/   a built runtime: venv/, src/vllm (the fork), src/flashqla
 <install_root>/current -> runtimes/<fp>         the runtime the service runs; previous -> the last good one
-<install_root>/tools/venv/                      host tools (huggingface_hub for `hf download`)
+<install_root>/tools/venv/                      host tools (huggingface_hub for the model fetch)
 <install_root>/bin/                             vllm-rig-host.pyz (vllm_rig/host/), the rig's shell scripts
 /var/lib/vllm-rig/                              state: fingerprints, markers, background job logs
 /etc/vllm-rig/                                  config: the service's env file with the API key (0600)
 /etc/vllm-rig/lan/                              the LAN proxy's TLS files (local CA, certificate) and key map
 /etc/nginx/conf.d/vllm-rig-lan.conf             the LAN proxy's nginx site
+/etc/vllm-rig/front/, /etc/nginx/conf.d/vllm-rig-front.conf   one URL for several boxes (front_of)
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ LAN_CERT = f"{LAN_DIR}/server.crt"
 LAN_KEY = f"{LAN_DIR}/server.key"
 LAN_KEY_MAP = f"{LAN_DIR}/api-key.conf"  # nginx map: "Bearer <key>" -> 1, made on the host from the env file
 NGINX_SITE = "/etc/nginx/conf.d/vllm-rig-lan.conf"
+# The front (stages/front, front_of): its nginx site, and per box the box's CA and key (root only).
+FRONT_DIR = f"{ETC_DIR}/front"
+FRONT_SITE = "/etc/nginx/conf.d/vllm-rig-front.conf"
 NGINX_DEFAULT_SITE = "/etc/nginx/sites-enabled/default"  # Debian's postinst links the port-80 welcome page here
 
 

@@ -24,6 +24,7 @@ from vllm_rig.known import (
     cuda_toolkit,
     flashinfer_fix,
     fork_interface,
+    git_tags,
     server_interface,
     sm75_patch,
     upstream_compile,
@@ -39,7 +40,6 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 UNIT_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 HF_TOKEN = re.compile(r"^[A-Za-z0-9_.-]{8,512}$")
 FLAG = re.compile(r"^--[a-z0-9][a-z0-9-]*(=.*)?$")
-RELEASE_TAG = re.compile(r"^v?\d+(\.\d+)+([.-]?[A-Za-z0-9]+)*$")
 RELEASE_LINE = re.compile(r"^v?\d+(\.\d+)*$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 SM75_PATCH_NAMES = ("flashqla", "vllm")
@@ -47,6 +47,8 @@ FLASHINFER_PATCHES = ("pr3621", "pr3526")
 DNS_NAME = re.compile(
     r"^(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
 )
+# An inventory host's name as front_of lists it (it names files and nginx sockets on the front).
+INVENTORY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
 
 # Paths on the box: they are spliced into commands, units, PATH and the rollback script, so they hold only
 # characters no consumer reads specially (no space, quote, $, %, ;, :, backslash or control character).
@@ -280,16 +282,15 @@ class Settings(BaseModel):
     flashqla_ref: str = _setting("pinned FlashQLA commit", "a full 40-character commit SHA")
     cutlass_repo: str = _setting("CUTLASS sources, fetched before the build", "a git URL (https://...)")
     cutlass_ref: str = _setting(
-        "CUTLASS v4.4.2 (the fork's build.sh), as a commit", "a 40-character commit SHA or a release tag such as v4.4.2"
+        "CUTLASS v4.4.2 (the fork's build.sh), as a commit", "a 40-character commit SHA (a tag can move)"
     )
     triton_src_repo: str = _setting("triton_kernels sources, fetched before the build", "a git URL (https://...)")
     triton_src_ref: str = _setting(
-        "Triton release tag the fork's build.sh clones (its commit could not be confirmed)",
-        "a 40-character commit SHA or a release tag such as v3.6.0",
+        "Triton v3.6.0 (the fork's build.sh), as a commit", "a 40-character commit SHA (a tag can move)"
     )
     fetchcontent_sources: dict[str, dict[str, Any]] = _setting(
         "what the fork's CMake fetches in the compile: fetched ahead via the git cache, by variable",
-        'a mapping name -> {"repo": a git URL, "ref": a 40-character commit SHA or release tag, "env": the '
+        'a mapping name -> {"repo": a git URL, "ref": a 40-character commit SHA (a tag can move), "env": the '
         'variable the fork\'s CMake reads for a local source, "min_arch": null or the lowest compute capability '
         "the fork's CMake fetches it for}",
     )
@@ -607,13 +608,20 @@ class Settings(BaseModel):
         "longest silence from the server: a non-streamed answer to a 100K prompt comes at the end",
         "seconds from 60 to 86400",
     )
+    front_of: list[str] = _setting(
+        "other boxes of the inventory this box also answers for at front_port (one URL; same model on all)",
+        "a list of other hosts' inventory names, each serving the same model behind its own proxy",
+    )
+    front_port: Annotated[int, Field(ge=1, le=65535)] = _setting(
+        "front_of: the one URL's HTTPS port on this box", "an integer from 1 to 65535, not lan_port or vllm_port"
+    )
     chat_page: bool = _setting(
         "True: Open WebUI, a chat page for the household, on chat_page_port (docs/chat-page.md)",
         "true (Open WebUI on chat_page_port, behind nginx with the LAN's TLS) or false",
     )
     chat_page_port: Annotated[int, Field(ge=1, le=65535)] = _setting(
         "the chat page's HTTPS port (its own: Open WebUI cannot live under a path)",
-        "an integer from 1 to 65535, not lan_port, vllm_port or chat_page_backend_port",
+        "an integer from 1 to 65535, not lan_port, vllm_port, front_port or chat_page_backend_port",
     )
     chat_page_backend_port: Annotated[int, Field(ge=1, le=65535)] = _setting(
         "Open WebUI's own port, on loopback only (nginx serves chat_page_port)",
@@ -813,9 +821,11 @@ class Settings(BaseModel):
 
     @field_validator("cutlass_ref", "triton_src_ref")
     @classmethod
-    def _commit_or_tag(cls, value: str) -> str:
-        if not (SHA40.match(value) or RELEASE_TAG.match(value)):
-            raise ValueError("must be a 40-character commit SHA or a release tag such as v4.4.2 (not a branch)")
+    def _commit(cls, value: str, info: ValidationInfo) -> str:
+        repo = {"cutlass_ref": "NVIDIA/cutlass", "triton_src_ref": "triton-lang/triton"}[str(info.field_name)]
+        problem = git_tags.ref_problem(value, repo)
+        if problem:
+            raise ValueError(problem)
         return value
 
     @field_validator("flashinfer_requirement_overrides")
@@ -954,6 +964,17 @@ class Settings(BaseModel):
             problem = _network_problem(entry)
             if problem:
                 raise ValueError(problem)
+        return value
+
+    @field_validator("front_of")
+    @classmethod
+    def _front_of(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not INVENTORY_NAME.match(name):
+                raise ValueError(f"{name!r} is not an inventory host name (letters, digits and . _ : @ -)")
+        repeated = sorted({name for name in value if value.count(name) > 1})
+        if repeated:
+            raise ValueError(f"names {', '.join(repeated)} more than once")
         return value
 
     @field_validator("lan_tls_names")
@@ -1463,6 +1484,25 @@ def plain_http_warnings(by_host: Mapping[str, Settings]) -> list[str]:
     ]
 
 
+def _unpinned_sources(s: Settings):
+    """A release's CMake source this compile would check out that is known only by its tag, with no commit
+    recorded for it (the commit goes in upstream_compile_sources; a tag is never checked out)."""
+    if s.runtime_kind == "upstream" and s.upstream_build == "compile" and s.upstream_compile_sources is None:
+        try:
+            sources = s.vllm_sdist().sources
+        except ValueError:
+            return  # no archive recorded for the release: its own line says so
+        for name, entry in sorted(sources.items()):
+            problem = git_tags.ref_problem(str(entry["ref"]), str(entry["repo"]))
+            if problem:
+                yield (
+                    "upstream_compile_sources",
+                    f"must be set for upstream_build compile of vLLM {s.vllm_version}: its {name} is pinned by the "
+                    f"tag {entry['ref']!r} only ({problem}); give every source with its commit",
+                )
+                return
+
+
 def _upstream_problems(s: Settings):
     """The upstream kind installs the release's own pins: the torch and FlashInfer settings must be them."""
     if s.runtime_kind != "upstream":
@@ -1573,6 +1613,7 @@ def _cross_rule_problems(s: Settings):
             "gpu_power_limit_w",
             f"must be null or from {s.gpu_power_limit_min_w} to {s.gpu_power_limit_max_w} W (the card's range)",
         )
+    yield from _unpinned_sources(s)
     upstream_lines = list(_upstream_problems(s))
     yield from upstream_lines
     fix_problem = any(key == "flashinfer_version" for key, _ in upstream_lines)  # one line: the pin it must be
@@ -1619,6 +1660,8 @@ def _chat_page_problems(s: Settings):
             f"Python >=3.11,<3.13); got {s.python_version}",
         )
     taken = {s.lan_port: "lan_port", s.vllm_port: "vllm_port"}
+    if s.front_of:  # the front listens on front_port only when it fronts boxes
+        taken.setdefault(s.front_port, "front_port")
     for key in ("chat_page_port", "chat_page_backend_port"):
         port = getattr(s, key)
         if port in taken:
@@ -1656,12 +1699,26 @@ def _lan_problems(s: Settings):
             yield "vllm_api_key", "must be auto when lan_serving is proxy: the proxy asks for the key on every path"
         if s.lan_port == s.vllm_port:
             yield "lan_port", f"must differ from vllm_port ({s.vllm_port}): the server keeps that port on loopback"
+    if s.front_of:
+        yield from _front_problems(s)
     given = [key for key in ("lan_tls_cert_file", "lan_tls_key_file") if getattr(s, key) is not None]
     if s.lan_tls == "local_ca" and given:
         yield given[0], "is set but lan_tls is local_ca: set lan_tls: own to serve your certificate"
     elif s.lan_tls == "own" and s.lan_serving == "proxy" and len(given) < 2:
         missing = next(key for key in ("lan_tls_cert_file", "lan_tls_key_file") if key not in given)
         yield missing, "must be set when lan_tls is own (the certificate and its private key, PEM files)"
+
+
+def _front_problems(s: Settings):
+    """A front (front_of) serves beside its box's proxy, with its certificate and key check."""
+    if s.lan_serving != "proxy" or s.lan_tls != "local_ca":
+        yield (
+            "front_of",
+            "needs lan_serving: proxy and lan_tls: local_ca on this box (the front serves with the box's "
+            "certificate and checks its key; each box's certificate is checked against that box's own CA)",
+        )
+    if s.front_port in (s.lan_port, s.vllm_port):
+        yield "front_port", f"must differ from lan_port ({s.lan_port}) and vllm_port ({s.vllm_port})"
 
 
 def _fp8_kv_problems(s: Settings):
@@ -1721,9 +1778,9 @@ def _fetchcontent_problem(entry: Any) -> str | None:
         _check_url(str(entry["repo"]))
     except ValueError:
         return '"repo" must be an http:// or https:// git URL'
-    ref = str(entry["ref"])
-    if not (SHA40.match(ref) or RELEASE_TAG.match(ref)):
-        return '"ref" must be a 40-character commit SHA or a release tag (not a branch)'
+    problem = git_tags.ref_problem(str(entry["ref"]), str(entry["repo"]))
+    if problem:
+        return f'"ref": {problem}'
     if not CMAKE_VARIABLE.match(str(entry["env"])):
         return '"env" must be a variable name such as FLASH_MLA_SRC_DIR'
     min_arch = entry.get("min_arch")

@@ -3,14 +3,19 @@ order) fetches from the HF mirror stand-in and serves rig2, which waits for it a
 each checked against rig2's own plan from the mirror. Then the whole deploy.py with rig2's model gone and rig1's
 server unable to start (its port taken): one line, the mirror instead, verified, and rig2's service proven.
 The machines share the host's addresses, so each serves on its own model_peer_port (inventory/sandbox.py).
+Last, where both rigs serve one model: one URL for both (front_of on rig1), requests spread over both, rig2's
+server stopped and back, and the front turned off again.
 """
 
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import socket
+import ssl
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -119,3 +124,75 @@ def test_an_unreachable_model_peer_falls_back_with_one_line_and_still_ends_prove
     assert host_digests(rig, "rig2") == digests()
     assert "cannot listen" in sh(rig, "rig1", "journalctl --no-pager -t vllm-rig-model-serve")
     assert service.models(service.api_key(rig, "rig2"), "rig2") == ["qwen38-27b"]  # proven by the deploy, answering
+
+
+FRONT = {**SAME_MODEL, "served_model_name": "qwen-local"}  # rig2's profile names its model otherwise
+BOX_LOG = "/var/log/nginx/vllm-rig-lan.access.log"
+
+
+def box_requests(rig: Rig, name: str, status: int = 200) -> int:
+    """Chat completions in the box's own proxy log that it answered with `status`."""
+    out = sh(rig, name, f"grep -c 'POST /v1/chat/completions HTTP/1.1\" {status} ' {BOX_LOG} || true")
+    return int(out.strip() or 0)
+
+
+def ask_front(key: str) -> int:
+    """One chat completion through the front (rig1's front_port), trusting rig1's CA; its status."""
+    context = ssl.create_default_context(cafile=str(paths.REPO / "lan-ca" / "rig1-ca.crt"))
+    conn = http.client.HTTPSConnection("127.0.0.1", paths.FRONT_PORT_BASE + 1, timeout=60, context=context)
+    body = {"model": "qwen-local", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    try:
+        conn.request("POST", "/v1/chat/completions", json.dumps(body), {"Authorization": f"Bearer {key}"})
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    finally:
+        conn.close()
+
+
+def test_one_url_for_both_rigs_spreads_fails_over_and_comes_back(two: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    rig = two
+    monkeypatch.setenv("VLLM_RIG_SANDBOX_HOST_DATA", json.dumps({"rig1": {"front_of": ["rig2"]}}))
+    refused = deploy(rig, "tasks/front.py", data=SAME_MODEL)  # rig2 serves its model as qwen38-27b
+    assert not refused.ok and refused.changed == []
+    [line] = {line.strip() for line in refused.log.splitlines() if "settings: " in line}  # said again at the end
+    assert line.startswith("[rig1] settings: front_of: rig2 serves ") and "must serve the same model" in line, line
+    run = deploy(rig, "tasks/service.py", "tasks/front.py", data=FRONT)
+    assert run.ok, run.error_line()
+    key, key2 = service.api_key(rig, "rig1"), service.api_key(rig, "rig2")
+    assert key2 not in run.log and sh(rig, "rig1", "stat -c '%a %U' /etc/vllm-rig/front/rig2-key.conf") == "600 root\n"
+    before = {name: box_requests(rig, name) for name in ("rig1", "rig2")}
+    assert [ask_front(key) for _ in range(6)] == [200] * 6
+    after = {name: box_requests(rig, name) for name in ("rig1", "rig2")}
+    assert all(after[name] > before[name] for name in after), (before, after)  # spread over both
+    assert ask_front(key2) == 401  # a box's key is not the front's
+
+    sh(rig, "rig2", "systemctl stop vllm.service")
+    stopped = box_requests(rig, "rig1")
+    assert [ask_front(key) for _ in range(6)] == [200] * 6  # every one answered, by rig1
+    assert box_requests(rig, "rig1") == stopped + 6
+    assert box_requests(rig, "rig2", status=502) >= 1  # rig2's proxy saw its server gone
+
+    sh(rig, "rig2", "systemctl start vllm.service")
+    deadline = time.monotonic() + 180
+    while not _answers(key2) and time.monotonic() < deadline:
+        time.sleep(2)
+    back = box_requests(rig, "rig2")
+    time.sleep(11)  # the front leaves a failed box out for fail_timeout (10 s), then tries it again
+    assert [ask_front(key) for _ in range(6)] == [200] * 6
+    assert box_requests(rig, "rig2") > back  # used again
+
+    again = deploy(rig, "tasks/service.py", "tasks/front.py", data=FRONT)
+    assert again.ok and again.changed == [], again.changed
+    monkeypatch.delenv("VLLM_RIG_SANDBOX_HOST_DATA")
+    off = deploy(rig, "tasks/front.py", data=FRONT)  # front_of empty: no front left on rig1
+    assert off.ok, off.error_line()
+    assert sh(rig, "rig1", "ls /etc/nginx/conf.d/ /etc/vllm-rig/").split().count("vllm-rig-front.conf") == 0
+    assert "front" not in sh(rig, "rig1", "ls /etc/vllm-rig/").split()
+
+
+def _answers(key: str) -> bool:
+    try:
+        return service.models(key, "rig2", timeout=5) == ["qwen-local"]
+    except OSError:
+        return False

@@ -30,6 +30,7 @@ ARTIFACT_STORE_TLS_PORT = 18083 + PORT_OFFSET  # the same store over https (a lo
 SSH_PORT_BASE = 2220 + PORT_OFFSET  # machine rigN: SSH_PORT_BASE + N
 VLLM_PORT_BASE = 8000 + PORT_OFFSET  # machine rigN serves on VLLM_PORT_BASE + N
 LAN_PORT_BASE = 28400 + PORT_OFFSET  # rigN's LAN proxy (nginx) listens on LAN_PORT_BASE + N
+FRONT_PORT_BASE = 28450 + PORT_OFFSET  # rigN's front (front_of) listens on FRONT_PORT_BASE + N
 MODEL_PEER_PORT_BASE = 38400 + PORT_OFFSET  # rigN serves its model to the other machines on this + N
 
 

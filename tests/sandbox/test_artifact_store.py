@@ -19,7 +19,8 @@ import pytest
 from tests.sandbox import paths, services
 from tests.sandbox.fixtures import artifact_store
 from vllm_rig.host import runtime_artifact
-from vllm_rig.stages.runtime.http_store import HttpStore, StoreError
+from vllm_rig.stages.runtime.http_store import HttpStore
+from vllm_rig.stages.runtime.store import StoreError
 
 pytestmark = pytest.mark.sandbox
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from vllm_rig.stages.runtime.artifact_store import LocalStore, StoreError, local_dir, open_store
+from vllm_rig.stages.runtime.artifact_store import LocalStore, local_dir, open_store
+from vllm_rig.stages.runtime.store import StoreError
 
 
 def artifact(where: Path, fp: str, body: bytes = b"archive") -> tuple[Path, Path]:

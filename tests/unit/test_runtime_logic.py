@@ -10,6 +10,7 @@ import pytest
 
 from tests.unit.groupdata import profile_data
 from vllm_rig.core.git import checkout_matches
+from vllm_rig.known.git_tags import SHA40
 from vllm_rig.settings import Settings
 from vllm_rig.stages.runtime import plan as runtime
 from vllm_rig.stages.runtime.facts import (
@@ -43,8 +44,8 @@ def _fp(**changes: Any) -> str:
     [
         {"fork_ref": "1" * 40},
         {"flashqla_ref": "2" * 40},
-        {"cutlass_ref": "v4.4.3"},
-        {"triton_src_ref": "v3.6.1"},
+        {"cutlass_ref": "4" * 40},
+        {"triton_src_ref": "6" * 40},
         {"torch_version": "2.11.1"},
         {"triton_version": "3.6.1"},
         {"transformers_version": "5.12.2"},
@@ -231,10 +232,19 @@ def test_git_sources_take_the_mirror_prefix_and_cache_names_ignore_it() -> None:
     s = _settings(git_mirror_prefix="https://gh-proxy.example/")
     sources = runtime.git_sources(s, runtime.RuntimeDirs("/r", "x"))
     fetched = [e["ref"] for _, e in sorted(s.fetchcontent_sources.items()) if e["min_arch"] is None]
-    assert [ref for _, _, ref, _ in sources] == [s.fork_ref, s.flashqla_ref, s.cutlass_ref, "v3.6.0", *fetched]
+    assert [ref for _, _, ref, _ in sources] == [s.fork_ref, s.flashqla_ref, s.cutlass_ref, s.triton_src_ref, *fetched]
     assert all(url.startswith("https://gh-proxy.example/https://github.com/") for _, url, _, _ in sources)
     assert runtime.cache_name(sources[0][1]) == "weicj+vLLM-2080Ti-Definitive"
     assert runtime.cache_name("http://127.0.0.1:18181/git/NVIDIA/cutlass.git") == "NVIDIA+cutlass"
+
+
+@pytest.mark.parametrize("profile", [None, "qwen38", "fork_validated"])
+def test_every_git_source_a_default_host_checks_out_is_a_commit(profile: str | None) -> None:
+    """A moved tag cannot choose the code: whatever a host of each profile checks out (its kind's defaults), it
+    names by a 40-hex commit, so the fetch asks the remote for that commit and HEAD is checked against it."""
+    s = load_settings(profile_data(profile))
+    refs = [ref for _, _, ref, _ in runtime.git_sources(s, runtime.RuntimeDirs("/r", "x"))]
+    assert refs and all(SHA40.match(ref) for ref in refs), refs
 
 
 # ---- facts ---------------------------------------------------------------------------------------------
@@ -275,12 +285,11 @@ def test_build_state_reads_the_unit_and_the_status() -> None:
     assert parse_build_state(["@@complete", "yes", "@@unit", "ActiveState=active", "@@status", "{broken"])["active"]
 
 
-def test_checkout_matches_a_commit_or_a_tag_at_head() -> None:
+def test_checkout_matches_only_the_commit_at_head() -> None:
     sha = "f" * 40
-    assert checkout_matches({"head": sha, "tag": None}, sha)
-    assert checkout_matches({"head": sha, "tag": sha}, "v3.6.0")
-    assert not checkout_matches({"head": sha, "tag": "e" * 40}, "v3.6.0")
-    assert not checkout_matches({"head": None, "tag": None}, sha)
+    assert checkout_matches({"head": sha}, sha)
+    assert not checkout_matches({"head": sha}, "v3.6.0")  # a tag is never "at" anything: it can move
+    assert not checkout_matches({"head": None}, sha)
 
 
 def test_loaded_host_names_kernel_and_driver() -> None:

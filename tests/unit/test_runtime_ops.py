@@ -182,10 +182,10 @@ def test_a_stale_service_is_restarted_with_try_restart() -> None:
 
 def test_git_checkouts_are_decided_by_head_in_one_read() -> None:
     sha = "c" * 40
-    sources = (GitSource("a", "u", sha, "/d1", "/c1"), GitSource("b", "u2", "v1.0", "/d2", "/c2"))
-    at = {"set -- /d1": ["@@checkouts", f"/d1\t{sha}\t", f"/d2\t{'e' * 40}\t{'e' * 40}"]}
+    sources = (GitSource("a", "u", sha, "/d1", "/c1"), GitSource("b", "u2", "e" * 40, "/d2", "/c2"))
+    at = {"set -- /d1": ["@@checkouts", f"/d1\t{sha}", f"/d2\t{'e' * 40}"]}
     assert _plan(at, git_checkouts, sources=sources)[0] is False
-    elsewhere = {"set -- /d1": ["@@checkouts", f"/d1\t{'d' * 40}\t", f"/d2\t{'e' * 40}\t{'e' * 40}"]}
+    elsewhere = {"set -- /d1": ["@@checkouts", f"/d1\t{'d' * 40}", f"/d2\t{'e' * 40}"]}
     changed, commands = _plan(elsewhere, git_checkouts, sources=sources)
     assert changed and len(commands) == 2 and "/c1" in commands[0] and "/d1.partial" in commands[1]
 
@@ -222,18 +222,31 @@ def _checkout(url: str, ref: str, dest: Path, cache: Path) -> dict[str, str | No
     return GitCheckouts().process(out.stdout.splitlines())[str(dest)]
 
 
-def test_checkouts_pin_commits_and_tags_through_the_cache(remote: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+def test_checkouts_pin_commits_through_the_cache(remote: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
     work, shas = remote
     cache = tmp_path / "cache.git"
     found = _checkout(str(work), shas["main"], tmp_path / "a", cache)
     assert found["head"] == shas["main"] and checkout_matches(found, shas["main"])
     assert (tmp_path / "a" / "a.txt").read_text() == "two\n"
-    found = _checkout(str(work), "v1.0", tmp_path / "b", cache)
-    assert found["head"] == shas["v1.0"] and checkout_matches(found, "v1.0")
+    found = _checkout(str(work), shas["v1.0"], tmp_path / "b", cache)
+    assert found["head"] == shas["v1.0"] and checkout_matches(found, shas["v1.0"])
     # A second runtime at a commit the cache has needs no remote at all.
     found = _checkout(str(tmp_path / "gone"), shas["main"], tmp_path / "c", cache)
     assert found["head"] == shas["main"]
     assert not (tmp_path / "c.partial").exists()
+
+
+def test_a_moved_tag_cannot_choose_the_code(remote: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+    """The attack: the remote (or a mirror) moves v1.0 to other code. A tag is never checked out, and the
+    checkout pinned at the tag's commit stays there, judged by HEAD alone."""
+    work, shas = remote
+    _git("tag", "-f", "v1.0", shas["main"], cwd=work)  # moved
+    for build in (fetch_script, lambda u, r, c: checkout_script(u, r, str(tmp_path / "x"), c)):
+        with pytest.raises(ValueError, match="not a 40-character commit"):
+            build(str(work), "v1.0", str(tmp_path / "cache.git"))
+    assert not checkout_matches({"head": shas["main"]}, "v1.0")
+    found = _checkout(str(work), shas["v1.0"], tmp_path / "pinned", tmp_path / "cache.git")
+    assert found["head"] == shas["v1.0"] and (tmp_path / "pinned" / "a.txt").read_text() == "one\n"
 
 
 def test_a_commit_the_remote_does_not_have_fails_and_leaves_no_checkout(

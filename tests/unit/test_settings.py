@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from tests.unit.groupdata import profile_data
+from vllm_rig.known.git_tags import SHA40
 from vllm_rig.settings import Settings, plain_http_warnings
 from vllm_rig.validation import SettingsError, load_settings
 
@@ -74,7 +75,8 @@ RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
     ("fork_ref", "v0.1.17", "0123456789abcdef0123456789abcdef01234567", {}),
     ("flashqla_ref", "main", "3ab27d77d8ca01d7a4718903b726add1a8886c0e", {}),
     ("cutlass_repo", "git@github.com:NVIDIA/cutlass", "https://github.com/NVIDIA/cutlass.git", {}),
-    ("cutlass_ref", "main", "v4.4.2", {}),  # a branch moves; a tag or a commit does not
+    ("cutlass_ref", "main", "da5e086dab31d63815acafdac9a9c5893b1c69e2", {}),  # a branch moves
+    ("cutlass_ref", "v4.4.2", "da5e086dab31d63815acafdac9a9c5893b1c69e2", {}),  # and so can a tag
     ("triton_src_repo", "triton-lang/triton", "https://github.com/triton-lang/triton.git", {}),
     ("triton_src_ref", "release/3.6.x", "0123456789abcdef0123456789abcdef01234567", {}),
     ("flashinfer_sm75_patches", {"0.6.14": {"patch": "pr3621"}}, {"0.6.14": _PR3621}, _FI14),  # no files
@@ -169,9 +171,10 @@ RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
     ("chat_page", True, False, {"lan_serving": "direct", "vllm_api_key": "auto"}),  # nginx serves the page
     ("python_version", "3.13", "3.12", {"chat_page": True}),  # Open WebUI: >=3.11,<3.13
     ("python_version", "3.10", "3.11", {"chat_page": True}),
-    ("chat_page_port", 8443, 8444, {"chat_page": True}),  # lan_port's
+    ("chat_page_port", 8443, 8445, {"chat_page": True}),  # lan_port's
+    ("chat_page_port", 8444, 8446, {"chat_page": True, "front_of": ["box2"]}),  # front_port's, with a front
     ("chat_page_port", 8000, 9444, {"chat_page": True}),  # vllm_port's
-    ("chat_page_backend_port", 8444, 3080, {"chat_page": True}),  # chat_page_port's
+    ("chat_page_backend_port", 8445, 3080, {"chat_page": True}),  # chat_page_port's
     ("chat_page_backups_keep", 0, 14, {}),
     ("chat_page_torch_version", 2, "2.11.0", {}),
     ("chat_page_torch_index_url", "not a url", None, {}),
@@ -189,6 +192,8 @@ RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
     ("lan_tls_names", ["bad name"], ["box.lan", "192.168.1.5"], {}),
     ("lan_max_body_mb", 0, 256, {}),
     ("lan_read_timeout_s", 5, 3600, {}),
+    ("front_of", ["box two"], ["box2"], {}),
+    ("front_port", 8443, 9444, {"front_of": ["box2"]}),
     ("tensor_parallel_size", 3, 1, {"device_ids": None}),
     ("tensor_parallel_size", 4, 2, {"device_ids": None}),  # more than gpu_count=2
     ("device_ids", [0, 0], [1, 0], {}),
@@ -262,14 +267,23 @@ RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
     ("vllm_sdist_sha256", "ABC", "0" * 64, {}),
     (
         "upstream_compile_sources",
-        {"cutlass": {"repo": "https://x.example/c.git", "ref": "v4.4.2", "env": "VLLM_CUTLASS_SRC_DIR"}},
+        {"cutlass": {"repo": "https://x.example/c.git", "ref": "4" * 40, "env": "VLLM_CUTLASS_SRC_DIR"}},
         {
-            "cutlass": {"repo": "https://x.example/c.git", "ref": "v4.4.2", "env": "VLLM_CUTLASS_SRC_DIR"},
-            "triton_kernels": {"repo": "https://x.example/t.git", "ref": "v3.5.1", "env": "TRITON_KERNELS_SRC_DIR"},
+            "cutlass": {"repo": "https://x.example/c.git", "ref": "4" * 40, "env": "VLLM_CUTLASS_SRC_DIR"},
+            "triton_kernels": {"repo": "https://x.example/t.git", "ref": "3" * 40, "env": "TRITON_KERNELS_SRC_DIR"},
         },
         {},
     ),
     ("upstream_compile_sources", {"cutlass": {}, "triton_kernels": {"repo": "x"}}, None, {}),
+    (  # a tag in a source: refused, whatever the repository
+        "upstream_compile_sources",
+        {
+            "cutlass": {"repo": "https://x.example/c.git", "ref": "4" * 40, "env": "VLLM_CUTLASS_SRC_DIR"},
+            "triton_kernels": {"repo": "https://x.example/t.git", "ref": "v3.5.1", "env": "TRITON_KERNELS_SRC_DIR"},
+        },
+        None,
+        {},
+    ),
     ("sm75_patch_files", {"vllm": {"url": "https://x.example/p", "sha256": "0" * 64}}, None, {}),
     (
         "sm75_patch_files",
@@ -499,3 +513,22 @@ def test_a_plain_http_mirror_is_refused_unless_allowed_and_then_warned(key: str,
     warned = plain_http_warnings({"rig1": s, "rig2": s})
     assert len(warned) == 1 and warned[0].startswith(f"{key} {url} is plain http://")
     assert plain_http_warnings({"rig1": load_settings(profile_data())}) == []
+
+
+def test_a_tag_in_a_git_ref_setting_names_the_commit_it_should_be() -> None:
+    """A moved tag must not choose the code: a known tag is refused with its commit, an unknown one with the rule;
+    the defaults are commits, so a default host of either kind is not refused."""
+    with pytest.raises(SettingsError) as err:
+        load_settings({**profile_data(), "cutlass_ref": "v4.4.2"})
+    assert len(err.value.lines) == 1, err.value.lines
+    assert "use its commit da5e086dab31d63815acafdac9a9c5893b1c69e2 (NVIDIA/cutlass v4.4.2)" in err.value.lines[0]
+    with pytest.raises(SettingsError) as err:
+        load_settings({**profile_data("qwen38"), "triton_src_ref": "v3.6.0"})
+    assert len(err.value.lines) == 1, err.value.lines
+    assert "use its commit 7c56a5e40f7fd928dfd5c72902d5def0097db73a (triton-lang/triton v3.6.0)" in err.value.lines[0]
+    with pytest.raises(SettingsError) as err:  # a tag whose commit is not recorded: the rule, and where to read it
+        load_settings({**profile_data(), "cutlass_ref": "v4.5.0"})
+    assert len(err.value.lines) == 1 and "must be a 40-character lower-case commit SHA" in err.value.lines[0]
+    for profile in (None, "qwen38"):  # the defaults: every git source a commit, nothing refused
+        s = load_settings(profile_data(profile))
+        assert SHA40.match(s.cutlass_ref) and SHA40.match(s.triton_src_ref)

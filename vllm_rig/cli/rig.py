@@ -262,7 +262,7 @@ def init_answers(
         ("key", "private SSH key on this machine", "~/.ssh/id_ed25519"),
         ("port", "SSH port", "22"),
         ("profile", "profile (default or a group_data/<profile>.py)", "default"),
-        ("chat_page", "a chat page for the household (Open WebUI on port 8444, ~3 GB disk): yes or no", "no"),
+        ("chat_page", "a chat page for the household (Open WebUI on port 8445, ~3 GB disk): yes or no", "no"),
     )
     for key, label, default in questions:
         given = getattr(ns, key)

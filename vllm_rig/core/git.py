@@ -1,9 +1,13 @@
-"""A git checkout at a pinned commit (or release tag), through a local cache of the remote.
+"""A git checkout at a pinned commit, through a local cache of the remote.
 
 pyinfra's git.repo follows a branch; it cannot pin a commit. This clones the remote once into a bare
 cache (<install_root>/cache/git/<owner>+<name>.git) and fetches only the pinned commit (shallow where the
 server allows it, in full over git's dumb HTTP or where fetching by commit is refused), then checks it
 out detached into the runtime. A new runtime at the same commit needs no network.
+
+Only a 40-hex commit is ever checked out: a tag (or branch) is whatever the remote or a mirror says it is today,
+so a moved tag would choose the code. settings.py refuses a tag in every git-ref setting; `require_commit` is
+the last guard here, so no path reaches a checkout with one.
 """
 
 from __future__ import annotations
@@ -23,24 +27,22 @@ SHA40 = re.compile(r"^[0-9a-f]{40}$")
 
 class Checkout(TypedDict):
     head: str | None  # HEAD's commit; None when it is not a checkout
-    tag: str | None  # the commit `ref` names as a tag there, or None
 
 
-NO_CHECKOUT: Checkout = {"head": None, "tag": None}
+NO_CHECKOUT: Checkout = {"head": None}
 
 
 class GitCheckouts(SectionFact[dict[str, Checkout]]):
     """{path: Checkout} for many checkouts, in one command. `checkouts`: (path, ref) pairs."""
 
     def command(self, checkouts: tuple[tuple[str, str], ...]) -> str:
-        args = " ".join(shlex.quote(x) for pair in checkouts for x in pair)
+        args = " ".join(shlex.quote(path) for path, _ref in checkouts)
         return section_command(
             {
                 "checkouts": (
                     f"set -- {args}; "
-                    'while [ $# -gt 1 ]; do h=$(git -C "$1" rev-parse -q --verify HEAD 2>/dev/null); '
-                    't=$(git -C "$1" rev-parse -q --verify "refs/tags/$2^{commit}" 2>/dev/null); '
-                    'printf "%s\\t%s\\t%s\\n" "$1" "$h" "$t"; shift 2; done'
+                    'for p in "$@"; do h=$(git -C "$p" rev-parse -q --verify HEAD 2>/dev/null); '
+                    'printf "%s\\t%s\\n" "$p" "$h"; done'
                 )
             }
         )
@@ -48,9 +50,9 @@ class GitCheckouts(SectionFact[dict[str, Checkout]]):
     def parse(self, sections: Sections) -> dict[str, Checkout]:
         found: dict[str, Checkout] = {}
         for line in sections.lines("checkouts"):
-            path, head, tag = (line.rstrip("\n").split("\t") + ["", "", ""])[:3]
+            path, head = (line.rstrip("\n").split("\t") + ["", ""])[:2]
             if path:
-                found[path] = {"head": head.strip() or None, "tag": tag.strip() or None}
+                found[path] = {"head": head.strip() or None}
         return found
 
     @staticmethod
@@ -58,53 +60,55 @@ class GitCheckouts(SectionFact[dict[str, Checkout]]):
         return {}
 
 
+def require_commit(ref: str, label: str = "git ref") -> str:
+    """`ref` when it is a 40-hex commit; ValueError (one line) otherwise."""
+    if not SHA40.match(ref):
+        raise ValueError(f"{label}: {ref!r} is not a 40-character commit SHA; a tag or branch can move")
+    return ref
+
+
 def checkout_matches(found: Checkout, ref: str) -> bool:
-    """A checkout is at `ref` when HEAD is that commit, or `ref` is a tag there that points at HEAD."""
+    """A checkout is at `ref` (a commit) when HEAD is that commit."""
     head = found.get("head")
-    return bool(head) and (head == ref or found.get("tag") == head)
+    return bool(head) and SHA40.match(ref) is not None and head == ref
 
 
 def fetch_script(url: str, ref: str, cache: str) -> str:
-    """Shell that makes `ref` present in the bare cache, asking the remote only when it is missing."""
+    """Shell that makes commit `ref` present in the bare cache, asking the remote only when it is missing."""
+    require_commit(ref)
     c, u = shlex.quote(cache), shlex.quote(url)
-    if SHA40.match(ref):
-        have = f"git -C {c} cat-file -e {ref}^{{commit}} 2>/dev/null"
-        refspec = ref
-        keep = f"git -C {c} update-ref refs/pins/{ref} {ref}"  # a ref keeps the commit from gc
-    else:
-        tag = f"refs/tags/{ref}"
-        have = f"git -C {c} rev-parse -q --verify {shlex.quote(tag + '^{commit}')} >/dev/null"
-        refspec = shlex.quote(f"+{tag}:{tag}")
-        keep = "true"
+    have = f"git -C {c} cat-file -e {ref}^{{commit}} 2>/dev/null"
+    keep = f"git -C {c} update-ref refs/pins/{ref} {ref}"  # a ref keeps the commit from gc
     everything = shlex.quote("+refs/heads/*:refs/heads/*") + " " + shlex.quote("+refs/tags/*:refs/tags/*")
     return (
         f"{{ test -d {c} || git init -q --bare {c}; }} && "
-        f"{{ {have} || git -C {c} fetch -q --depth=1 {u} {refspec} 2>/dev/null || git -C {c} fetch -q {u} {refspec} "
+        f"{{ {have} || git -C {c} fetch -q --depth=1 {u} {ref} 2>/dev/null || git -C {c} fetch -q {u} {ref} "
         f"|| git -C {c} fetch -q {u} {everything}; }} && {have} && {keep}"
     )
 
 
 def cache_ref(ref: str) -> str:
-    """The cache's ref for `ref`: refs/pins/<sha> for a commit, refs/tags/<tag> for a tag."""
-    return f"refs/pins/{ref}" if SHA40.match(ref) else f"refs/tags/{ref}"
+    """The cache's ref that keeps commit `ref`."""
+    return f"refs/pins/{require_commit(ref)}"
 
 
 def checkout_script(url: str, ref: str, dest: str, cache: str) -> str:
-    """Shell that replaces `dest` with a fresh checkout of `ref` from the cache (made beside it, then moved).
-    Fetching the cache's ref (not cloning) works from a shallow cache too (--update-shallow)."""
+    """Shell that replaces `dest` with a fresh checkout of commit `ref` from the cache (made beside it, then
+    moved). Fetching the cache's ref (not cloning) works from a shallow cache too (--update-shallow); HEAD is
+    checked to be the commit before the checkout replaces `dest`."""
     d, tmp, c = shlex.quote(dest), shlex.quote(dest + ".partial"), shlex.quote(cache)
-    name = cache_ref(ref)
-    refspec = shlex.quote(f"+{name}:{name}") if name.startswith("refs/tags/") else shlex.quote(name)
+    name = shlex.quote(cache_ref(ref))
     return (
         f"rm -rf {tmp} && mkdir -p {tmp} && git init -q {tmp} && "
-        f"git -C {tmp} fetch -q --update-shallow {c} {refspec} && git -C {tmp} checkout -q --detach FETCH_HEAD && "
+        f"git -C {tmp} fetch -q --update-shallow {c} {name} && git -C {tmp} checkout -q --detach FETCH_HEAD && "
+        f'test "$(git -C {tmp} rev-parse HEAD)" = {ref} && '
         f"git -C {tmp} remote add origin {shlex.quote(url)} && rm -rf {d} && mv {tmp} {d}"
     )
 
 
 @dataclass(frozen=True)
 class GitSource:
-    """One pinned checkout: `url` at `ref` (a 40-character commit or a tag) in `dest`, via the bare `cache`."""
+    """One pinned checkout: `url` at `ref` (a 40-character commit) in `dest`, via the bare `cache`."""
 
     label: str
     url: str

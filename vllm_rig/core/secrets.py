@@ -147,9 +147,14 @@ def secret_file(path: str, content: Secret):
     if found == {"mode": "600", "owner": "root:root", "sha256": want}:
         host.noop(f"{path} is in place")
         return
+    yield private_write(path, text)
+
+
+def private_write(path: str, text: str) -> StringCommand:
+    """The command that puts `text` in `path`, root only (0600), from stdin, replacing it whole."""
     q = shlex.quote(path)
     script = (
         f'mkdir -p $(dirname {q}) && umask 077 && tmp=$(mktemp {q}.XXXXXX) && cat > "$tmp" && '
         f'chown root:root "$tmp" && chmod 600 "$tmp" && mv -f "$tmp" {q}'
     )
-    yield StringCommand("sh", "-c", shlex.quote(script), _stdin=SecretStdin(text))
+    return StringCommand("sh", "-c", shlex.quote(script), _stdin=SecretStdin(text))

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""Fetch a model snapshot with huggingface_hub's own `hf download`, verify every file, then switch to it.
+"""Fetch a model snapshot with huggingface_hub in this process, check every file with its checksum code, then
+switch to it.
 
-Runs on the host with the tools venv's python (huggingface_hub 2.x). The deploy starts `fetch` as a transient
-systemd unit (so an SSH drop does not kill it) and polls `status` for its progress line; `check` is instant.
+Runs on the host with the tools venv's python (huggingface_hub 2.4.0, pinned by the model stage). The deploy
+starts `fetch` as a transient systemd unit (so an SSH drop does not kill it) and polls `status` for its progress
+line; `check` is instant.
 
     model_fetch.py plan   --repo R --revision REV [--endpoint URL] [--disable-xet]
     model_fetch.py fetch  --repo R --revision REV --dest DIR [--endpoint URL] [--disable-xet]
@@ -16,11 +18,19 @@ repo or revision is unknown there, or access was denied (checked before anything
 (a re-run continues); 4 corrupt (a file failed its size or hash check again after one re-fetch; named);
 5 not enough free disk space; 6 another fetch of the same DIR is running.
 
-Why the client's exit code is not trusted: `hf download` checks sizes only (a flipped byte passes), exits 0
-with "Returning existing local_dir" when the endpoint is down or the repo unknown and the dir is not empty,
-and leaves `.incomplete` files it never reuses after a kill. So this script resolves the revision and lists
-the tree itself first (the preflight), downloads the exact commit into a staging dir, and checks every file
-against the tree: sha256 (lfs.oid) for LFS files, the git blob sha1 (oid) for the others.
+What the library does here: the listing (HfApi.model_info, list_repo_tree), the download
+(snapshot_download at the resolved commit into a staging local_dir, with its own Range resume inside one run)
+and the checksum test (its verify_maps, what `hf cache verify` runs: sha256 for LFS files, the git blob sha1
+for the others). What stays hand-written, and why (huggingface_hub 2.4.0's source):
+  - the preflight's exit codes: snapshot_download returns an existing local_dir when the endpoint is down, 5xx,
+    or says 404 without an error code ("Returning existing local_dir", _snapshot_download.py), so its return
+    proves nothing; the revision and the tree are resolved first and every file is checked after;
+  - the check itself: downloads test the size only (file_download.py, "Consistency check failed"), so a
+    flipped byte passes until verify_maps is run against the listing this run resolved (verify_repo_checksums
+    would list the tree a second time, and a mirror could answer that one with other hashes);
+  - the leftovers of a killed run: each process writes `<etag>.<uuid8>.incomplete` (_download_to_tmp_and_move)
+    and no later process reuses it, so they are deleted before a run;
+  - the layout, the marker and the one switch below (a local_dir is written file by file, in place).
 
 Layout beside DIR (the service's model_dir):
   DIR                     a symlink to the verified snapshot, replaced in one rename(2): the service sees the
@@ -29,9 +39,9 @@ Layout beside DIR (the service's model_dir):
                           with the new snapshot are hard links, so keeping it costs little.
   DIR.rev-<commit12>      a verified snapshot with its completion marker; the one DIR pointed to before is
                           deleted after the switch (a running server keeps its open files until restart).
-  DIR.partial-<commit12>  staging, where `hf download --local-dir` writes. Seeded with hard links from the
+  DIR.partial-<commit12>  staging, the snapshot_download local_dir. Seeded with hard links from the
                           current snapshot, so a new revision downloads only the files that changed.
-  .DIR.fetch.lock         held while a fetch runs (by the hf child too), so two fetches never share staging.
+  .DIR.fetch.lock         held while a fetch runs, so two fetches never share staging.
   .DIR.fetch-status.json  default status file: phase, bytes done of total, for the deploy's progress line.
 
 With --peer, the files come from another rig's model_serve.py instead (model_peer.py: it waits while that rig
@@ -50,27 +60,29 @@ from __future__ import annotations
 import argparse
 import concurrent.futures as cf
 import contextlib
-import ctypes
 import datetime
 import fcntl
-import hashlib
 import json
 import os
 import pwd
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 from .model_peer import TOKEN_ENV, Peer, PeerUnused, Want, part_bytes
 from .units import human
+
+if TYPE_CHECKING:
+    from huggingface_hub.hf_api import RepoFile
+
+T = TypeVar("T")
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -82,11 +94,10 @@ EXIT_BUSY = 6
 
 MARKER = ".vllm-rig-complete.json"
 MARKER_FORMAT = 1
-CACHE_DIR = ".cache"  # where the hf client keeps its bookkeeping inside --local-dir
+CACHE_DIR = ".cache"  # where huggingface_hub keeps its bookkeeping inside a local_dir
 HF_DOWNLOAD_CACHE = Path(CACHE_DIR, "huggingface", "download")
-HF_LOG = Path(CACHE_DIR, "vllm-rig-hf-download.log")
-HASH_CHUNK = 8 << 20
 HASH_WORKERS = 4
+PLAIN_FILE_MAX = 64 << 20  # a file listed without an LFS sha256 (the Hub's LFS threshold is 10 MB)
 STATUS_INTERVAL_S = 2.0
 DISK_HEADROOM = 256 << 20
 PREFLIGHT_RETRY_DELAYS_S = (1.0, 2.0)  # a mirror that blips for a second is not "down"
@@ -161,7 +172,7 @@ def _no_proxy(value: str) -> str:
 
 
 def hub_env(base: Mapping[str, str], endpoint: str | None, disable_xet: bool) -> dict[str, str]:
-    """The environment for huggingface_hub, in this process and in the hf child.
+    """The environment for huggingface_hub in this process (set before it is imported: it reads it once).
 
     The token travels only as HF_TOKEN in the environment (the unit reads it from a 0600 EnvironmentFile);
     without one, implicit tokens (a token file under HF_HOME) are switched off so nothing is sent.
@@ -279,6 +290,15 @@ def resolve(repo: str, revision: str, endpoint: str, send_token: bool = True) ->
     unsafe = [f.path for f in files if not _safe_repo_path(f.path)]
     if unsafe:
         raise FetchError(EXIT_UNREACHABLE, f"{name}: refusing unsafe path {unsafe[0]!r} from the endpoint")
+    # verify_maps reads a file without an LFS sha256 whole into memory for its git sha1; the Hub stores every
+    # file over 10 MB in LFS, so a bigger one listed without is an endpoint's lie, refused before any download.
+    huge = [f for f in files if f.sha256 is None and f.size > PLAIN_FILE_MAX]
+    if huge:
+        raise FetchError(
+            EXIT_UNREACHABLE,
+            f"{name}: refusing {huge[0].path!r}: {human(huge[0].size)} listed without an LFS sha256 "
+            f"(at most {human(PLAIN_FILE_MAX)} is allowed for a plain git file)",
+        )
     return Plan(repo, revision, commit, endpoint, files)
 
 
@@ -289,36 +309,39 @@ def resolve(repo: str, revision: str, endpoint: str, send_token: bool = True) ->
 class Verdict:
     path: str
     ok: bool
-    sha256: str | None = None
     problem: str = ""  # "missing", "size", "hash"
 
 
-def hash_file(path: Path, git_blob: bool) -> tuple[str, str | None]:
-    """(sha256, git blob sha1 or None), reading the file once in chunks."""
-    size = path.stat().st_size
-    sha256 = hashlib.sha256()
-    sha1 = hashlib.sha1(b"blob %d\0" % size) if git_blob else None
-    with path.open("rb") as f:
-        while chunk := f.read(HASH_CHUNK):
-            sha256.update(chunk)
-            if sha1 is not None:
-                sha1.update(chunk)
-    return sha256.hexdigest(), sha1.hexdigest() if sha1 is not None else None
+def repo_file(remote: RemoteFile) -> RepoFile:
+    """The library's record of a listed file, built from this run's plan (what verify_maps compares with)."""
+    from huggingface_hub.hf_api import RepoFile
+
+    lfs = {"oid": remote.sha256, "size": remote.size, "pointerSize": 0} if remote.sha256 else None
+    return RepoFile(path=remote.path, size=remote.size, oid=remote.git_oid, lfs=lfs)
 
 
 def verify_file(top: Path, remote: RemoteFile) -> Verdict:
+    """The size by stat, then the library's checksum test: sha256 for LFS files, the git blob sha1 otherwise."""
+    from huggingface_hub.utils._verification import verify_maps  # what HfApi.verify_repo_checksums runs
+
     path = top / remote.path
     if not path.is_file():
         return Verdict(remote.path, False, problem="missing")
     if path.stat().st_size != remote.size:
         return Verdict(remote.path, False, problem="size")
-    sha256, sha1 = hash_file(path, git_blob=remote.sha256 is None)
-    ok = sha256 == remote.sha256 if remote.sha256 is not None else sha1 == remote.git_oid
-    return Verdict(remote.path, ok, sha256, "" if ok else "hash")
+    found = verify_maps(
+        remote_by_path={remote.path: repo_file(remote)},
+        local_by_path={remote.path: path},
+        revision="",
+        verified_path=top,
+    )
+    ok = not found.mismatches and not found.missing_paths
+    return Verdict(remote.path, ok, "" if ok else "hash")
 
 
 def verify_all(top: Path, files: Iterable[RemoteFile], tick: Callable[[], None]) -> dict[str, Verdict]:
-    """Verify files in a few threads (hashlib releases the GIL), ticking the status while they run."""
+    """Verify files in a few threads (hashlib releases the GIL; verify_maps hashes one file at a time), ticking
+    the status while they run."""
     with cf.ThreadPoolExecutor(HASH_WORKERS) as pool:
         pending = {pool.submit(verify_file, top, f) for f in files}
         results: dict[str, Verdict] = {}
@@ -365,7 +388,8 @@ class Places:
 
 
 def clean_client_leftovers(staging: Path) -> int:
-    """Delete what a killed hf client leaves: `.incomplete` parts (never reused) and its tmp_ probe files."""
+    """Delete what a killed run leaves: `<etag>.<uuid8>.incomplete` parts (each process names its own, so no
+    later one reuses them: file_download._download_to_tmp_and_move) and the tmp_ files of its umask probe."""
     removed = 0
     download = staging / HF_DOWNLOAD_CACHE
     if download.is_dir():
@@ -377,7 +401,7 @@ def clean_client_leftovers(staging: Path) -> int:
 
 
 def forget_file(staging: Path, path: str) -> None:
-    """Remove a bad file and the client's metadata for it, so `hf download` fetches it again."""
+    """Remove a bad file and the library's metadata for it, so snapshot_download fetches it again."""
     (staging / path).unlink(missing_ok=True)
     (staging / HF_DOWNLOAD_CACHE / f"{path}.metadata").unlink(missing_ok=True)
 
@@ -415,7 +439,7 @@ def remove_strays(staging: Path, files: Iterable[RemoteFile]) -> None:
 
 
 def bytes_on_disk(staging: Path, files: Iterable[RemoteFile]) -> tuple[int, int]:
-    """(bytes, whole files) present in staging, counting the client's in-progress parts."""
+    """(bytes, whole files) present in staging, counting the library's in-progress parts."""
     done = whole = 0
     for remote in files:
         try:
@@ -555,7 +579,7 @@ def fetched_with(client: str, files: int, peer: PeerUse | None) -> str:
     return came if peer.files == files else f"{came} ({peer.files} of {files} files); the rest by {client}"
 
 
-def make_marker(plan: Plan, verdicts: Mapping[str, Verdict], peer: PeerUse | None = None) -> dict[str, Any]:
+def make_marker(plan: Plan, peer: PeerUse | None = None) -> dict[str, Any]:
     from huggingface_hub import __version__ as hub_version
 
     return {
@@ -565,10 +589,10 @@ def make_marker(plan: Plan, verdicts: Mapping[str, Verdict], peer: PeerUse | Non
         "commit": plan.commit,
         "endpoint": endpoint_host(plan.endpoint),
         "completed_at": now_iso(),
-        "fetched_with": fetched_with(f"hf download (huggingface_hub {hub_version})", len(plan.files), peer),
+        "fetched_with": fetched_with(f"huggingface_hub {hub_version}", len(plan.files), peer),
         "from_peer": {"name": peer.name, "files": peer.files} if peer and peer.files else None,
         "total_bytes": plan.total_bytes,
-        "files": {f.path: {"size": f.size, "sha256": verdicts[f.path].sha256} for f in plan.files},
+        "files": {f.path: {"size": f.size, "sha256": f.sha256, "git_oid": f.git_oid} for f in plan.files},
     }
 
 
@@ -625,123 +649,56 @@ def unique_version_dir(places: Places, commit: str) -> Path:
     return version if not version.exists() else version.with_name(f"{version.name}-{int(time.time())}")
 
 
-# ---- the hf child ---------------------------------------------------------------------------------
+# ---- the download ----------------------------------------------------------------------------------
 
 
-def hf_command(plan: Plan, staging: Path, paths: list[str], max_workers: int) -> list[str]:
-    """`hf download` of exactly these files at the resolved commit (no branch can move under us)."""
-    hf = Path(sys.executable).with_name("hf")
-    base = [str(hf)] if hf.is_file() else [sys.executable, "-c", "from huggingface_hub.cli.hf import main; main()"]
-    patterns = [re.sub(r"([*?\[])", r"[\1]", p) for p in paths]  # names, not globs, to the allow-list
-    return [
-        *base,
-        "download",
-        plan.repo,
-        *patterns,
-        "--revision",
-        plan.commit,
-        "--local-dir",
-        str(staging),
-        "--max-workers",
-        str(max_workers),
-    ]
+def while_ticking(work: Callable[[], T], tick: Callable[[], None]) -> T:
+    """Run `work` in a thread; this (the main) thread ticks the status and takes SIGTERM meanwhile."""
+    pool = cf.ThreadPoolExecutor(1, thread_name_prefix="download")
+    future = pool.submit(work)
+    pool.shutdown(wait=False)
+    while True:
+        try:
+            return future.result(timeout=STATUS_INTERVAL_S)
+        except cf.TimeoutError:
+            tick()
 
 
-def _die_with_parent() -> Callable[[], None]:
-    """A preexec hook: the hf child gets SIGTERM when this process dies, even by SIGKILL (Linux)."""
+def download(plan: Plan, staging: Path, paths: list[str], max_workers: int, status: Status) -> str:
+    """snapshot_download of exactly these files at the resolved commit (no branch can move under us) into
+    staging. Returns "" or the library's error in one line; what arrived is judged by the check, not by this."""
+    from huggingface_hub import snapshot_download
+
+    patterns = [re.sub(r"([*?\[])", r"[\1]", p) for p in paths]  # names, not globs (fnmatch), to the allow-list
+
+    def work() -> object:
+        return snapshot_download(
+            plan.repo,
+            revision=plan.commit,
+            local_dir=staging,
+            allow_patterns=patterns,
+            endpoint=plan.endpoint,
+            token=os.environ.get("HF_TOKEN") or False,
+            max_workers=max_workers,
+        )
+
     try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        prctl = None
-    parent = os.getpid()
-    pr_set_pdeathsig = 1
-
-    def hook() -> None:
-        if prctl is None:
-            return
-        prctl(pr_set_pdeathsig, signal.SIGTERM)
-        if os.getppid() != parent:  # the parent died before the hook ran
-            os._exit(1)
-
-    return hook
-
-
-def run_hf(command: list[str], log: Path, status: Status, lock_fd: int) -> int:
-    """Run the client, output to a log file, ticking the status; the child shares the lock."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    proc: subprocess.Popen[bytes] | None = None
-    try:
-        with sigterm_deferred(), log.open("ab") as out:
-            proc = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                pass_fds=(lock_fd,),  # an orphaned child still holds the lock: no second fetch beside it
-                preexec_fn=_die_with_parent(),
-            )
-        while True:
-            try:
-                return proc.wait(timeout=STATUS_INTERVAL_S)
-            except subprocess.TimeoutExpired:
-                status.tick()
-    finally:
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-class _Stop:
-    """A SIGTERM that arrives while the hf child is forked waits until the child exists (sigterm_deferred)."""
-
-    deferred = False
-    pending: int | None = None
+        while_ticking(work, status.tick)
+    except Exception as exc:  # the library's any failure: the check below says which files are missing
+        return redact(f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}")
+    return ""
 
 
 def on_sigterm(signum: int, frame: object) -> None:
-    """systemctl stop ends the run through the same cleanup as an error (SystemExit); the child follows."""
-    if _Stop.deferred:
-        _Stop.pending = signum
-        return
+    """systemctl stop ends the run through the same cleanup as an error (SystemExit)."""
     sys.exit(128 + signum)
-
-
-@contextlib.contextmanager
-def sigterm_deferred() -> Iterator[None]:
-    """Hold a SIGTERM's SystemExit while the child is forked; raise it once the child exists.
-
-    With a preexec hook Python runs its at-fork hooks, and a SystemExit raised by the handler inside one is
-    printed as "Exception ignored" and dropped: the run went on and the stop was lost (seen in a CI run).
-    Python runs signal handlers in the main thread, which is the one that forks, whichever thread the
-    signal reached, so a flag is enough (a signal mask would be per thread, and survive into the child).
-    """
-    _Stop.deferred = True
-    try:
-        yield
-    finally:
-        _Stop.deferred = False
-        signum, _Stop.pending = _Stop.pending, None
-        if signum is not None:
-            sys.exit(128 + signum)
-
-
-def log_tail(log: Path, lines: int = 3) -> str:
-    try:
-        text = log.read_text(errors="replace").strip().splitlines()
-    except OSError:
-        return ""
-    return " | ".join(line.strip() for line in text[-lines:] if line.strip())
 
 
 # ---- fetch ----------------------------------------------------------------------------------------
 
 
 def refuse_if_busy(places: Places) -> None:
-    """Exit 6 without writing anything when a fetch of DIR (or its orphaned hf child) holds the lock."""
+    """Exit 6 without writing anything when a fetch of DIR holds the lock."""
     try:
         fd = os.open(places.lock, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -850,10 +807,10 @@ def from_peer(use: PeerUse, plan: Plan, staging: Path, todo: list[RemoteFile], s
 
 
 def download_and_verify(
-    plan: Plan, staging: Path, status: Status, lock_fd: int, workers: int, peer: PeerUse | None = None
-) -> dict[str, Verdict]:
+    plan: Plan, staging: Path, status: Status, workers: int, peer: PeerUse | None = None
+) -> tuple[dict[str, Verdict], str]:
     """Verify what is there, take the rest from the peer if there is one, download what is still missing, verify
-    it; one more round for what failed. Returns verdicts."""
+    it; one more round for what failed. Returns the verdicts and the library's last error ("" if none)."""
     status.update("verifying")
     verdicts = verify_all(staging, [f for f in plan.files if (staging / f.path).exists()], status.tick)
     todo = [f for f in plan.files if not (f.path in verdicts and verdicts[f.path].ok)]
@@ -861,6 +818,7 @@ def download_and_verify(
         verdicts.update(from_peer(peer, plan, staging, todo, status))
     elif peer is not None:
         peer.peer.done()  # everything is here already: nothing to ask of it
+    error = ""
     for attempt in (1, 2):
         todo = [f for f in plan.files if not (f.path in verdicts and verdicts[f.path].ok)]
         if not todo:
@@ -870,17 +828,19 @@ def download_and_verify(
         if attempt == 2:
             say(f"fetching {len(todo)} file(s) again: {', '.join(f.path for f in todo)[:300]}")
         status.update("downloading" if attempt == 1 else "refetching")
-        command = hf_command(plan, staging, [f.path for f in todo], workers)
-        rc = run_hf(command, staging / HF_LOG, status, lock_fd)
+        error = download(plan, staging, [f.path for f in todo], workers, status)
         status.update("verifying")
         verdicts.update(verify_all(staging, todo, status.tick))
-        bad = [v for v in verdicts.values() if not v.ok]
-        if bad and rc == 0:
-            say(f"hf download exited 0 but {len(bad)} file(s) failed the check: {bad[0].path} ({bad[0].problem})")
-    return verdicts
+        bad = [v for v in verdicts.values() if not v.ok and v.problem != "missing"]
+        if bad and not error:
+            say(
+                f"the download ended without an error but {len(bad)} file(s) failed the check: {bad[0].path} "
+                f"({bad[0].problem})"
+            )
+    return verdicts, error
 
 
-def raise_for_verdicts(plan: Plan, staging: Path, verdicts: Mapping[str, Verdict]) -> None:
+def raise_for_verdicts(plan: Plan, verdicts: Mapping[str, Verdict], error: str) -> None:
     corrupt = [v for v in verdicts.values() if not v.ok and v.problem in ("size", "hash")]
     missing = [f.path for f in plan.files if f.path not in verdicts or verdicts[f.path].problem == "missing"]
     name = f"{plan.repo}@{plan.short}"
@@ -888,17 +848,14 @@ def raise_for_verdicts(plan: Plan, staging: Path, verdicts: Mapping[str, Verdict
         listed = ", ".join(f"{v.path} ({'sha256' if v.problem == 'hash' else 'size'} mismatch)" for v in corrupt)
         raise FetchError(EXIT_CORRUPT, f"{name}: still corrupt after a re-fetch: {listed}")
     if missing:
-        tail = log_tail(staging / HF_LOG)
-        more = f"; hf said: {tail}" if tail else ""
+        more = f"; huggingface_hub said: {error}" if error else ""
         raise FetchError(EXIT_INCOMPLETE, f"{name}: {len(missing)} file(s) not downloaded, e.g. {missing[0]}{more}")
 
 
-def finish_fetch(
-    places: Places, plan: Plan, staging: Path, verdicts: Mapping[str, Verdict], gid: int | None, peer: PeerUse | None
-) -> Path:
+def finish_fetch(places: Places, plan: Plan, staging: Path, gid: int | None, peer: PeerUse | None) -> Path:
     """Marker, ownership, rename to a version dir, switch DIR, delete the previous snapshot."""
     remove_strays(staging, plan.files)
-    write_json_atomic(staging / MARKER, make_marker(plan, verdicts, peer))
+    write_json_atomic(staging / MARKER, make_marker(plan, peer))
     lock_down(staging, gid)
     version = unique_version_dir(places, plan.commit)
     staging.rename(version)
@@ -942,9 +899,13 @@ def fetch(args: argparse.Namespace) -> int:
     except Exception as exc:  # a bug or a full disk: the deploy still reads why from the status file
         status.finish(EXIT_ERROR, f"unexpected {type(exc).__name__}: {exc}")
         raise
-    except (SystemExit, KeyboardInterrupt):  # SIGTERM (systemctl stop) or ^C: a re-run continues
+    except (SystemExit, KeyboardInterrupt) as stop:  # SIGTERM (systemctl stop) or ^C: a re-run continues
         status.finish(EXIT_INCOMPLETE, "stopped by a signal; run fetch again to continue", "stopped")
-        raise
+        # Now: the library's download threads are not daemons, and the interpreter would let each finish the
+        # file it is on (gigabytes) before it exits. The lock goes with the process.
+        code = stop.code if isinstance(stop, SystemExit) and isinstance(stop.code, int) else 128 + signal.SIGINT
+        sys.stdout.flush()
+        os._exit(code)
     note = peer.note() if peer else ""
     status.finish(EXIT_OK, f"complete in {version.name}" + (f" ({note})" if note else ""))
     return EXIT_OK
@@ -981,13 +942,13 @@ def fetch_snapshot(
     if same_commit_is_live(places, plan):
         say(f"commit {plan.short} is already complete in {places.dest}")
         return places.dest.resolve()
-    lock_fd = take_lock(places)
+    take_lock(places)
     staging = prepare_staging(places, plan, status)
     check_space(places, plan, staging)
-    verdicts = download_and_verify(plan, staging, status, lock_fd, args.max_workers, peer)
-    raise_for_verdicts(plan, staging, verdicts)
+    verdicts, error = download_and_verify(plan, staging, status, args.max_workers, peer)
+    raise_for_verdicts(plan, verdicts, error)
     status.update("switching")
-    version = finish_fetch(places, plan, staging, verdicts, gid, peer)
+    version = finish_fetch(places, plan, staging, gid, peer)
     note = f"; {peer.note()}" if peer and peer.files else ""
     say(f"complete: {places.dest} -> {version.name} ({len(plan.files)} files verified by hash{note})")
     return version
@@ -1009,8 +970,8 @@ def quick_check(dest: Path, repo: str, revision: str) -> int:
 
 
 def deep_check(dest: Path, marker: Mapping[str, Any]) -> list[str]:
-    """Files whose sha256 no longer matches the marker."""
-    files = [RemoteFile(p, m["size"], m["sha256"], "") for p, m in marker["files"].items()]
+    """Files whose checksum no longer matches the marker (an older marker holds a sha256 for every file)."""
+    files = [RemoteFile(p, m["size"], m.get("sha256"), m.get("git_oid") or "") for p, m in marker["files"].items()]
     verdicts = verify_all(dest, files, lambda: None)
     return sorted(p for p, v in verdicts.items() if not v.ok)
 
@@ -1104,7 +1065,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p_fetch.add_argument("--status-file", default=None, help="JSON progress file (default: .DIR.fetch-status.json)")
     p_fetch.add_argument("--owner", default=None, help="files become root:<this user's group>, read-only")
     p_fetch.add_argument("--refresh", action="store_true", help="resolve the revision again even if a marker matches")
-    p_fetch.add_argument("--max-workers", type=int, default=8, help="parallel downloads (hf's --max-workers)")
+    p_fetch.add_argument("--max-workers", type=int, default=8, help="parallel downloads (snapshot_download's)")
     p_fetch.add_argument("--verify-endpoint", default=None, help="a second endpoint whose hashes must match")
     p_fetch.add_argument("--peer", default=None, help="NAME=http://ADDRESS:PORT: a rig that serves this model")
     p_fetch.add_argument("--peer-wait-s", type=float, default=3600.0, help="how long to wait for the peer to hold it")

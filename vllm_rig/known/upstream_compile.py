@@ -42,7 +42,8 @@ SOURCES_0_26_0: dict[str, dict[str, Any]] = {
         "min_arch": None,
     },
     "triton_kernels": {  # DEFAULT_TRITON_KERNELS_TAG v3.5.1 (triton_kernels.cmake:3-53; missing: a warning and
-        # nothing installed); the tag's commit not confirmed here
+        # nothing installed); the tag's commit is not recorded here (known/git_tags.py), so settings.py refuses a
+        # compile until upstream_compile_sources gives it: a tag is never checked out
         "repo": "https://github.com/triton-lang/triton.git",
         "ref": "v3.5.1",
         "env": "TRITON_KERNELS_SRC_DIR",

@@ -21,8 +21,9 @@ from vllm_rig.stages.model.operations import FetchSpec, model_fetch_resumed, mod
 from vllm_rig.stages.model.peers import PeerRole, peer_role, serve_peers, with_peer
 from vllm_rig.stages.model.tools_venv import tools_venv
 
-# `hf download` of this version runs against the HF mirror stand-in in the sandbox tests; the runtime venv
-# cannot hold it (transformers 5.12.1 needs huggingface_hub < 2), hence a venv of its own.
+# model_fetch.py runs this version in its process (its download and checksum code); the sandbox tests run it
+# against the HF mirror stand-in. The runtime venv cannot hold it (transformers 5.12.1 needs huggingface_hub < 2),
+# hence a venv of its own.
 HF_HUB_VERSION = "2.4.0"
 
 

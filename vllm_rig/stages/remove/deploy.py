@@ -30,6 +30,7 @@ from vllm_rig.settings import Settings
 from vllm_rig.stages.chat_page import layout as chat
 from vllm_rig.stages.driver.apt_pin import ARCHIVE_PIN_FILE
 from vllm_rig.stages.driver.deploy import PERSISTENCED_DROPIN
+from vllm_rig.stages.front.deploy import LOADED_STAMP as FRONT_STAMP
 from vllm_rig.stages.lan.deploy import LOADED_STAMP
 from vllm_rig.stages.lan.operations import site_absent
 
@@ -409,6 +410,8 @@ def remove_rig(s: Settings) -> None:
             patterns=DRIVER_PACKAGES,
             files=DRIVER_FILES,
         )
+    # The front first: it uses the LAN site's key map and client networks, so nginx -t fails without them.
+    site_absent(name="No front in nginx (front_of)", path=paths.FRONT_SITE, stamp=FRONT_STAMP)
     site_absent(name="No vllm-rig site in nginx", path=paths.NGINX_SITE, stamp=LOADED_STAMP)
     site_absent(name="No chat page site in nginx", path=chat.NGINX_SITE, stamp=chat.LOADED_STAMP)
     system_user_removed(name=f"The service's system user {s.service_user} removed", user=s.service_user)

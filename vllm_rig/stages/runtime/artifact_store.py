@@ -15,46 +15,17 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from vllm_rig.core.secrets import Secret
 from vllm_rig.host import runtime_artifact
+from vllm_rig.stages.runtime.http_store import HttpStore
+from vllm_rig.stages.runtime.store import Store, StoreError
 
 if TYPE_CHECKING:
     from vllm_rig.settings import Settings
 
 REPO = Path(__file__).resolve().parents[3]
-
-
-class StoreError(Exception):
-    """Why the store could not do what was asked (one line, no credentials)."""
-
-
-class Store(Protocol):
-    def describe(self) -> str:
-        """For log lines; never shows credentials."""
-        ...
-
-    def manifest(self, fingerprint: str) -> bytes | None:
-        """The manifest's bytes; None when the store has no whole artifact of this fingerprint."""
-        ...
-
-    def archive(self, fingerprint: str) -> Path | None:
-        """A file on the control machine holding the archive; None when absent."""
-        ...
-
-    def put(self, fingerprint: str, archive: Path, manifest: Path) -> None:
-        """Store an artifact: the archive first, the manifest last. StoreError says why not."""
-        ...
-
-    def prune(self, keep: int) -> list[str]:
-        """Keep the newest `keep` artifacts; the fingerprints removed."""
-        ...
-
-    def scratch(self) -> Path:
-        """A directory on the control machine for an artifact on its way into the store (for a directory
-        store, the store itself: moving a several-GB archive in is a rename, not a copy)."""
-        ...
 
 
 class LocalStore:
@@ -140,7 +111,5 @@ def open_store(setting: str | StoreSetting) -> Store:
     chosen = StoreSetting(setting) if isinstance(setting, str) else setting
     if not is_url(chosen.location):
         return LocalStore(local_dir(chosen.location))
-    from vllm_rig.stages.runtime.http_store import HttpStore  # it imports StoreError from here
-
     ca = str(local_dir(chosen.ca)) if chosen.ca else None
     return HttpStore(chosen.location, auth=chosen.auth.reveal(), ca=ca)

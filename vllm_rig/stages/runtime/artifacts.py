@@ -31,8 +31,9 @@ from pyinfra.api import FunctionCommand, operation
 from vllm_rig.core.become import sudo_args
 from vllm_rig.host import runtime_artifact
 from vllm_rig.stages.runtime import artifact_signing
-from vllm_rig.stages.runtime.artifact_store import Store, StoreError, StoreSetting, local_dir, open_store
+from vllm_rig.stages.runtime.artifact_store import StoreSetting, local_dir, open_store
 from vllm_rig.stages.runtime.facts import BuildState
+from vllm_rig.stages.runtime.store import Store, StoreError
 
 # fingerprint -> the hosts of this run that plan to build it with no artifact stored; and, once the first
 # build operation runs, the one of them that compiles.

@@ -26,7 +26,7 @@ from typing import Any
 import requests
 
 from vllm_rig.host import runtime_artifact
-from vllm_rig.stages.runtime.artifact_store import StoreError
+from vllm_rig.stages.runtime.store import StoreError
 
 # Archives downloaded from an HTTP store, on the control machine (kept like the store: prune)
 DEFAULT_CACHE = Path(__file__).resolve().parents[3] / ".cache" / "runtime-artifacts"
