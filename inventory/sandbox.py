@@ -192,9 +192,8 @@ def _settings() -> dict:
         "pip_index_url": _pkg_index.index_url(),
         "torch_index_url": _pkg_index.torch_index_url(),
         # The chat page (chat_page: true): Open WebUI's real closure (tests/sandbox/fixtures/chat_index.py, built
-        # by its scenario) and, for its CPU torch, the stand-in torch the torch lane serves.
+        # by its scenario); its real CPU torch comes from whl/cpu/, the default: torch_index_url's lane swapped.
         "chat_page_index_url": _chat_index.index_url(),
-        "chat_page_torch_index_url": _pkg_index.torch_index_url(),
         "hf_endpoint": f"http://127.0.0.1:{_paths.HF_MIRROR_PORT}",
         "python_version": "3.11",  # Debian 12's python3
         "min_free_disk_gb": 5,

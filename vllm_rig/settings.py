@@ -630,11 +630,8 @@ class Settings(BaseModel):
     chat_page_backups_keep: Annotated[int, Field(ge=1, le=365)] = _setting(
         "daily copies of the chat page's database kept on the box", "an integer from 1 to 365"
     )
-    chat_page_torch_version: str = _setting(
-        "the CPU torch installed before Open WebUI (so pip never pulls the CUDA build)", "a PEP 440 version"
-    )
     chat_page_torch_index_url: str | None = _setting(
-        "that CPU torch's index; None: torch_index_url's CPU lane (/cpu/ for /cu128/)",
+        "the chat page's CPU torch's index; None: torch_index_url's CPU lane (/cpu/ for /cu128/)",
         "null (torch_index_url with its lane replaced by cpu) or an http(s) URL of a torch wheel index",
     )
     chat_page_index_url: str | None = _setting(

@@ -176,7 +176,6 @@ RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
     ("chat_page_port", 8000, 9444, {"chat_page": True}),  # vllm_port's
     ("chat_page_backend_port", 8445, 3080, {"chat_page": True}),  # chat_page_port's
     ("chat_page_backups_keep", 0, 14, {}),
-    ("chat_page_torch_version", 2, "2.11.0", {}),
     ("chat_page_torch_index_url", "not a url", None, {}),
     (
         "chat_page_torch_index_url",

@@ -57,6 +57,9 @@ def environment(s: Settings) -> list[tuple[str, str]]:
         # reached it. False: these values win on every start.
         ("ENABLE_PERSISTENT_CONFIG", "False"),
         ("OPENAI_API_BASE_URLS", f"http://127.0.0.1:{s.vllm_port}/v1"),  # the server on loopback
+        # The box's model chosen on a new chat (else the page asks first). Every value here is a constant, a
+        # port or served_model_name, whose rule allows no space, quote, % or $: none needs systemd's quoting.
+        ("DEFAULT_MODELS", s.served_model_name),
         ("ENABLE_OLLAMA_API", "False"),
         # The default embedding setting loads sentence-transformers at start and fetches a model from the hub.
         ("RAG_EMBEDDING_ENGINE", "openai"),
@@ -115,18 +118,18 @@ def serve_chat_page(s: Settings) -> None:
         groups=(),
     )
     config_files(
-        name="Open WebUI's lock (every file by sha256) and the database copier",
+        name="Open WebUI's and its CPU torch's locks (every file by sha256) and the database copier",
         files=(
             shipped(dirs.lock, chat.LOCK),
+            shipped(dirs.torch_lock, chat.TORCH_LOCK),
             shipped(dirs.backup_script, "chat_page/vllm-rig-chat-backup", mode="755"),
         ),
     )
     chat_venv(
-        name=f"Open WebUI {chat.VERSION} in its own venv, a CPU torch {s.chat_page_torch_version} first",
+        name=f"Open WebUI {chat.VERSION} in its own venv, its CPU torch first",
         dirs=dirs,
         python=f"/usr/bin/{python}",
         torch_index=chat_page_torch_index(s) or "",
-        torch_version=s.chat_page_torch_version,
         index_url=s.chat_page_index_url or s.pip_index_url,
     )
     layout = Layout.of(s)

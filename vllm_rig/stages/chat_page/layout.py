@@ -10,6 +10,7 @@ from vllm_rig.core.files import repo_file
 from vllm_rig.settings import Settings
 
 LOCK = "chat_page/open-webui.lock"  # files/chat_page/: Open WebUI and its dependencies, every file by sha256
+TORCH_LOCK = "chat_page/torch-cpu.lock"  # the CPU torch installed first, by sha256 (its requirements: LOCK)
 VERSION = "0.12.4"  # the Open WebUI release the lock pins (>= 0.12.2: GHSA-3vvh-g22g-jq6r)
 USER = "open-webui"
 HOME = "/var/lib/open-webui"
@@ -23,23 +24,27 @@ LOADED_STAMP = f"{paths.STATE_DIR}/chat-page-loaded"  # nginx loaded the chat si
 STARTED_STAMP = f"{paths.STATE_DIR}/chat-page-started"  # the page answered with the unit, env and venv on disk
 
 
-def lock_text() -> str:
-    return repo_file("shipped", LOCK).read_text()
+def lock_text(lock: str = LOCK) -> str:
+    return repo_file("shipped", lock).read_text()
 
 
 @dataclass(frozen=True)
 class ChatDirs:
     root: str  # <install_root>/chat-page
-    key: str  # what the venv is built from: the lock and the torch (sha256, 16 hex digits)
+    key: str  # what the venv is built from: both locks and the Python (sha256, 16 hex digits)
 
     @classmethod
     def of(cls, s: Settings) -> ChatDirs:
-        digest = hashlib.sha256(f"{lock_text()}\0{s.chat_page_torch_version}\0{s.python_version}".encode())
+        digest = hashlib.sha256(f"{lock_text()}\0{lock_text(TORCH_LOCK)}\0{s.python_version}".encode())
         return cls(f"{s.install_root}/chat-page", digest.hexdigest()[:16])
 
     @property
     def lock(self) -> str:
         return f"{self.root}/open-webui.lock"
+
+    @property
+    def torch_lock(self) -> str:
+        return f"{self.root}/torch-cpu.lock"
 
     @property
     def venv(self) -> str:

@@ -15,10 +15,11 @@ PIP = "PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1"
 
 
 @operation()
-def chat_venv(dirs: ChatDirs, python: str, torch_index: str, torch_version: str, index_url: str | None):
-    """Open WebUI in a venv of its own, built beside the one in use and switched to only when complete: a CPU
-    torch first (pip then keeps it, and no CUDA torch or nvidia-* wheel comes in), then the lock with
-    --require-hashes (every file checked against the sha256 this checkout holds)."""
+def chat_venv(dirs: ChatDirs, python: str, torch_index: str, index_url: str | None):
+    """Open WebUI in a venv of its own, built beside the one in use and switched to only when complete: the CPU
+    torch of torch-cpu.lock first, alone (pip then keeps it, and no CUDA torch or nvidia-* wheel comes in), then
+    Open WebUI's lock, which holds torch's own requirements; both with --require-hashes (every file checked
+    against the sha256 this checkout holds); pip check last (what came in fits together)."""
     found = host.get_fact(ChatVenv, stamp=dirs.stamp, key=dirs.key, link=dirs.venv)
     target = f"venvs/{dirs.key}"
     if found["complete"] and found["current"] == target:
@@ -30,8 +31,9 @@ def chat_venv(dirs: ChatDirs, python: str, torch_index: str, torch_version: str,
         index = f" --index-url {q(index_url)}" if index_url else ""
         yield (
             f"rm -rf {q(dirs.build)} && {q(python)} -m venv {q(dirs.build)} && "
-            f"{pip} --index-url {q(torch_index)} {q(f'torch=={torch_version}')} && "
+            f"{pip} --require-hashes --no-deps --index-url {q(torch_index)} -r {q(dirs.torch_lock)} && "
             f"{pip} --require-hashes{index} -r {q(dirs.lock)} && "
+            f"{PIP} {q(dirs.build)}/bin/pip check && "
             f"printf '%s\\n' {q(dirs.key)} > {q(dirs.stamp)}"
         )
     link = q(dirs.venv)
