@@ -78,7 +78,7 @@ def status_spec(s: Settings) -> dict[str, Any]:
     unit = f"{s.service_name}.service"
     props = " ".join(f"-p {p}" for p in SERVICE_PROPERTIES)
     base = f"http://{api_address(s)}:{s.vllm_port}"
-    return {
+    spec: dict[str, Any] = {
         "timeout": 10,
         "commands": {
             "driver": DriverState().command(),
@@ -112,6 +112,9 @@ def status_spec(s: Settings) -> dict[str, Any]:
             "metrics": {"url": f"{base}/metrics"},
         },
     }
+    if s.chat_page:  # Open WebUI's own /health on loopback (no key: the page has its own accounts)
+        spec["http"]["chat_page"] = {"url": f"http://127.0.0.1:{s.chat_page_backend_port}/health"}
+    return spec
 
 
 class RigStatus(SectionFact[dict[str, Any]]):
