@@ -53,6 +53,8 @@ def environment(s: Settings) -> list[tuple[str, str]]:
     """Open WebUI's settings (read in its 0.12.4 source: open_webui/env.py, config.py)."""
     return [
         ("DATA_DIR", chat.DATA_DIR),  # default: inside the installed package, lost with the venv
+        # It copies its icons and styles here at every start; the default is inside the package, read-only.
+        ("STATIC_DIR", chat.STATIC_DIR),
         # Default True: the environment only seeds its database on first start, so a rotated key never
         # reached it. False: these values win on every start.
         ("ENABLE_PERSISTENT_CONFIG", "False"),

@@ -16,6 +16,7 @@ USER = "open-webui"
 HOME = "/var/lib/open-webui"
 DATA_DIR = f"{HOME}/data"  # not Open WebUI's default (inside the installed package, lost with the venv)
 BACKUP_DIR = f"{HOME}/backups"
+STATIC_DIR = f"{HOME}/static"  # what it copies out of the package at start (icons, custom.css)
 UNIT = "vllm-rig-chat-page.service"
 BACKUP_UNIT = "vllm-rig-chat-backup"  # .service (one copy) and .timer (daily)
 ENV_FILE = f"{paths.ETC_DIR}/chat-page.env"  # root-only: the server key it uses and its session secret

@@ -38,6 +38,9 @@ def chat_venv(dirs: ChatDirs, python: str, torch_index: str, index_url: str | No
         )
     link = q(dirs.venv)
     yield f"ln -sfn {q(target)} {link}.new && mv -T {link}.new {link}"
+    # ~3 GB each: only this one and the one it replaces (the running page's, until its restart) are kept.
+    keep = " | ".join(q(name) for name in sorted({dirs.key, (found["current"] or dirs.key).removeprefix("venvs/")}))
+    yield f'cd {q(dirs.root)}/venvs && for d in *; do case "$d" in {keep}) ;; *) rm -rf -- "$d" ;; esac; done'
 
 
 @operation()

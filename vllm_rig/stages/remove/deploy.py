@@ -412,8 +412,9 @@ def remove_rig(s: Settings) -> None:
         )
     # The front first: it uses the LAN site's key map and client networks, so nginx -t fails without them.
     site_absent(name="No front in nginx (front_of)", path=paths.FRONT_SITE, stamp=FRONT_STAMP)
-    site_absent(name="No vllm-rig site in nginx", path=paths.NGINX_SITE, stamp=LOADED_STAMP)
+    # The chat site uses the LAN site's client check ($vllm_rig_client_ok): it goes first, or nginx -t fails.
     site_absent(name="No chat page site in nginx", path=chat.NGINX_SITE, stamp=chat.LOADED_STAMP)
+    site_absent(name="No vllm-rig site in nginx", path=paths.NGINX_SITE, stamp=LOADED_STAMP)
     system_user_removed(name=f"The service's system user {s.service_user} removed", user=s.service_user)
     if s.remove_chat_data:  # the page's accounts and chats: kept unless asked (with their owner, open-webui)
         system_user_removed(name=f"The chat page's system user {chat.USER} removed", user=chat.USER)
