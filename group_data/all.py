@@ -293,7 +293,7 @@ chat_page = False  # True: Open WebUI, a chat page for the household, on chat_pa
 chat_page_port = 8445  # the chat page's HTTPS port (its own: Open WebUI cannot live under a path)
 chat_page_backend_port = 3080  # Open WebUI's own port, on loopback only (nginx serves chat_page_port)
 chat_page_backups_keep = 7  # daily copies of the chat page's database kept on the box
-chat_page_torch_index_url = None  # the chat page's CPU torch's index; None: torch_index_url's CPU lane (/cpu/ for /cu128/)
+chat_page_torch_index_url = None  # the chat page's torch index; None: torch_index_url's CPU lane (/cpu/ for /cu128/)
 chat_page_index_url = None  # index for Open WebUI and its hash-locked dependencies; None: pip_index_url
 
 # ---- verify and bench: the GPU verdict after a change, the benchmark on demand (tasks/bench.py)

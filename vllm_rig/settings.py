@@ -631,7 +631,7 @@ class Settings(BaseModel):
         "daily copies of the chat page's database kept on the box", "an integer from 1 to 365"
     )
     chat_page_torch_index_url: str | None = _setting(
-        "the chat page's CPU torch's index; None: torch_index_url's CPU lane (/cpu/ for /cu128/)",
+        "the chat page's torch index; None: torch_index_url's CPU lane (/cpu/ for /cu128/)",
         "null (torch_index_url with its lane replaced by cpu) or an http(s) URL of a torch wheel index",
     )
     chat_page_index_url: str | None = _setting(
