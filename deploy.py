@@ -24,6 +24,7 @@ local.include("tasks/verify.py")  # GPU/NVLink/P2P/NCCL verdict after a change, 
 local.include("tasks/service.py")  # the seed's unit from settings, API key, proven by a real completion
 local.include("tasks/lan.py")  # nginx in front for the LAN: the key on every path, TLS, client networks
 local.include("tasks/front.py")  # front_of: one URL for several boxes of one model (nginx upstream); else nothing
+local.include("tasks/chat_page.py")  # chat_page: Open WebUI behind nginx on its own port (off by default)
 local.include("tasks/models_keep.py")  # the served model recorded; models beyond models_keep removed
 local.include("tasks/summary.py")  # per host: what changed, each stage's time, the next step (URL, model, key, curl)
 # On demand: tasks/bench.py (the seed's benchmark), tasks/switch_model.py (another catalogue model),

@@ -290,6 +290,12 @@ lan_read_timeout_s = 1800  # longest silence from the server: a non-streamed ans
 front_of = []  # other boxes of the inventory this box also answers for at front_port (one URL; same model on all)
 front_port = 8444  # front_of: the one URL's HTTPS port on this box
 api_keys = []  # clients' own keys, one per name, each made on the box (sudo cat /etc/vllm-rig/keys/NAME)
+chat_page = False  # True: Open WebUI, a chat page for the household, on chat_page_port (docs/chat-page.md)
+chat_page_port = 8445  # the chat page's HTTPS port (its own: Open WebUI cannot live under a path)
+chat_page_backend_port = 3080  # Open WebUI's own port, on loopback only (nginx serves chat_page_port)
+chat_page_backups_keep = 7  # daily copies of the chat page's database kept on the box
+chat_page_torch_index_url = None  # the chat page's torch index; None: torch_index_url's CPU lane (/cpu/ for /cu128/)
+chat_page_index_url = None  # index for Open WebUI and its hash-locked dependencies; None: pip_index_url
 
 # ---- verify and bench: the GPU verdict after a change, the benchmark on demand (tasks/bench.py)
 verify_gate = "fail"  # a failed verdict gate stops the host (fail) or only warns (warn)
@@ -309,3 +315,4 @@ keys_action = "list"  # what tasks/keys.py does: list the client keys, add or re
 keys_name = None  # the key tasks/keys.py adds or revokes (bin/rig keys add NAME)
 remove_model = False  # tasks/remove.py also deletes the model directories (bin/rig remove --with-model)
 remove_driver = False  # tasks/remove.py also removes the NVIDIA driver and CUDA (bin/rig remove --with-driver)
+remove_chat_data = False  # tasks/remove.py also deletes the chat page's data (bin/rig remove --with-chat-data)

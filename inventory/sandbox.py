@@ -25,6 +25,7 @@ if _REPO not in sys.path:  # pyinfra puts the cwd on sys.path; make this work fr
 
 from tests.sandbox import machine as _machine  # noqa: E402
 from tests.sandbox import paths as _paths  # noqa: E402
+from tests.sandbox.fixtures import chat_index as _chat_index  # noqa: E402
 from tests.sandbox.fixtures import forge as _forge  # noqa: E402
 from tests.sandbox.fixtures import nvidia_repo as _nvidia_repo  # noqa: E402
 from tests.sandbox.fixtures import pkg_index as _pkg_index  # noqa: E402
@@ -58,6 +59,8 @@ def _host(m: _machine.Machine) -> tuple[str, dict]:
             "lan_port": _paths.LAN_PORT_BASE + m.index,  # every machine shares the host's addresses
             "front_port": _paths.FRONT_PORT_BASE + m.index,
             "model_peer_port": _paths.MODEL_PEER_PORT_BASE + m.index,
+            "chat_page_port": _paths.LAN_PORT_BASE + 20 + m.index,  # the chat page's nginx port
+            "chat_page_backend_port": _paths.LAN_PORT_BASE + 40 + m.index,  # Open WebUI on loopback
             **_os_settings(m),
             **_host_data(m.name),
         },
@@ -188,6 +191,9 @@ def _settings() -> dict:
         "allow_plain_http_mirrors": True,  # every mirror is the sandbox's own, on 127.0.0.1 (its LAN)
         "pip_index_url": _pkg_index.index_url(),
         "torch_index_url": _pkg_index.torch_index_url(),
+        # The chat page (chat_page: true): Open WebUI's real closure (tests/sandbox/fixtures/chat_index.py, built
+        # by its scenario); its real CPU torch comes from whl/cpu/, the default: torch_index_url's lane swapped.
+        "chat_page_index_url": _chat_index.index_url(),
         "hf_endpoint": f"http://127.0.0.1:{_paths.HF_MIRROR_PORT}",
         "python_version": "3.11",  # Debian 12's python3
         "min_free_disk_gb": 5,

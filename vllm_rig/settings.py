@@ -621,6 +621,29 @@ class Settings(BaseModel):
         "a list of distinct key names, each a short lowercase word (a-z first, then a-z, 0-9 or -, up to 32; not "
         '"server"), e.g. ["laptop", "agent", "chat-page"]',
     )
+    chat_page: bool = _setting(
+        "True: Open WebUI, a chat page for the household, on chat_page_port (docs/chat-page.md)",
+        "true (Open WebUI on chat_page_port, behind nginx with the LAN's TLS) or false",
+    )
+    chat_page_port: Annotated[int, Field(ge=1, le=65535)] = _setting(
+        "the chat page's HTTPS port (its own: Open WebUI cannot live under a path)",
+        "an integer from 1 to 65535, not lan_port, vllm_port, front_port or chat_page_backend_port",
+    )
+    chat_page_backend_port: Annotated[int, Field(ge=1, le=65535)] = _setting(
+        "Open WebUI's own port, on loopback only (nginx serves chat_page_port)",
+        "an integer from 1 to 65535, not lan_port, vllm_port or chat_page_port",
+    )
+    chat_page_backups_keep: Annotated[int, Field(ge=1, le=365)] = _setting(
+        "daily copies of the chat page's database kept on the box", "an integer from 1 to 365"
+    )
+    chat_page_torch_index_url: str | None = _setting(
+        "the chat page's torch index; None: torch_index_url's CPU lane (/cpu/ for /cu128/)",
+        "null (torch_index_url with its lane replaced by cpu) or an http(s) URL of a torch wheel index",
+    )
+    chat_page_index_url: str | None = _setting(
+        "index for Open WebUI and its hash-locked dependencies; None: pip_index_url",
+        "null (pip_index_url) or an http(s) URL of a Python package index",
+    )
 
     # ---- verify and bench
     verify_gate: Literal["fail", "warn"] = _setting(
@@ -674,6 +697,9 @@ class Settings(BaseModel):
     )
     remove_driver: bool = _setting(
         "tasks/remove.py also removes the NVIDIA driver and CUDA (bin/rig remove --with-driver)", "true or false"
+    )
+    remove_chat_data: bool = _setting(
+        "tasks/remove.py also deletes the chat page's data (bin/rig remove --with-chat-data)", "true or false"
     )
 
     # The model catalogue: the chosen entry becomes the model and server settings.
@@ -888,7 +914,7 @@ class Settings(BaseModel):
     def _url(cls, value: str, info: ValidationInfo) -> str:
         return _check_url(value, info.field_name)
 
-    @field_validator("pip_index_url", "hf_verify_endpoint")
+    @field_validator("pip_index_url", "hf_verify_endpoint", "chat_page_torch_index_url", "chat_page_index_url")
     @classmethod
     def _optional_url(cls, value: str | None, info: ValidationInfo) -> str | None:
         return None if value is None else _check_url(value, info.field_name)
@@ -1456,7 +1482,15 @@ def upstream_release_pins(version: str) -> dict[str, str]:
 
 # Where the hosts get code and data from. nvidia_repo_url is here too: apt checks the repository's signature, but
 # the keyring that holds its key is downloaded from that same URL (stages/driver/keyring.py).
-MIRROR_SETTINGS = ("pip_index_url", "torch_index_url", "git_mirror_prefix", "hf_endpoint", "nvidia_repo_url")
+MIRROR_SETTINGS = (
+    "pip_index_url",
+    "torch_index_url",
+    "git_mirror_prefix",
+    "hf_endpoint",
+    "nvidia_repo_url",
+    "chat_page_torch_index_url",
+    "chat_page_index_url",
+)
 
 
 def plain_http_mirrors(s: Settings) -> list[tuple[str, str]]:
@@ -1639,6 +1673,7 @@ def _cross_rule_problems(s: Settings):
         yield "nvidia_driver_version", f"must be >= {min_driver} for CUDA {s.cuda_version}"
     yield from _lan_problems(s)
     yield from _keys_task_problems(s)
+    yield from _chat_page_problems(s)
 
 
 def _keys_task_problems(s: Settings):
@@ -1652,6 +1687,45 @@ def _key_name_problem(name: str) -> None:
             f"{name!r} is not a key name: a short lowercase word (a-z first, then a-z, 0-9 or -, up to 32), "
             'not "server" (the server\'s own key)'
         )
+
+
+def _chat_page_problems(s: Settings):
+    """chat_page and what it needs: nginx in front, a Python Open WebUI runs on, a port of its own."""
+    if not s.chat_page:
+        return
+    if s.lan_serving != "proxy":
+        yield "chat_page", "needs lan_serving: proxy (nginx serves the page with the LAN's TLS and client networks)"
+    if s.python_version not in CHAT_PAGE_PYTHONS:
+        yield (
+            "python_version",
+            f"must be {' or '.join(CHAT_PAGE_PYTHONS)} when chat_page is true (Open WebUI requires "
+            f"Python >=3.11,<3.13); got {s.python_version}",
+        )
+    taken = {s.lan_port: "lan_port", s.vllm_port: "vllm_port"}
+    if s.front_of:  # the front listens on front_port only when it fronts boxes
+        taken.setdefault(s.front_port, "front_port")
+    for key in ("chat_page_port", "chat_page_backend_port"):
+        port = getattr(s, key)
+        if port in taken:
+            yield key, f"must differ from {taken[port]} ({port})"
+        taken[port] = key
+    if s.chat_page_torch_index_url is None and chat_page_torch_index(s) is None:
+        yield (
+            "chat_page_torch_index_url",
+            f"must be set: torch_index_url ({s.torch_index_url}) names no lane such as /cu128/ to swap for /cpu/",
+        )
+
+
+# Open WebUI 0.12.4's Requires-Python (its wheel's METADATA): >=3.11, <3.13.0a1.
+CHAT_PAGE_PYTHONS = ("3.11", "3.12")
+
+
+def chat_page_torch_index(s: Settings) -> str | None:
+    """Where the chat page's CPU torch comes from: the setting, or torch_index_url's lane swapped for cpu."""
+    if s.chat_page_torch_index_url:
+        return s.chat_page_torch_index_url
+    swapped, n = re.subn(r"/(cu\d+|rocm[\d.]+|xpu|cpu)(/?)$", r"/cpu\2", s.torch_index_url)
+    return swapped if n else None
 
 
 def _lan_problems(s: Settings):

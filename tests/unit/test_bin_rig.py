@@ -101,12 +101,13 @@ PYI = (".venv/bin/python", "-m", "vllm_rig.cli.pyinfra_run")
         (["keys", "revoke", "chat-page"], False, [(SIM, (*PYI, "-y", "inventory/sandbox.py", "tasks/keys.py",
          "--data", "keys_action=revoke", "--data", "keys_name=chat-page"))]),
         (["remove"], True, [(BOX, (*PYI, "inventory.py", "tasks/remove.py", "--data", "remove_model=false",
-         "--data", "remove_driver=false"))]),
+         "--data", "remove_driver=false", "--data", "remove_chat_data=false"))]),
         (["remove", "--with-model", "--with-driver", "--data", "x=1", "-vv"], True, [(BOX, (*PYI, "inventory.py",
-         "tasks/remove.py", "--data", "x=1", "-vv", "--data", "remove_model=true", "--data", "remove_driver=true"))]),
+         "tasks/remove.py", "--data", "x=1", "-vv", "--data", "remove_model=true", "--data", "remove_driver=true",
+         "--data", "remove_chat_data=false"))]),
         # The simulated rig is a throwaway: no prompt there.
         (["remove"], False, [(SIM, (*PYI, "-y", "inventory/sandbox.py", "tasks/remove.py", "--data",
-         "remove_model=false", "--data", "remove_driver=false"))]),
+         "remove_model=false", "--data", "remove_driver=false", "--data", "remove_chat_data=false"))]),
         # Options this CLI does not know go to pyinfra as they are.
         (["rollback", "--serial"], True, [(BOX, (*PYI, "inventory.py", "tasks/rollback.py", "--serial"))]),
         (["sandbox", "up", "--machines", "2"], True, [("ensure_host_tools rig; " + SIM,
@@ -201,7 +202,7 @@ def test_init_from_flags_writes_what_the_inventory_reads(tmp_path: Path, key: Pa
 
 
 def test_init_asks_in_a_terminal_with_defaults(tmp_path: Path, key: Path) -> None:
-    answers = iter(["", "10.0.0.7", "root", str(key), "2222", "qwen38"])
+    answers = iter(["", "10.0.0.7", "root", str(key), "2222", "qwen38", "maybe", "yes"])
     asked: list[str] = []
 
     def ask(prompt: str) -> str:
@@ -212,11 +213,12 @@ def test_init_asks_in_a_terminal_with_defaults(tmp_path: Path, key: Path) -> Non
     assert asked[0] == "a short name for the box [gpubox]: " and asked[1] == "the box's IP address or DNS name: "
     ((name, data),) = load_groups(tmp_path / "inventory" / "hosts.yml", REPO / "group_data")["gpu_hosts"][0]
     assert (name, data["ssh_port"], data["profile"], data["_sudo"]) == ("gpubox", 2222, "qwen38", False)
+    assert asked[-1].startswith("a chat page for the household") and data["chat_page"] is True  # "maybe": again
 
 
 def test_init_asks_again_for_what_cannot_be_right(tmp_path: Path, key: Path, capsys) -> None:
     answers = iter(["", "192.168.1.500", "192,168,1,50", "ubuntu@10.0.0.7", "10.0.0.7", "", f"{key}.pub",
-                    str(key), "", ""])  # fmt: skip
+                    str(key), "", "", ""])  # fmt: skip
     asked: list[str] = []
 
     def ask(prompt: str) -> str:

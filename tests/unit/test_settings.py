@@ -167,6 +167,24 @@ RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
     ("lan_allow", ["my-lan"], [], {}),
     ("lan_metrics_allow", ["10.0.0.300/32"], ["10.0.0.7/32"], {}),
     ("lan_health_open", "yes", True, {}),
+    ("chat_page", "yes", True, {}),
+    ("chat_page", True, False, {"lan_serving": "direct", "vllm_api_key": "auto"}),  # nginx serves the page
+    ("python_version", "3.13", "3.12", {"chat_page": True}),  # Open WebUI: >=3.11,<3.13
+    ("python_version", "3.10", "3.11", {"chat_page": True}),
+    ("chat_page_port", 8443, 8445, {"chat_page": True}),  # lan_port's
+    ("chat_page_port", 8444, 8446, {"chat_page": True, "front_of": ["box2"]}),  # front_port's, with a front
+    ("chat_page_port", 8000, 9444, {"chat_page": True}),  # vllm_port's
+    ("chat_page_backend_port", 8445, 3080, {"chat_page": True}),  # chat_page_port's
+    ("chat_page_backups_keep", 0, 14, {}),
+    ("chat_page_torch_index_url", "not a url", None, {}),
+    (
+        "chat_page_torch_index_url",
+        None,
+        "https://mirror.example/whl/cpu/",
+        {"chat_page": True, "torch_index_url": "https://mirror.example/torch/"},
+    ),
+    ("chat_page_index_url", "ftp://x", None, {}),
+    ("remove_chat_data", "yes", True, {}),
     ("lan_tls", "self_signed", "local_ca", {}),
     ("lan_tls_cert_file", "/etc/ssl/box.pem", None, {}),  # set, but lan_tls is local_ca
     ("lan_tls_key_file", "/etc/ssl/box.key", None, {}),

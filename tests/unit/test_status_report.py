@@ -278,3 +278,19 @@ def test_a_start_check_from_before_the_current_start_is_stale() -> None:
     assert section["last start check"].startswith("stale (from before the current start): ok at 2025-12-05T09:00:00Z")
     fresh = old_ok.replace("2025-12-05T09:00:00Z", "2025-12-06T08:01:00Z")  # after 1765008000 (08:00:00)
     assert report.service_section(_box(DEAD_SHOW, start_check=fresh), s)["last start check"].startswith("ok at ")
+
+
+def test_the_chat_page_line_says_whether_it_answers_and_where() -> None:
+    s = load_settings({**profile_data(), "chat_page": True, "chat_page_port": 8445, "chat_page_backend_port": 3080})
+    assert status_spec(s)["http"]["chat_page"] == {"url": "http://127.0.0.1:3080/health"}
+    assert "chat_page" not in status_spec(load_settings(profile_data()))["http"]
+    url = "https://box.lan:8443/v1"
+    up = report.chat_page_section({"http": {"chat_page": {"status": 200, "body": '{"status":true}'}}}, s, url)
+    assert up == {"answers": "yes, at https://box.lan:8445/"}
+    down = report.chat_page_section({"http": {"chat_page": {"error": "[Errno 111] Connection refused"}}}, s, url)
+    assert down["answers"].startswith("no: [Errno 111] Connection refused") and "journalctl" in down["answers"]
+    failing = report.chat_page_section({"http": {"chat_page": {"status": 502}}}, s, url)
+    assert failing["answers"].startswith("no: HTTP 502")
+    raw = _raw("", 2000.0) | {"http": {"chat_page": {"status": 200}}}
+    assert "chat page" in report.build("box", raw, s, None, url)["sections"]
+    assert "chat page" not in report.build("box", raw, load_settings(profile_data()), None, url)["sections"]

@@ -98,6 +98,7 @@ def plan(ns: argparse.Namespace, extra: Sequence[str], has_box: bool) -> list[St
         return [_task("tasks/bench.py", [*fwd, *label], has_box, yes=True)]
     if cmd == "remove":
         data = _data("remove_model", ns.with_model) + _data("remove_driver", ns.with_driver)
+        data += _data("remove_chat_data", ns.with_chat_data)
         return [_task("tasks/remove.py", [*fwd, *data], has_box)]
     if cmd == "keys":
         data = _data("keys_action", ns.action) + (_data("keys_name", ns.name) if ns.name else [])
@@ -164,6 +165,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--key", help="the private SSH key on this machine (default ~/.ssh/id_ed25519)")
     p.add_argument("--port", type=int, help="the SSH port (default 22)")
     p.add_argument("--profile", help="default (the reference box's setup) or another group_data/<profile>.py")
+    p.add_argument("--chat-page", choices=("yes", "no"), help="a chat page for the household (default no)")
     p.add_argument("--force", action="store_true", help="replace an existing file (kept as hosts.yml.bak)")
     p.add_argument("--file", default=HOSTS, help=argparse.SUPPRESS)
 
@@ -190,6 +192,7 @@ def parser() -> argparse.ArgumentParser:
     p = _sub(sub, "remove", "remove what the deploy installed", _REMOVE_DOC, opts)
     p.add_argument("--with-model", action="store_true", help="also delete the downloaded model(s)")
     p.add_argument("--with-driver", action="store_true", help="also remove the NVIDIA driver and CUDA")
+    p.add_argument("--with-chat-data", action="store_true", help="also the chat page's accounts and chats")
     p = _sub(sub, "sandbox", "the simulated rig on this machine (needs root)", _SANDBOX_DOC, opts)
     p.add_argument("action", choices=("up", "down", "deploy"), help="start it, stop it, or start it and deploy")
     p.add_argument("--machines", type=int, default=1, metavar="N", help="machines rig1..rigN (up, deploy)")
@@ -243,7 +246,8 @@ _REMOVE_DOC = """Remove what the deploy installed (tasks/remove.py): the service
 guard and the other vllm-rig units, the nginx site, the runtimes and tools under install_root, the caches,
 the API key and state. nginx and the other distribution packages stay. Running it again changes nothing.
   --with-model   also the model directories (a new deploy downloads them again)
-  --with-driver  also the NVIDIA driver, CUDA and their apt sources (a reboot unloads the module)"""
+  --with-driver  also the NVIDIA driver, CUDA and their apt sources (a reboot unloads the module)
+  --with-chat-data  also the chat page's accounts, chats and database copies (/var/lib/open-webui)"""
 _SANDBOX_DOC = """The simulated rig (tests/sandbox), the only place these act: `up` builds what is missing
 and starts machines rig1..rigN, `down` stops them, `deploy` starts them and deploys to them
 (`pyinfra -y inventory/sandbox.py deploy.py`). Needs root (systemd-nspawn) and installs its host tools."""
@@ -269,6 +273,7 @@ def init_answers(
         ("key", "private SSH key on this machine", "~/.ssh/id_ed25519"),
         ("port", "SSH port", "22"),
         ("profile", "profile (default or a group_data/<profile>.py)", "default"),
+        ("chat_page", "a chat page for the household (Open WebUI on port 8445, ~3 GB disk): yes or no", "no"),
     )
     for key, label, default in questions:
         given = getattr(ns, key)
@@ -311,6 +316,8 @@ def _init_problem(key: str, value: str) -> str | None:
         return address_problem(value)
     if key == "key":
         return key_problem(value)
+    if key == "chat_page" and value not in ("yes", "no"):
+        return f"{value!r}: yes or no"
     return None
 
 
@@ -326,6 +333,7 @@ def hosts_yaml(values: dict[str, object]) -> str:
         f"    ssh_port: {values['port']}\n"
         f"    ssh_key: {q(values['key'])}\n"
         f"    profile: {q(values['profile'])}\n"
+        + ("    settings:\n      chat_page: true\n" if values.get("chat_page") == "yes" else "")
     )
 
 

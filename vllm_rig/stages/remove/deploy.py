@@ -27,6 +27,7 @@ from vllm_rig.core import end_of_run
 from vllm_rig.core.facts import SectionFact, Sections, section_command
 from vllm_rig.paths import Layout
 from vllm_rig.settings import Settings
+from vllm_rig.stages.chat_page import layout as chat
 from vllm_rig.stages.driver.apt_pin import ARCHIVE_PIN_FILE
 from vllm_rig.stages.driver.deploy import PERSISTENCED_DROPIN
 from vllm_rig.stages.front.deploy import LOADED_STAMP as FRONT_STAMP
@@ -312,12 +313,24 @@ class LeftBehind(SectionFact[dict[str, list[str]]]):
                 "nouveau": f"ls {NOUVEAU_FILE} 2>/dev/null",
                 "nginx": "dpkg-query -W -f='${db:Status-Abbrev} ${Installed-Size}\n' nginx 2>/dev/null",
                 "nginx_stub": f"head -n1 {paths.NGINX_DEFAULT_SITE} 2>/dev/null",
+                "chat_data": f"du -sb {chat.HOME} 2>/dev/null",
                 "record": f"cat {paths.DRIVER_RECORD} 2>/dev/null",
             }
         )
 
     def parse(self, sections: Sections) -> dict[str, list[str]]:
-        keys = ("model", "held", "driver_kib", "cuda", "apt_source", "nouveau", "nginx", "nginx_stub", "record")
+        keys = (
+            "model",
+            "held",
+            "driver_kib",
+            "cuda",
+            "apt_source",
+            "nouveau",
+            "nginx",
+            "nginx_stub",
+            "record",
+            "chat_data",
+        )
         return {k: [line.strip() for line in sections.lines(k) if line.strip()] for k in keys}
 
 
@@ -365,6 +378,10 @@ def left_lines(found: dict[str, list[str]], s: Settings) -> list[str]:
         ours = any("vllm-rig" in line for line in found.get("nginx_stub", []))
         stub = " with a stub default site (port 80 off)" if ours else ""
         left.append(f"nginx{shown}{stub}: sudo apt-get purge nginx nginx-common on the box")
+    for path, size in _du(found.get("chat_data", [])) if not s.remove_chat_data else []:
+        left.append(
+            f"the chat page's accounts, chats and copies at {path} ({_size(size)}): bin/rig remove --with-chat-data"
+        )
     return left
 
 
@@ -395,8 +412,13 @@ def remove_rig(s: Settings) -> None:
         )
     # The front first: it uses the LAN site's key map and client networks, so nginx -t fails without them.
     site_absent(name="No front in nginx (front_of)", path=paths.FRONT_SITE, stamp=FRONT_STAMP)
+    # The chat site uses the LAN site's client check ($vllm_rig_client_ok): it goes first, or nginx -t fails.
+    site_absent(name="No chat page site in nginx", path=chat.NGINX_SITE, stamp=chat.LOADED_STAMP)
     site_absent(name="No vllm-rig site in nginx", path=paths.NGINX_SITE, stamp=LOADED_STAMP)
     system_user_removed(name=f"The service's system user {s.service_user} removed", user=s.service_user)
+    if s.remove_chat_data:  # the page's accounts and chats: kept unless asked (with their owner, open-webui)
+        system_user_removed(name=f"The chat page's system user {chat.USER} removed", user=chat.USER)
+        paths_removed(name="The chat page's accounts, chats and copies removed", candidates=(chat.HOME,))
     paths_removed(
         name="Runtimes, tools, caches, state, the API key and TLS files removed"
         + ("" if s.remove_model else " (the model directories kept)"),

@@ -71,7 +71,7 @@ def status_spec(s: Settings, keys_since: float = 0.0) -> dict[str, Any]:
     props = " ".join(f"-p {p}" for p in SERVICE_PROPERTIES)
     base = f"http://{api_address(s)}:{s.vllm_port}"
     keys = {"keys": listing_command(layout.host_package, KEYS_DIR, LAN_ACCESS_LOG, keys_since)}
-    return {
+    spec: dict[str, Any] = {
         "timeout": 10,
         "commands": (keys if s.lan_serving == "proxy" else {})
         | {
@@ -106,6 +106,9 @@ def status_spec(s: Settings, keys_since: float = 0.0) -> dict[str, Any]:
             "metrics": {"url": f"{base}/metrics"},
         },
     }
+    if s.chat_page:  # Open WebUI's own /health on loopback (no key: the page has its own accounts)
+        spec["http"]["chat_page"] = {"url": f"http://127.0.0.1:{s.chat_page_backend_port}/health"}
+    return spec
 
 
 class RigStatus(SectionFact[dict[str, Any]]):

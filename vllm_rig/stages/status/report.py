@@ -368,6 +368,23 @@ def api_section(raw: dict, s: Settings) -> dict[str, Any]:
     return {"answers": f"no: HTTP {status} {keyed}"}
 
 
+def chat_page_section(raw: dict, s: Settings, url: str) -> dict[str, Any]:
+    """Whether the chat page (chat_page: true) answers its /health on loopback, and where the LAN opens it."""
+    got = (raw.get("http") or {}).get("chat_page") or {}
+    where = chat_page_url(url, s)
+    if "error" in got:
+        return {"answers": f"no: {got['error']} (sudo journalctl -u vllm-rig-chat-page on the box)"}
+    if got.get("status") == 200:
+        return {"answers": f"yes, at {where}" if where else "yes"}
+    return {"answers": f"no: HTTP {got.get('status')} (sudo journalctl -u vllm-rig-chat-page on the box)"}
+
+
+def chat_page_url(url: str, s: Settings) -> str:
+    """The clients' URL (https://box:lan_port/v1) with the chat page's port, or "" when there is none."""
+    head, sep, _ = url.rpartition(":")
+    return f"{head}:{s.chat_page_port}/" if sep and head.startswith("https://") else ""
+
+
 # ---- /metrics --------------------------------------------------------------------------------------------
 def metric_values(text: str) -> dict[str, list[float]]:
     """Every sample's value per sample name (one per label set: engines, positions), by prometheus_client."""
@@ -484,6 +501,8 @@ def build(host_name: str, raw: dict, s: Settings, previous: dict | None, url: st
     }
     if "keys" in (raw.get("commands") or {}):
         sections["keys"] = keys_section(raw)
+    if s.chat_page:
+        sections["chat page"] = chat_page_section(raw, s, url)
     return _shape(host_name, raw["time"], sections, gpu_rows(raw), read) | {"headline": headline(raw, s, url)}
 
 

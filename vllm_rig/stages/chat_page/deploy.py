@@ -1,0 +1,191 @@
+"""Chat page (chat_page: true): Open WebUI from PyPI at an exact version, every file checked by the lock's
+sha256, in its own venv beside a CPU torch, as its own unprivileged hardened unit with the GPUs hidden,
+served by the box's nginx on chat_page_port with the LAN's TLS and client networks, talking to the server
+on loopback with the server's key; its database copied daily by a timer. chat_page: false takes the site
+and the units away and leaves the venv and the data (bin/rig remove removes them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyinfra import host
+from pyinfra.api import deploy
+
+from vllm_rig import paths
+from vllm_rig.core.files import config_files, rendered, shipped
+from vllm_rig.core.packages import distro_packages
+from vllm_rig.core.run import host_failed
+from vllm_rig.core.systemd import unit_disabled_and_stopped, unit_enabled_and_started
+from vllm_rig.core.users import system_user
+from vllm_rig.paths import Layout
+from vllm_rig.settings import Settings, chat_page_torch_index
+from vllm_rig.stages.chat_page import layout as chat
+from vllm_rig.stages.chat_page.layout import ChatDirs
+from vllm_rig.stages.chat_page.operations import chat_env, chat_started, chat_venv
+from vllm_rig.stages.lan.facts import LanHost
+from vllm_rig.stages.lan.operations import nginx_loaded, site_absent
+
+# The server unit's hardening, and more: the page needs no device at all (PrivateDevices hides the GPUs,
+# with CUDA_VISIBLE_DEVICES empty besides) and writes only its home.
+HARDENING = (
+    "NoNewPrivileges=yes",
+    "PrivateTmp=yes",
+    "PrivateDevices=yes",
+    "ProtectSystem=strict",
+    f"ReadWritePaths={chat.HOME}",
+    "ProtectHome=yes",
+    "ProtectKernelTunables=yes",
+    "ProtectKernelModules=yes",
+    "ProtectKernelLogs=yes",
+    "ProtectControlGroups=yes",
+    "ProtectClock=yes",
+    "ProtectHostname=yes",
+    "RestrictSUIDSGID=yes",
+    "RestrictRealtime=yes",
+    "RestrictNamespaces=yes",
+    "LockPersonality=yes",
+    "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK",
+)
+
+
+def environment(s: Settings) -> list[tuple[str, str]]:
+    """Open WebUI's settings (read in its 0.12.4 source: open_webui/env.py, config.py)."""
+    return [
+        ("DATA_DIR", chat.DATA_DIR),  # default: inside the installed package, lost with the venv
+        # It copies its icons and styles here at every start; the default is inside the package, read-only.
+        ("STATIC_DIR", chat.STATIC_DIR),
+        # Default True: the environment only seeds its database on first start, so a rotated key never
+        # reached it. False: these values win on every start.
+        ("ENABLE_PERSISTENT_CONFIG", "False"),
+        ("OPENAI_API_BASE_URLS", f"http://127.0.0.1:{s.vllm_port}/v1"),  # the server on loopback
+        # The box's model chosen on a new chat (else the page asks first). Every value here is a constant, a
+        # port or served_model_name, whose rule allows no space, quote, % or $: none needs systemd's quoting.
+        ("DEFAULT_MODELS", s.served_model_name),
+        ("ENABLE_OLLAMA_API", "False"),
+        # The default embedding setting loads sentence-transformers at start and fetches a model from the hub.
+        ("RAG_EMBEDDING_ENGINE", "openai"),
+        ("BYPASS_EMBEDDING_AND_RETRIEVAL", "True"),
+        ("OFFLINE_MODE", "True"),  # HF_HUB_OFFLINE=1, no version check
+        ("CUDA_VISIBLE_DEVICES", ""),
+        ("USE_CUDA_DOCKER", "false"),
+        ("HOME", chat.HOME),
+        ("DO_NOT_TRACK", "true"),
+        ("ANONYMIZED_TELEMETRY", "false"),
+        ("SCARF_NO_ANALYTICS", "true"),
+    ]
+
+
+def unit_context(s: Settings, dirs: ChatDirs) -> dict:
+    return {
+        "version": chat.VERSION,
+        "server_unit": f"{s.service_name}.service",
+        "user": chat.USER,
+        "home": chat.HOME,
+        "environment": environment(s),
+        "env_file": chat.ENV_FILE,
+        "venv": dirs.venv,
+        "port": s.chat_page_backend_port,
+        "hardening": HARDENING,
+    }
+
+
+def site_context(s: Settings, ipv6: bool) -> dict:
+    return {
+        "port": s.chat_page_port,
+        "ipv6": ipv6,
+        "upstream_port": s.chat_page_backend_port,
+        "cert": paths.LAN_CERT,
+        "key": paths.LAN_KEY,
+        "max_body_mb": s.lan_max_body_mb,
+        "read_timeout_s": s.lan_read_timeout_s,
+    }
+
+
+@deploy("Chat page")
+def serve_chat_page(s: Settings) -> None:
+    if host_failed():
+        return
+    if not s.chat_page:
+        _off()
+        return
+    dirs = ChatDirs.of(s)
+    python = f"python{s.python_version}"
+    distro_packages(name=f"{python} and its venv module", packages=[python, f"{python}-venv"])
+    system_user(
+        name=f"System user {chat.USER} (home {chat.HOME} holds the page's data)",
+        user=chat.USER,
+        home=chat.HOME,
+        shell="/usr/sbin/nologin",
+        groups=(),
+    )
+    config_files(
+        name="Open WebUI's and its CPU torch's locks (every file by sha256) and the database copier",
+        files=(
+            shipped(dirs.lock, chat.LOCK),
+            shipped(dirs.torch_lock, chat.TORCH_LOCK),
+            shipped(dirs.backup_script, "chat_page/vllm-rig-chat-backup", mode="755"),
+        ),
+    )
+    chat_venv(
+        name=f"Open WebUI {chat.VERSION} in its own venv, its CPU torch first",
+        dirs=dirs,
+        python=f"/usr/bin/{python}",
+        torch_index=chat_page_torch_index(s) or "",
+        index_url=s.chat_page_index_url or s.pip_index_url,
+    )
+    layout = Layout.of(s)
+    # TODO(keys): the page's own key "chat-page" once named keys land; until then the server's key.
+    chat_env(
+        name="The page's env file: the server's key, its session secret",
+        server_env=layout.env_file,
+        env_file=chat.ENV_FILE,
+    )
+    _units(s, dirs)
+    chat_started(
+        name="The chat page started with what is on disk, answering on loopback",
+        unit=chat.UNIT,
+        files=(f"/etc/systemd/system/{chat.UNIT}", chat.ENV_FILE, f"{dirs.venv}/.vllm-rig-complete"),
+        stamp=chat.STARTED_STAMP,
+        port=s.chat_page_backend_port,
+    )
+    found = host.get_fact(LanHost, default_site=paths.NGINX_DEFAULT_SITE)
+    site = rendered(chat.NGINX_SITE, "chat_page/nginx-site.conf.j2", **site_context(s, ipv6=found["ipv6"]))
+    config_files(name=f"nginx site: the chat page on port {s.chat_page_port}", files=(site,))
+    nginx_loaded(
+        name="nginx checked and reloaded when the chat site changed",
+        paths=(chat.NGINX_SITE,),
+        stamp=chat.LOADED_STAMP,
+        port=s.chat_page_port,
+    )
+
+
+def _units(s: Settings, dirs: ChatDirs) -> None:
+    backup: dict[str, Any] = {
+        "user": chat.USER,
+        "keep": s.chat_page_backups_keep,
+        "script": dirs.backup_script,
+        "data_dir": chat.DATA_DIR,
+        "backup_dir": chat.BACKUP_DIR,
+        "hardening": HARDENING,
+    }
+    config_files(
+        name="The chat page's unit and its daily database copy",
+        files=(
+            rendered(f"/etc/systemd/system/{chat.UNIT}", "chat_page/chat-page.service.j2", **unit_context(s, dirs)),
+            rendered(f"/etc/systemd/system/{chat.BACKUP_UNIT}.service", "chat_page/backup.service.j2", **backup),
+            rendered(f"/etc/systemd/system/{chat.BACKUP_UNIT}.timer", "chat_page/backup.timer.j2"),
+        ),
+    )
+    unit_enabled_and_started(
+        name="The daily copy's timer enabled",
+        unit=f"{chat.BACKUP_UNIT}.timer",
+        when_it_fails="systemctl daemon-reload",
+    )
+
+
+def _off() -> None:
+    """chat_page: false: nothing of the page answers; its venv and data stay (bin/rig remove removes them)."""
+    site_absent(name="No chat page site in nginx (chat_page: false)", path=chat.NGINX_SITE, stamp=chat.LOADED_STAMP)
+    unit_disabled_and_stopped(name="The chat page stopped (chat_page: false)", unit=chat.UNIT)
+    unit_disabled_and_stopped(name="Its daily copy stopped", unit=f"{chat.BACKUP_UNIT}.timer")
