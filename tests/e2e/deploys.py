@@ -14,6 +14,7 @@ from pathlib import Path
 from tests.conftest import Rig
 from tests.sandbox import machine, paths, services
 from tests.sandbox.fixtures import nvidia_repo
+from vllm_rig import paths as rig_paths
 
 _SAYS_FAILED = re.compile(r"fail|error|not allowed", re.IGNORECASE)
 _PYINFRA_ERROR = re.compile(r"\[[^\]]+\] Error: ")  # pyinfra's line under the operation that failed a host
@@ -71,6 +72,13 @@ def deploy(
         results = json.loads(run.stdout).get("results") or {}
     changed = [op["name"] for op in results.get("operations", []) if op.get("success")]
     return DeployRun(run.returncode, changed, results.get("failed_hosts", []), run.stderr)
+
+
+def serving(rig: Rig, name: str = "rig1") -> bool:
+    """The machine already serves the model behind its LAN proxy (an earlier module's deploy on this slot): a
+    module that only adds to a serving box may build on it instead of paying for a fresh machine and deploy."""
+    probe = f"systemctl is-active -q vllm.service nginx.service && test -f {rig_paths.NGINX_SITE} && echo serving"
+    return rig.ssh(name, probe, check=False).strip() == "serving"
 
 
 def fresh(
