@@ -62,9 +62,10 @@ def environment(s: Settings) -> list[tuple[str, str]]:
         # The server through nginx on loopback, as any client: its own key checked, named in the access log, and
         # swapped for the server's. The local CA's certificate names localhost (host/lan_tls.py wanted()).
         ("OPENAI_API_BASE_URLS", f"https://localhost:{s.lan_port}/v1"),
-        # Trust only the box's CA for it. Open WebUI 0.12.4 passes ssl=AIOHTTP_CLIENT_SESSION_SSL to every
-        # request to an OpenAI connection (open_webui/routers/openai.py:111, :339); a file path there becomes
-        # ssl.create_default_context(cafile=path), that CA alone (open_webui/env.py:565-576, :600-605, :637);
+        # Trust only the box's CA for it. Open WebUI 0.12.4 passes ssl=AIOHTTP_CLIENT_SESSION_SSL to its requests
+        # to an OpenAI connection (open_webui/routers/openai.py:111 the model list, :1589 generate_chat_completion);
+        # a file path there becomes ssl.create_default_context(cafile=path), that CA alone (open_webui/env.py:575,
+        # :602-605, :637);
         # an unreadable path falls back to the default store, which refuses this CA: no answer, never trust.
         # (aiohttp's own default context would honour SSL_CERT_FILE, but that would also swap the store for
         # every other HTTPS call it makes.)
