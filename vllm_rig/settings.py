@@ -1695,6 +1695,15 @@ def _chat_page_problems(s: Settings):
         return
     if s.lan_serving != "proxy":
         yield "chat_page", "needs lan_serving: proxy (nginx serves the page with the LAN's TLS and client networks)"
+    elif s.lan_tls != "local_ca":
+        # Its requests go to https://localhost:<lan_port>, checked against the one CA it trusts: the box's own,
+        # whose certificate names localhost. An owner's certificate names the box's LAN name, from a CA the box
+        # does not hold.
+        yield (
+            "chat_page",
+            "needs lan_tls: local_ca (the page reaches the server through nginx at https://localhost:<lan_port> "
+            "and trusts the box's own CA, whose certificate names localhost; your certificate need not)",
+        )
     if s.python_version not in CHAT_PAGE_PYTHONS:
         yield (
             "python_version",

@@ -119,6 +119,7 @@ def test_a_browser_makes_the_first_account_and_gets_the_servers_answer(page: Rig
     try:
         wait = WebDriverWait(browser, 120, ignored_exceptions=[StaleElementReferenceException])
         _answering()  # a page the deploy restarted is a 502 from nginx until it is up
+        logged = int(page.ssh("rig1", f"sudo cat {rig_paths.LAN_ACCESS_LOG} 2>/dev/null | wc -l").strip() or 0)
         browser.get(f"https://127.0.0.1:{PORT}/")
         # With no account yet, Open WebUI 0.12.4 opens on a splash whose button leads to the admin's form.
         wait.until(lambda b: b.find_elements(By.CSS_SELECTOR, "input[type=email]") or _buttons(b, "Get started"))
@@ -147,6 +148,11 @@ def test_a_browser_makes_the_first_account_and_gets_the_servers_answer(page: Rig
         (OUT / "page.txt").write_text(browser.find_element(By.TAG_NAME, "body").text)
         browser.quit()
     assert answer.strip(), "no answer shown"
+    # The page is a client like any other: it reached the server through nginx with its own key, which the
+    # access log names (never the key), not with the server's.
+    since = page.ssh("rig1", f"sudo tail -n +{logged + 1} {rig_paths.LAN_ACCESS_LOG}").splitlines()
+    asked = [line for line in since if '"POST /v1/chat/completions ' in line]
+    assert asked and all(" key=chat-page " in line for line in asked), since[-10:]
 
 
 def _buttons(browser: Any, text: str) -> list:

@@ -19,11 +19,20 @@ from vllm_rig.core.systemd_quote import SAFE
 from vllm_rig.host import lan_keys
 from vllm_rig.stages.chat_page import layout as chat
 from vllm_rig.stages.chat_page.deploy import site_context, unit_context
+from vllm_rig.stages.chat_page.facts import ChatEnv
 from vllm_rig.stages.chat_page.layout import ChatDirs
+from vllm_rig.stages.chat_page.operations import env_script
 from vllm_rig.stages.lan import deploy as lan
+from vllm_rig.stages.lan.deploy import client_names
 from vllm_rig.validation import SettingsError, load_settings
 
-DATA = {"chat_page": True, "vllm_port": 8001, "chat_page_backend_port": 3999, "served_model_name": "qwen-local"}
+DATA = {
+    "chat_page": True,
+    "lan_port": 8443,
+    "vllm_port": 8001,
+    "chat_page_backend_port": 3999,
+    "served_model_name": "qwen-local",
+}
 
 
 def _settings(**more: object):
@@ -52,7 +61,9 @@ def test_the_unit_runs_unprivileged_on_loopback_with_the_gpus_hidden() -> None:
     assert re.search(r"^ExecStart=\S+/chat-page/venv/bin/open-webui serve --host 127\.0\.0\.1 --port 3999$", unit, re.M)
     env = _environment(unit)
     assert env["CUDA_VISIBLE_DEVICES"] == ""
-    assert env["OPENAI_API_BASE_URLS"] == "http://127.0.0.1:8001/v1"  # the server on loopback
+    assert env["OPENAI_API_BASE_URLS"] == "https://localhost:8443/v1"  # the server through nginx on loopback
+    assert env["AIOHTTP_CLIENT_SESSION_SSL"] == paths.LAN_CA_CERT  # trusting the box's CA alone
+    assert "\nAfter=network-online.target vllm.service nginx.service\n" in unit
     assert env["DEFAULT_MODELS"] == "qwen-local"
     assert env["ENABLE_PERSISTENT_CONFIG"] == "False"  # a rotated key reaches the page on its next start
     assert env["DATA_DIR"] == chat.DATA_DIR and env["OFFLINE_MODE"] == "True"
@@ -119,3 +130,62 @@ def test_nginx_reads_the_chat_site_beside_the_lan_site(tmp_path: Path) -> None:
         ["nginx", "-t", "-p", str(tmp_path), "-c", str(tmp_path / "nginx.conf")], capture_output=True
     )
     assert check.returncode == 0, check.stderr.decode()
+
+
+# ---- the page's own key (chat-page): made beside api_keys, read into its env file on the box
+
+
+def test_the_page_gets_a_key_of_its_own_beside_api_keys() -> None:
+    assert client_names(_settings(api_keys=["laptop"])) == ("laptop", chat.KEY_NAME)
+    assert client_names(_settings(api_keys=["chat-page", "agent"])) == ("chat-page", "agent")  # once
+    assert client_names(_settings(chat_page=False, api_keys=["laptop"])) == ("laptop",)
+    assert f"{paths.KEYS_DIR}/chat-page" == chat.KEY_FILE
+
+
+def test_the_page_needs_the_boxs_own_ca(tmp_path: Path) -> None:
+    cert, key = _pair(tmp_path)
+    with pytest.raises(SettingsError, match=r"chat_page.*needs lan_tls: local_ca .*https://localhost:<lan_port>"):
+        _settings(lan_tls="own", lan_tls_cert_file=str(cert), lan_tls_key_file=str(key))
+    assert _settings(chat_page=False, lan_tls="own", lan_tls_cert_file=str(cert), lan_tls_key_file=str(key))
+
+
+def _env_state(key_file: Path, env_file: Path) -> str:
+    out = subprocess.run(["sh", "-c", ChatEnv().command(str(key_file), str(env_file))], capture_output=True, text=True)
+    return ChatEnv().process(out.stdout.splitlines())
+
+
+def _write_env(key_file: Path, env_file: Path) -> dict[str, str]:
+    run = subprocess.run(["sh", "-c", env_script(str(key_file), str(env_file))], capture_output=True, text=True)
+    assert run.returncode == 0 and run.stdout == "" and run.stderr == "", run  # the key is never printed
+    assert env_file.stat().st_mode & 0o777 == 0o600
+    return dict(line.split("=", 1) for line in env_file.read_text().splitlines())
+
+
+def test_the_env_file_holds_the_pages_key_and_keeps_its_secret(tmp_path: Path) -> None:
+    key_file, env_file = tmp_path / "keys" / "chat-page", tmp_path / "etc" / "chat-page.env"
+    key_file.parent.mkdir()
+    assert lan_keys.ensure(str(key_file.parent), [chat.KEY_NAME])  # made as the box makes it
+    key = key_file.read_text().strip()
+    assert _env_state(key_file, env_file) == "differs"
+    first = _write_env(key_file, env_file)
+    assert first["OPENAI_API_KEYS"] == key and len(first["WEBUI_SECRET_KEY"]) >= 32
+    assert _env_state(key_file, env_file) == "same"  # a second run changes nothing
+    # Revoked (bin/rig keys revoke chat-page): the page is left with no key, and it is not made again.
+    lan_keys.revoke(str(key_file.parent), chat.KEY_NAME)
+    assert lan_keys.ensure(str(key_file.parent), [chat.KEY_NAME])[0].startswith("warn: ")
+    assert _env_state(key_file, env_file) == "differs"
+    gone = _write_env(key_file, env_file)
+    assert gone == {"OPENAI_API_KEYS": "", "WEBUI_SECRET_KEY": first["WEBUI_SECRET_KEY"]}  # nobody signed out
+    assert _env_state(key_file, env_file) == "same"
+    # Added again: the new key reaches the page.
+    lan_keys.make(str(key_file.parent), chat.KEY_NAME)
+    assert _env_state(key_file, env_file) == "differs"
+    assert _write_env(key_file, env_file)["OPENAI_API_KEYS"] == key_file.read_text().strip() != key
+
+
+def test_a_key_file_edited_into_no_bearer_token_reaches_no_env_file(tmp_path: Path) -> None:
+    key_file, env_file = tmp_path / "chat-page", tmp_path / "chat-page.env"
+    key_file.write_text("abc\nWEBUI_SECRET_KEY=stolen $(id)\n")
+    assert _write_env(key_file, env_file)["OPENAI_API_KEYS"] == "abc"  # the first line only
+    key_file.write_text("a b$(id)\n")
+    assert _write_env(key_file, env_file)["OPENAI_API_KEYS"] == ""

@@ -1,7 +1,8 @@
 """Chat page (chat_page: true): Open WebUI from PyPI at an exact version, every file checked by the lock's
 sha256, in its own venv beside a CPU torch, as its own unprivileged hardened unit with the GPUs hidden,
 served by the box's nginx on chat_page_port with the LAN's TLS and client networks, talking to the server
-on loopback with the server's key; its database copied daily by a timer. chat_page: false takes the site
+through nginx on loopback with a key of its own (chat-page, made by the LAN stage; revoked, it is not made
+again); its database copied daily by a timer. chat_page: false takes the site
 and the units away and leaves the venv and the data (bin/rig remove removes them).
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyinfra import host
+from pyinfra import host, logger
 from pyinfra.api import deploy
 
 from vllm_rig import paths
@@ -23,7 +24,7 @@ from vllm_rig.settings import Settings, chat_page_torch_index
 from vllm_rig.stages.chat_page import layout as chat
 from vllm_rig.stages.chat_page.layout import ChatDirs
 from vllm_rig.stages.chat_page.operations import chat_env, chat_started, chat_venv
-from vllm_rig.stages.lan.facts import LanHost
+from vllm_rig.stages.lan.facts import ClientKeys, LanHost
 from vllm_rig.stages.lan.operations import nginx_loaded, site_absent
 
 # The server unit's hardening, and more: the page needs no device at all (PrivateDevices hides the GPUs,
@@ -58,7 +59,17 @@ def environment(s: Settings) -> list[tuple[str, str]]:
         # Default True: the environment only seeds its database on first start, so a rotated key never
         # reached it. False: these values win on every start.
         ("ENABLE_PERSISTENT_CONFIG", "False"),
-        ("OPENAI_API_BASE_URLS", f"http://127.0.0.1:{s.vllm_port}/v1"),  # the server on loopback
+        # The server through nginx on loopback, as any client: its own key checked, named in the access log, and
+        # swapped for the server's. The local CA's certificate names localhost (host/lan_tls.py wanted()).
+        ("OPENAI_API_BASE_URLS", f"https://localhost:{s.lan_port}/v1"),
+        # Trust only the box's CA for it. Open WebUI 0.12.4 passes ssl=AIOHTTP_CLIENT_SESSION_SSL to its requests
+        # to an OpenAI connection (open_webui/routers/openai.py:111 the model list, :1589 generate_chat_completion);
+        # a file path there becomes ssl.create_default_context(cafile=path), that CA alone (open_webui/env.py:575,
+        # :602-605, :637);
+        # an unreadable path falls back to the default store, which refuses this CA: no answer, never trust.
+        # (aiohttp's own default context would honour SSL_CERT_FILE, but that would also swap the store for
+        # every other HTTPS call it makes.)
+        ("AIOHTTP_CLIENT_SESSION_SSL", paths.LAN_CA_CERT),
         # The box's model chosen on a new chat (else the page asks first). Every value here is a constant, a
         # port or served_model_name, whose rule allows no space, quote, % or $: none needs systemd's quoting.
         ("DEFAULT_MODELS", s.served_model_name),
@@ -134,21 +145,9 @@ def serve_chat_page(s: Settings) -> None:
         torch_index=chat_page_torch_index(s) or "",
         index_url=s.chat_page_index_url or s.pip_index_url,
     )
-    layout = Layout.of(s)
-    # TODO(keys): the page's own key "chat-page" once named keys land; until then the server's key.
-    chat_env(
-        name="The page's env file: the server's key, its session secret",
-        server_env=layout.env_file,
-        env_file=chat.ENV_FILE,
-    )
+    said_if_revoked(s)
     _units(s, dirs)
-    chat_started(
-        name="The chat page started with what is on disk, answering on loopback",
-        unit=chat.UNIT,
-        files=(f"/etc/systemd/system/{chat.UNIT}", chat.ENV_FILE, f"{dirs.venv}/.vllm-rig-complete"),
-        stamp=chat.STARTED_STAMP,
-        port=s.chat_page_backend_port,
-    )
+    page_with_its_key(s)
     found = host.get_fact(LanHost, default_site=paths.NGINX_DEFAULT_SITE)
     site = rendered(chat.NGINX_SITE, "chat_page/nginx-site.conf.j2", **site_context(s, ipv6=found["ipv6"]))
     config_files(name=f"nginx site: the chat page on port {s.chat_page_port}", files=(site,))
@@ -157,6 +156,33 @@ def serve_chat_page(s: Settings) -> None:
         paths=(chat.NGINX_SITE,),
         stamp=chat.LOADED_STAMP,
         port=s.chat_page_port,
+    )
+
+
+def said_if_revoked(s: Settings) -> None:
+    """A chat-page key revoked on the box is not made again (as any api_keys name): one line on every run."""
+    found = host.get_fact(ClientKeys, package=Layout.of(s).host_package, keys_dir=paths.KEYS_DIR)
+    if chat.KEY_NAME in found["revoked"] and chat.KEY_NAME not in found["keys"]:
+        logger.warning(
+            f"[{host.name}] chat page: its key {chat.KEY_NAME} was revoked on the box: the page cannot reach the "
+            f"server until bin/rig keys add {chat.KEY_NAME}"
+        )
+
+
+def page_with_its_key(s: Settings) -> None:
+    """The page's env file holds its key as the box has it, and the page runs with it (the deploy, and bin/rig
+    keys add or revoke chat-page, so a new key reaches the page without a deploy)."""
+    chat_env(
+        name="The page's env file: its own key (chat-page), its session secret",
+        key_file=chat.KEY_FILE,
+        env_file=chat.ENV_FILE,
+    )
+    chat_started(
+        name="The chat page started with what is on disk, answering on loopback",
+        unit=chat.UNIT,
+        files=(f"/etc/systemd/system/{chat.UNIT}", chat.ENV_FILE, f"{ChatDirs.of(s).venv}/.vllm-rig-complete"),
+        stamp=chat.STARTED_STAMP,
+        port=s.chat_page_backend_port,
     )
 
 

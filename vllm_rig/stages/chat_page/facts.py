@@ -6,7 +6,6 @@ import shlex
 from typing import TypedDict
 
 from vllm_rig.core.facts import SectionFact, Sections, section_command
-from vllm_rig.stages.lan.facts import api_key_script
 
 
 class VenvState(TypedDict):
@@ -31,25 +30,28 @@ class ChatVenv(SectionFact[VenvState]):
         return {"complete": sections.first("complete") == "yes", "current": sections.first("current")}
 
 
-def key_value_script(server_env: str) -> str:
-    """Shell that prints the server's key (from its root-only env file, read as the LAN proxy reads it), for a
-    $( ) only: it goes from file to variable to file, never onto a command line."""
-    return f'{api_key_script(server_env)}; printf "%s" "$k"'
+def key_value_script(key_file: str) -> str:
+    """Shell that prints the page's own key (the bare key lan_keys wrote in key_file, root only), for a $( ) only:
+    it goes from file to variable to file, never onto a command line. Nothing when the file is gone (bin/rig keys
+    revoke) or holds what is no Bearer token (lan_keys's TOKEN: such a file is left out of nginx's map too)."""
+    return (
+        f"k=$(head -n1 {shlex.quote(key_file)} 2>/dev/null || true); "
+        'case "$k" in "" | *[!A-Za-z0-9._~+/=-]*) k= ;; esac; printf "%s" "$k"'
+    )
 
 
 class ChatEnv(SectionFact[str]):
-    """ "same" when the page's env file holds the server's key and a session secret (mode 600), "differs",
-    or "nokey" (the server has none yet)."""
+    """ "same" when the page's env file holds the page's key as it is on the box (none when revoked) and a session
+    secret, mode 600; else "differs"."""
 
     @staticmethod
     def default() -> str:
         return "differs"
 
-    def command(self, server_env: str, env_file: str) -> str:
+    def command(self, key_file: str, env_file: str) -> str:
         f = shlex.quote(env_file)
         script = (
-            f"want=$({key_value_script(server_env)}); "
-            '[ -n "$want" ] || { echo nokey; exit 0; }; '
+            f"want=$({key_value_script(key_file)}); "
             f'have=$(sed -n "s/^OPENAI_API_KEYS=//p" {f} 2>/dev/null | head -n1); '
             f'secret=$(sed -n "s/^WEBUI_SECRET_KEY=//p" {f} 2>/dev/null | head -n1); '
             f'if [ "$(stat -c %a {f} 2>/dev/null)" = 600 ] && [ "$have" = "$want" ] && [ -n "$secret" ]; '
@@ -59,6 +61,6 @@ class ChatEnv(SectionFact[str]):
 
     def parse(self, sections: Sections) -> str:
         state = sections.required("env")
-        if state not in ("same", "differs", "nokey"):
+        if state not in ("same", "differs"):
             sections.unreadable("env", state)
         return state

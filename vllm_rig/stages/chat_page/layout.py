@@ -19,7 +19,11 @@ BACKUP_DIR = f"{HOME}/backups"
 STATIC_DIR = f"{HOME}/static"  # what it copies out of the package at start (icons, custom.css)
 UNIT = "vllm-rig-chat-page.service"
 BACKUP_UNIT = "vllm-rig-chat-backup"  # .service (one copy) and .timer (daily)
-ENV_FILE = f"{paths.ETC_DIR}/chat-page.env"  # root-only: the server key it uses and its session secret
+ENV_FILE = f"{paths.ETC_DIR}/chat-page.env"  # root-only: the page's own key and its session secret
+# The page is a client like any other: its own key, made on the box by lan_keys beside api_keys' (the LAN stage),
+# which nginx names in its access log and swaps for the server's.
+KEY_NAME = "chat-page"
+KEY_FILE = f"{paths.KEYS_DIR}/{KEY_NAME}"
 NGINX_SITE = "/etc/nginx/conf.d/vllm-rig-chat.conf"
 LOADED_STAMP = f"{paths.STATE_DIR}/chat-page-loaded"  # nginx loaded the chat site as it is on disk
 STARTED_STAMP = f"{paths.STATE_DIR}/chat-page-started"  # the page answered with the unit, env and venv on disk

@@ -44,25 +44,29 @@ def chat_venv(dirs: ChatDirs, python: str, torch_index: str, index_url: str | No
 
 
 @operation()
-def chat_env(server_env: str, env_file: str):
-    """The page's root-only env file: the server's key (OPENAI_API_KEYS) and its session secret (made once,
+def chat_env(key_file: str, env_file: str):
+    """The page's root-only env file: its own key (OPENAI_API_KEYS, from key_file, which lan_keys made on the box;
+    empty once revoked: nginx then refuses the page until bin/rig keys add) and its session secret (made once,
     kept: a new one would sign everyone out)."""
-    state = host.get_fact(ChatEnv, server_env=server_env, env_file=env_file)
+    state = host.get_fact(ChatEnv, key_file=key_file, env_file=env_file)
     if state == "same":
-        host.noop(f"{env_file} holds the server's key")
+        host.noop(f"{env_file} holds the page's key")
         return
+    yield f"sh -c {shlex.quote(env_script(key_file, env_file))}"
+
+
+def env_script(key_file: str, env_file: str) -> str:
+    """Shell that writes the env file whole (a reader sees the old or the new), root-only, the key never on a
+    command line; the session secret kept when there is one."""
     f = shlex.quote(env_file)
-    script = (
-        f"set -e; k=$({key_value_script(server_env)}); "
-        f'[ -n "$k" ] || {{ echo "chat page: no VLLM_API_KEY in {server_env}: the page cannot reach the server" '
-        ">&2; exit 1; }; "
+    return (
+        f"set -e; k=$({key_value_script(key_file)}); "
         f's=$(sed -n "s/^WEBUI_SECRET_KEY=//p" {f} 2>/dev/null | head -n1); '
         '[ -n "$s" ] || s=$(python3 -c "import secrets; print(secrets.token_urlsafe(32))"); '
         f"umask 077; mkdir -p $(dirname {f}); tmp=$(mktemp {f}.XXXXXX); "
         'printf "OPENAI_API_KEYS=%s\\nWEBUI_SECRET_KEY=%s\\n" "$k" "$s" > "$tmp"; '
         f'chmod 600 "$tmp"; mv -f "$tmp" {f}'
     )
-    yield f"sh -c {shlex.quote(script)}"
 
 
 @operation()

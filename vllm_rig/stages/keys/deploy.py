@@ -21,6 +21,8 @@ from vllm_rig.core import end_of_run
 from vllm_rig.core.host_package import host_programs
 from vllm_rig.paths import Layout
 from vllm_rig.settings import Settings
+from vllm_rig.stages.chat_page import layout as chat
+from vllm_rig.stages.chat_page.deploy import page_with_its_key
 from vllm_rig.stages.keys import reads
 from vllm_rig.stages.keys.facts import KeyListing
 from vllm_rig.stages.lan.deploy import LOADED_FILES, LOADED_STAMP
@@ -125,6 +127,8 @@ def manage_keys(s: Settings) -> None:
         stamp=LOADED_STAMP,
         port=s.lan_port,
     )
+    if s.chat_page and name == chat.KEY_NAME:  # the page takes its new key (or none) now, not at the next deploy
+        page_with_its_key(s)
     said: tuple[str, ...]
     if s.keys_action == "add":
         said = (

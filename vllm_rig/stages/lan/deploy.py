@@ -24,6 +24,7 @@ from vllm_rig.core.systemd import unit_enabled_and_started
 from vllm_rig.known import server_routes
 from vllm_rig.paths import Layout
 from vllm_rig.settings import Settings
+from vllm_rig.stages.chat_page import layout as chat
 from vllm_rig.stages.lan import certificate
 from vllm_rig.stages.lan.facts import ClientKeys, LanHost, LanTls
 from vllm_rig.stages.lan.operations import (
@@ -105,20 +106,26 @@ def serve_lan(s: Settings) -> None:
         )
 
 
+def client_names(s: Settings) -> tuple[str, ...]:
+    """api_keys, and the chat page's own key when the box has the page (made here, before the map is)."""
+    return tuple(dict.fromkeys([*s.api_keys, *([chat.KEY_NAME] if s.chat_page else [])]))
+
+
 def client_keys(s: Settings, package: str) -> None:
-    """api_keys made on the box; a name revoked there is said on every run, not made again (docs/lan.md)."""
+    """api_keys made on the box; a name revoked there is said on every run, not made again (docs/lan.md). The
+    chat page's revoked key is said by its stage, in its own words."""
     found = host.get_fact(ClientKeys, package=package, keys_dir=paths.KEYS_DIR)
     for name in s.api_keys:
-        if name in found["revoked"] and name not in found["keys"]:
+        if name in found["revoked"] and name not in found["keys"] and not (s.chat_page and name == chat.KEY_NAME):
             logger.warning(
                 f"[{host.name}] LAN: api_keys names {name}, revoked on the box with bin/rig keys revoke: not made "
                 f"again (take it out of api_keys, or bin/rig keys add {name} for a new key)"
             )
     client_keys_made(
-        name="A key on the box for each name of api_keys (root only; never printed)",
+        name="A key on the box for each name of api_keys and the chat page (root only; never printed)",
         package=package,
         keys_dir=paths.KEYS_DIR,
-        names=tuple(s.api_keys),
+        names=client_names(s),
     )
 
 

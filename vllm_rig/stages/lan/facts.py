@@ -119,25 +119,6 @@ def lan_keys(package: str, action: str, *args: str) -> str:
     return shlex.join(["python3", package, "lan_keys", action, *args])
 
 
-DUPLICATE_KEYS = (
-    "the API key file holds $n VLLM_API_KEY= lines: nginx would check the first and vLLM take the last; "
-    "keep one (delete the file to make a new key)"
-)
-
-
-def api_key_script(env_file: str) -> str:
-    """Shell that sets $k to the service's API key from its root-only env file, never printing it; it exits
-    0 with $k empty when there is none and 1 (saying why) when the file holds two. The proxy's key map and
-    the chat page's env file both read the key through this."""
-    env = shlex.quote(env_file)
-    # Two key lines (a rotation by hand): systemd gives vLLM the last, a reader would take the first. Refused.
-    return (
-        f'n=$(grep -c "^VLLM_API_KEY=" {env} 2>/dev/null); [ "${{n:-0}}" -le 1 ] || {{ echo "{DUPLICATE_KEYS}" >&2; '
-        "exit 1; }; "
-        f'k=$(sed -n "s/^VLLM_API_KEY=//p" {env} 2>/dev/null | head -n1); [ -n "$k" ] || exit 0'
-    )
-
-
 class KeyMap(SectionFact[str]):
     """ "same" when the map file holds the server's and the clients' keys (mode 600), "differs", or "nokey"."""
 
