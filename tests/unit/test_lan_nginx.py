@@ -21,6 +21,7 @@ import ssl
 import subprocess
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -169,23 +170,22 @@ def test_each_client_key_gets_in_and_the_server_is_sent_its_own_key(proxy: Proxy
 
 
 def test_the_access_log_names_each_key_and_never_holds_one(proxy: Proxy) -> None:
-    before = _log_lines(proxy.log)
-    get(proxy.port, "/v1/models", f"Bearer {CLIENTS['laptop']}")
-    get(proxy.port, "/v1/models", f"Bearer {CLIENTS['chat-page']}")
-    get(proxy.port, "/v1/models", f"Bearer {KEY}")
-    get(proxy.port, "/v1/models", "Bearer wrong-key")
-    deadline = time.monotonic() + 5  # nginx writes a request's line after its answer has gone
-    while _log_lines(proxy.log) < before + 4 and time.monotonic() < deadline:
+    # Each request carries a mark of its own: nginx writes a line after the answer has gone, so a line of an
+    # earlier test may land between these (counting lines from "before" raced under load).
+    mark = uuid.uuid4().hex
+    sent = {"laptop": f"Bearer {CLIENTS['laptop']}", "chat-page": f"Bearer {CLIENTS['chat-page']}"}
+    sent |= {"server": f"Bearer {KEY}", "-": "Bearer wrong-key"}
+    for name, header in sent.items():
+        get(proxy.port, f"/v1/models?mark={mark}-{name}", header)
+    deadline = time.monotonic() + 10
+    while proxy.log.read_text().count(mark) < len(sent) and time.monotonic() < deadline:
         time.sleep(0.05)
     text = proxy.log.read_text()
-    last = text.splitlines()[before : before + 4]
-    assert [line.split()[1] for line in last] == ["key=laptop", "key=chat-page", "key=server", "key=-"], last
+    for name in sent:
+        line = next(line for line in text.splitlines() if f"mark={mark}-{name} " in line)
+        assert line.split()[1] == f"key={name}", line
     for key in (*CLIENTS.values(), KEY, "wrong-key"):
         assert key not in text
     # The host program's own count reads these lines.
     counts = lan_keys.requests_since([str(proxy.log)], 0)
     assert counts["laptop"] >= 1 and counts["chat-page"] >= 1 and counts["server"] >= 1 and counts["-"] >= 1
-
-
-def _log_lines(log: Path) -> int:
-    return log.read_text().count("\n") if log.exists() else 0
