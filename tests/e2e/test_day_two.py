@@ -214,3 +214,35 @@ def test_the_watchdog_is_one_setting_away_from_off(rig: Rig) -> None:
     assert rig.ssh("rig1", "systemctl show vllm -p MainPID --value").strip() == pid  # the server was left alone
     run = deploy(rig, "deploy.py", data=DATA)
     assert run.ok and rig.ssh("rig1", "systemctl is-active vllm-rig-watchdog.timer").strip() == "active"
+
+
+# A flag the server's own parser refuses at start (argparse: "argument --seed: invalid int value"); the settings
+# check flag names only, as a value's meaning is the server's. What the start check would otherwise wait for
+# /health: service_start_timeout_s (900) less the GPU wait (DATA) and 30 s (vllm_rig/stages/service/unit.py).
+BAD_FLAG = "--seed=not-a-number"
+START_CHECK_BUDGET_S = 900 - DATA["gpu_wait_timeout_s"] - 30
+
+
+def test_a_server_that_exits_at_start_is_said_at_once_and_the_last_runtime_serves_again(rig: Rig) -> None:
+    current = rig.ssh("rig1", "readlink /opt/vllm-rig/current").strip()
+    since = time.time()
+    started = time.monotonic()
+    run = deploy(rig, "deploy.py", data={**DATA, "vllm_extra_args": [BAD_FLAG]})
+    wall = time.monotonic() - started
+    assert run.rc != 0 and "[rig1] Error: " in run.log, run.log[-3000:]  # the host failed (and so the run)
+    # Said long before the start check's timeout, and in the server's own words, as its journal has them.
+    assert wall < START_CHECK_BUDGET_S / 5, f"the deploy took {wall:.0f}s to say the server was gone"
+    said = "argument --seed: invalid int value: 'not-a-number'"
+    # systemctl's own "Job for vllm.service failed" comes first; the line after it is ours, with the server's words.
+    line = next((x for x in run.log.splitlines() if "the server exited" in x), run.error_line())
+    assert said in line and "status=2/INVALIDARGUMENT" in line, line
+    assert said in _journal(rig, since)
+    assert rig.ssh("rig1", "readlink /opt/vllm-rig/current").strip() == current  # the runtime was not touched
+    # The owner's next run without the flag: the same runtime, proven again, nothing rebuilt.
+    since = time.time()
+    again = deploy(rig, "deploy.py", data=DATA)
+    assert again.ok, again.log[-3000:]
+    assert rig.ssh("rig1", "readlink /opt/vllm-rig/current").strip() == current
+    assert not [name for name in again.changed if "runtime" in name.lower() and "build" in name.lower()], again.changed
+    _proven_after(rig, since)
+    print(f"\nthe server's exit said after {wall:.1f}s of deploy (start check budget {START_CHECK_BUDGET_S}s)")
