@@ -43,3 +43,33 @@ def restore_command(unit_path: str, environment_file: str, name_word: str, top: 
 def forget_command(names: list[str]) -> str:
     """Remove what was saved for runtimes that are gone."""
     return "rm -rf " + " ".join(saved_dir(shlex.quote(n)) for n in names)
+
+
+def current_name_word(root: str) -> str:
+    """The runtime `current` names, as one shell word (its directory's name under runtimes/)."""
+    return f'"$(basename "$(readlink {shlex.quote(root + "/current")})")"'
+
+
+def put_back_command(
+    unit_path: str, environment_file: str, root: str, service: str, said: str, top: str = SERVED_WITH_DIR
+) -> str:
+    """After a start or restart of `service` that failed: `said` (the one line on why, the server's own words),
+    and where this run installed another unit or environment than the ones the runtime `current` last served
+    with, those put back, the service restarted (its start check proves it) and the line says so; it stays as
+    it is (down) when nothing was saved or the saved ones are what failed. One line either way; the caller
+    fails the host after it."""
+    unit, env, saved = shlex.quote(unit_path), shlex.quote(environment_file), saved_dir('"$name"', top)
+    unit_file = shlex.quote(f"{service}.service")
+    same = (
+        f"cmp -s {saved}/{UNIT} {unit} && {{ [ ! -f {saved}/{ENVIRONMENT} ] || cmp -s {saved}/{ENVIRONMENT} {env}; }}"
+    )
+    restored = restore_command(unit_path, environment_file, '"$name"', top)
+    serves = "the unit and environment runtime $name last served with are back and serve again (start check passed)"
+    failed_too = "the settings runtime $name last served with were put back but did not start either"
+    return (
+        f"why=$({said}); name={current_name_word(root)}; "
+        f"if [ -f {saved}/{UNIT} ] && ! {{ {same}; }}; then "
+        f'if {{ {restored}; }} && systemctl restart {unit_file}; then echo "$why; {serves}"; '
+        f'else echo "$why; {failed_too}: $({said})"; fi; '
+        f'else echo "$why"; fi'
+    )
