@@ -238,7 +238,7 @@ def test_a_server_that_exits_at_start_is_said_at_once_and_the_last_settings_serv
     # that the unit and environment it served with before are back, proven by the start check.
     line = next((x for x in run.log.splitlines() if "the server exited" in x), run.error_line())
     assert said in line and "status=2/INVALIDARGUMENT" in line, line
-    assert "last served with are back and serve again (start check passed)" in line, line
+    assert "last served with are back and serve again (start check passed); change the setting" in line, line
     assert said in _journal(rig, since)
     # This run left the box serving, without another: the same runtime, the unit without the flag, proven.
     assert rig.ssh("rig1", "readlink /opt/vllm-rig/current").strip() == current

@@ -57,6 +57,7 @@ def test_a_start_that_fails_on_new_settings_puts_back_the_ones_last_served_and_p
     files = _box(tmp_path)
     said = _failed_start(tmp_path).splitlines()
     back = "the unit and environment runtime a last served with are back and serve again (start check passed)"
+    back += "; change the setting the server refused, then deploy again"  # the owner's next step
     assert said == [f"{SAID}; {back}"]
     assert files["unit"].read_text() == GOOD
     assert files["env"].read_text() == "CUDA_HOME=/usr/local/cuda-12.9\n"

@@ -64,7 +64,10 @@ def put_back_command(
         f"cmp -s {saved}/{UNIT} {unit} && {{ [ ! -f {saved}/{ENVIRONMENT} ] || cmp -s {saved}/{ENVIRONMENT} {env}; }}"
     )
     restored = restore_command(unit_path, environment_file, '"$name"', top)
-    serves = "the unit and environment runtime $name last served with are back and serve again (start check passed)"
+    serves = (
+        "the unit and environment runtime $name last served with are back and serve again (start check passed);"
+        " change the setting the server refused, then deploy again"
+    )
     failed_too = "the settings runtime $name last served with were put back but did not start either"
     return (
         f"why=$({said}); name={current_name_word(root)}; "
