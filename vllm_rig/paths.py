@@ -47,6 +47,9 @@ WATCHDOG_UNIT = "vllm-rig-watchdog"  # .service (one round) and .timer
 # it succeeded. All of them are read with one remote command per run, so every stamp is listed in STAMPS.
 INITRAMFS_STAMP = f"{STATE_DIR}/initramfs-nouveau.stamp"  # the nouveau blacklist the initramfs was rebuilt for
 HOST_FINGERPRINT = f"{STATE_DIR}/host-fingerprint"  # kernel and driver the JIT caches were made with
+# The unit and environment file each runtime last served with (<dir>/<runtime name>/), saved when `current` leaves
+# it, put back when a rollback returns to it: a runtime of the other kind needs its own flags.
+SERVED_WITH_DIR = f"{STATE_DIR}/served-with"
 SWITCHED_STAMP = f"{STATE_DIR}/runtime-switched"  # the runtime `current` was last switched to (deploy or rollback)
 FLASHQLA_STAMP = f"{STATE_DIR}/flashqla-extension"  # the runtime whose FlashQLA extension is built
 GPU_VERDICT_PROVEN = f"{STATE_DIR}/gpu-verdict-proven"  # what the GPU verdict last passed for

@@ -1,7 +1,8 @@
 """Day two on the sandbox: every start proven (deploy, a killed server, a reboot), a wrong-answering engine
 given up on after the bound with the failing check named, a wedged engine restarted by the watchdog, a
 foreign process on a GPU delaying and then failing a start until it is gone, and a KV cache that came up
-small restarted once. The tests run in order on one machine; each leaves the service proven."""
+small restarted once, and a server that exits at start said at once, the settings it last served with put back.
+The tests run in order on one machine; each leaves the service proven."""
 
 from __future__ import annotations
 
@@ -214,3 +215,41 @@ def test_the_watchdog_is_one_setting_away_from_off(rig: Rig) -> None:
     assert rig.ssh("rig1", "systemctl show vllm -p MainPID --value").strip() == pid  # the server was left alone
     run = deploy(rig, "deploy.py", data=DATA)
     assert run.ok and rig.ssh("rig1", "systemctl is-active vllm-rig-watchdog.timer").strip() == "active"
+
+
+# A flag the server's own parser refuses at start (argparse: "argument --seed: invalid int value"); the settings
+# check flag names only, as a value's meaning is the server's. What the start check would otherwise wait for
+# /health: service_start_timeout_s (900) less the GPU wait (DATA) and 30 s (vllm_rig/stages/service/unit.py).
+BAD_FLAG = "--seed=not-a-number"
+START_CHECK_BUDGET_S = 900 - DATA["gpu_wait_timeout_s"] - 30
+
+
+def test_a_server_that_exits_at_start_is_said_at_once_and_the_last_settings_serve_again(rig: Rig) -> None:
+    current = rig.ssh("rig1", "readlink /opt/vllm-rig/current").strip()
+    since = time.time()
+    started = time.monotonic()
+    run = deploy(rig, "deploy.py", data={**DATA, "vllm_extra_args": [BAD_FLAG]})
+    wall = time.monotonic() - started
+    assert run.rc != 0 and "[rig1] Error: " in run.log, run.log[-3000:]  # the host failed (and so the run)
+    # Said long before the start check's timeout, and in the server's own words, as its journal has them.
+    assert wall < START_CHECK_BUDGET_S / 5, f"the deploy took {wall:.0f}s to say the server was gone"
+    said = "argument --seed: invalid int value: 'not-a-number'"
+    # systemctl's own "Job for vllm.service failed" comes first; the line after it is ours: the server's words and
+    # that the unit and environment it served with before are back, proven by the start check.
+    line = next((x for x in run.log.splitlines() if "the server exited" in x), run.error_line())
+    assert said in line and "status=2/INVALIDARGUMENT" in line, line
+    assert "last served with are back and serve again (start check passed); change the setting" in line, line
+    assert said in _journal(rig, since)
+    # This run left the box serving, without another: the same runtime, the unit without the flag, proven.
+    assert rig.ssh("rig1", "readlink /opt/vllm-rig/current").strip() == current
+    assert BAD_FLAG.split("=")[0] not in rig.ssh("rig1", "systemctl show vllm -p ExecStart --value")
+    assert rig.ssh("rig1", "systemctl is-active vllm", check=False).strip() == "active"
+    _proven_after(rig, since, timeout=5)
+    # The owner's next run without the flag finds the box as it left it: nothing rebuilt, the server left alone.
+    pid = rig.ssh("rig1", "systemctl show vllm -p MainPID --value").strip()
+    again = deploy(rig, "deploy.py", data=DATA)
+    assert again.ok, again.log[-3000:]
+    assert rig.ssh("rig1", "readlink /opt/vllm-rig/current").strip() == current
+    assert not [name for name in again.changed if "runtime" in name.lower() and "build" in name.lower()], again.changed
+    assert rig.ssh("rig1", "systemctl show vllm -p MainPID --value").strip() == pid
+    print(f"\nthe server's exit said after {wall:.1f}s of deploy (start check budget {START_CHECK_BUDGET_S}s)")

@@ -12,6 +12,7 @@ import dataclasses
 import json
 import time
 from collections.abc import Iterator
+from datetime import datetime
 
 import pytest
 
@@ -254,4 +255,98 @@ def test_a_hostile_source_archive_is_refused_and_the_last_runtime_serves(
     assert "source archive" in line and "sha256" in line, line
     assert two_kinds.ssh("rig1", "readlink /opt/vllm-rig/current").strip() == current
     assert _show(two_kinds, "rig1", "MainPID") == pid
+    assert service.models(service.api_key(two_kinds, "rig1"), "rig1") == ["qwen-local"]
+
+
+# ---- a runtime kind switch both ways, then a rollback across kinds (issue 39)
+
+FORK = {"runtime_kind": "fork"}
+# Said by the fork when it is started with the upstream kind's unit (its --device-ids, --reasoning-config budget):
+# argparse's refusal and systemd's exit line. A switch that restarts the old unit first leaves them in the journal.
+OLD_UNIT_REFUSED = ("error: argument", "unrecognized arguments", "INVALIDARGUMENT")
+
+
+def _start_check(rig: Rig, name: str) -> dict:
+    return json.loads(rig.ssh(name, "sudo cat /var/lib/vllm-rig/start-check.json"))
+
+
+def _proven_since(rig: Rig, name: str, since: float) -> dict:
+    """The start check's record of a start proven after `since` (whole seconds), read once the run has ended:
+    systemctl's start and restart wait for the unit's start check."""
+    result = _start_check(rig, name)
+    stamp = datetime.fromisoformat(result["time"].replace("Z", "+00:00")).timestamp()
+    assert result["ok"] and stamp >= int(since), result
+    return result
+
+
+def _served_since(rig: Rig, name: str, since: float) -> str:
+    journal = rig.ssh(name, f"sudo journalctl --no-pager -o cat --since=@{int(since)} -u vllm")
+    for refused in OLD_UNIT_REFUSED:
+        assert refused not in journal, (refused, journal[-3000:])
+    return journal
+
+
+def _kind(rig: Rig, name: str) -> str:
+    """The runtime record's kind; the fork's record names none (only the upstream kind's builds write one)."""
+    return json.loads(rig.ssh(name, "cat /opt/vllm-rig/current/runtime.json"))["inputs"].get("kind", "fork")
+
+
+@pytest.fixture(scope="module")
+def to_fork(two_kinds: Rig, compiled: dict) -> dict[str, object]:
+    """rig1, serving the upstream kind's compiled runtime, switched to the fork: one run of the whole deploy."""
+    before = two_kinds.ssh("rig1", "readlink /opt/vllm-rig/current").strip()
+    since = time.time()
+    run = deploy(two_kinds, "deploy.py", limit="rig1", data=FORK)
+    assert run.ok, run.log[-6000:]
+    start, end = unit_span(two_kinds, BUILD_UNIT, since, "rig1")
+    print(f"\nkind switch upstream -> fork on rig1: fork build (stand-in compile) {end - start:.1f}s")
+    return {"before": before, "since": since}
+
+
+def test_a_switch_to_the_fork_starts_the_fork_once_with_its_own_unit(two_kinds: Rig, to_fork: dict) -> None:
+    assert _kind(two_kinds, "rig1") == "fork"
+    assert two_kinds.ssh("rig1", "readlink /opt/vllm-rig/previous").strip() == to_fork["before"]
+    _proven_since(two_kinds, "rig1", to_fork["since"])
+    journal = _served_since(two_kinds, "rig1", to_fork["since"])  # the old unit never started the fork
+    start = _show(two_kinds, "rig1", "ExecStart")
+    assert "--device-ids" not in start and "default_thinking_token_budget" not in start.replace(" ", "")
+    assert "--device-ids" not in journal.rsplit("non-default args", 1)[-1].split("\n", 1)[0]
+    assert service.models(service.api_key(two_kinds, "rig1"), "rig1") == ["qwen-local"]
+
+
+@pytest.fixture(scope="module")
+def back_to_upstream(two_kinds: Rig, to_fork: dict) -> float:
+    """rig1 told the upstream kind's compile again: its runtime is `previous`, switched back to without a build."""
+    since = time.time()
+    run = deploy(two_kinds, "deploy.py", limit="rig1", data=COMPILE)
+    assert run.ok, run.log[-6000:]
+    return since
+
+
+def test_a_switch_back_to_upstream_builds_nothing_and_is_proven(
+    two_kinds: Rig, to_fork: dict, back_to_upstream: float
+) -> None:
+    assert two_kinds.ssh("rig1", "readlink /opt/vllm-rig/current").strip() == to_fork["before"]
+    assert _kind(two_kinds, "rig1") == "upstream-compile"
+    with pytest.raises(LookupError):
+        unit_span(two_kinds, BUILD_UNIT, back_to_upstream, "rig1")  # no build ran
+    _proven_since(two_kinds, "rig1", back_to_upstream)
+    _served_since(two_kinds, "rig1", back_to_upstream)
+    assert "--device-ids 0,1" in _show(two_kinds, "rig1", "ExecStart")
+    assert "CUDA_HOME=/usr/local/cuda-12.9 " in _environment(two_kinds, "rig1")
+
+
+def test_a_rollback_across_kinds_restarts_with_the_unit_that_runtime_served_with(
+    two_kinds: Rig, back_to_upstream: float
+) -> None:
+    since = time.time()
+    run = deploy(two_kinds, "tasks/rollback.py", limit="rig1", data=COMPILE)
+    assert run.ok, run.log[-4000:]
+    assert "the unit and environment" in run.log and "served with are back in place" in run.log, run.log[-3000:]
+    assert _kind(two_kinds, "rig1") == "fork"
+    _proven_since(two_kinds, "rig1", since)
+    _served_since(two_kinds, "rig1", since)
+    start = _show(two_kinds, "rig1", "ExecStart")
+    assert "--device-ids" not in start and "default_thinking_token_budget" not in start.replace(" ", "")
+    assert "nvidia/cu13" not in _environment(two_kinds, "rig1")
     assert service.models(service.api_key(two_kinds, "rig1"), "rig1") == ["qwen-local"]

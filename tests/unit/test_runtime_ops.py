@@ -11,7 +11,8 @@ import pytest
 
 from tests.unit.fake_host import plan as _plan
 from vllm_rig.core.git import GitCheckouts, GitSource, checkout_matches, checkout_script, fetch_script, git_checkouts
-from vllm_rig.paths import FLASHQLA_STAMP, HOST_FINGERPRINT, SWITCHED_STAMP
+from vllm_rig.paths import FLASHQLA_STAMP, HOST_FINGERPRINT, SERVED_WITH_DIR, SWITCHED_STAMP
+from vllm_rig.stages.runtime import served_with
 from vllm_rig.stages.runtime.operations import (
     Directory,
     build_runtime,
@@ -102,7 +103,13 @@ def test_another_running_build_stops_this_one() -> None:
     assert len(commands) == 1 and commands[0].startswith("FunctionCommand(fail_host")
 
 
-SWITCH = {"root": ROOT, "target": "new", "flashinfer_cache": "/var/lib/vllm/.cache/flashinfer"}
+SWITCH = {
+    "root": ROOT,
+    "target": "new",
+    "flashinfer_cache": "/var/lib/vllm/.cache/flashinfer",
+    "unit_path": "/etc/systemd/system/vllm.service",
+    "environment_file": "/etc/vllm-rig/vllm-environment.env",
+}
 
 
 def _stamps(**stamps: tuple[int, str]) -> dict[str, list[str]]:
@@ -114,7 +121,11 @@ def test_switch_keeps_the_old_runtime_as_previous_and_clears_flashinfer_jit() ->
     responses = {**_runtimes("old", None, old="complete\t\t", new="complete\t\t"), **_stamps()}
     changed, commands = _plan(responses, switch_runtime, **SWITCH)
     assert changed is True
-    steps = commands[0].split(" && ")
+    save, rest = commands[0].split("; fi && ", 1)
+    # First the unit and environment the old runtime served with, kept for a rollback to it (served_with.py).
+    assert save + "; fi" == served_with.save_command(SWITCH["unit_path"], SWITCH["environment_file"], "old")
+    assert f"cp -p /etc/systemd/system/vllm.service {SERVED_WITH_DIR}/old/unit" in save
+    steps = rest.split(" && ")
     assert steps[:4] == [
         f"ln -sfn {ROOT}/runtimes/new {ROOT}/.current.new",
         f"mv -T {ROOT}/.current.new {ROOT}/current",
@@ -141,11 +152,12 @@ def test_switch_removes_runtimes_other_than_current_previous_and_a_running_build
         "old", "older", older="complete\t\t", old="complete\t\t", new="complete\t\t", c="\t\t", d="\t\tactive"
     )
     _, commands = _plan(responses, switch_runtime, **SWITCH)
-    assert commands[-1] == f"rm -rf {ROOT}/runtimes/c {ROOT}/runtimes/older"  # new is current, old is previous
+    assert commands[-2] == f"rm -rf {ROOT}/runtimes/c {ROOT}/runtimes/older"  # new is current, old is previous
+    assert commands[-1] == f"rm -rf {SERVED_WITH_DIR}/c {SERVED_WITH_DIR}/older"  # and the units they served with
     kept = _runtimes("new", "old", old="complete\t\t", new="complete\t\t", c="\t\t")
     kept |= _stamps(**{SWITCHED_STAMP: (100, f"{ROOT}/runtimes/new")})
     _, commands = _plan(kept, switch_runtime, **SWITCH)
-    assert commands == [f"rm -rf {ROOT}/runtimes/c"]  # a failed build's runtime, after a re-run that kept current
+    assert commands[0] == f"rm -rf {ROOT}/runtimes/c"  # a failed build's runtime, after a re-run that kept current
 
 
 def test_directories_are_made_with_mode_and_owner_in_one_read() -> None:

@@ -231,8 +231,9 @@ with the `bin/rig update <commit>` that tries it."""
 _UPDATE_DOC = """A guarded fork update (tasks/update_fork.py): build the release beside the running runtime,
 prove it, benchmark both, switch only when decode and prefill are not worse than fork_update_margin_pct;
 else the old runtime stays."""
-_ROLLBACK_DOC = """Swap the runtime `current` and `previous` on each box and restart the service (the
-vllm-rig-rollback script the runtime stage installs; tasks/rollback.py). Running it again rolls forward.
+_ROLLBACK_DOC = """Swap the runtime `current` and `previous` on each box and restart the service with the unit
+that runtime served with, its runtime kind's flags (the vllm-rig-rollback script the runtime stage installs;
+tasks/rollback.py). Running it again rolls forward.
 The next deploy does not switch back to the runtime rolled back from."""
 _BENCH_DOC = """The reference setup's benchmark against the running service (tasks/bench.py): its table, JSON and a
 chart under bench-results/."""

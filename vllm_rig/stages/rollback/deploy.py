@@ -1,6 +1,8 @@
 """Rollback (on demand): the runtime stage's rollback script on each host, its output printed: it swaps
 `current` and `previous`, marks the runtime left behind as rolled back (the next deploy does not switch back
-to it unless told), and restarts the service, whose start proves itself. Running it again rolls forward.
+to it unless told), puts back the unit and environment the runtime returned to served with (a runtime of the
+other kind takes other flags) and restarts the service, whose start proves itself. Running it again rolls
+forward.
 
     pyinfra inventory.py tasks/rollback.py   (or bin/rig rollback)
 """

@@ -32,7 +32,7 @@ from vllm_rig.core.users import service_user
 from vllm_rig.paths import STATE_DIR, Layout
 from vllm_rig.settings import Settings
 from vllm_rig.stages.preflight.host_state import host_state
-from vllm_rig.stages.runtime import artifacts
+from vllm_rig.stages.runtime import artifacts, served_with
 from vllm_rig.stages.runtime import plan as runtime
 from vllm_rig.stages.runtime.artifact_store import StoreSetting
 from vllm_rig.stages.runtime.facts import RuntimeState
@@ -94,6 +94,9 @@ def rollback_context(s: Settings, layout: Layout, dirs: runtime.RuntimeDirs) -> 
         "switched_stamp": shlex.quote(paths.SWITCHED_STAMP),
         "flashqla_warm": flashqla_warm_command(s, layout, either_kind=True),
         "flashqla_stamp": shlex.quote(paths.FLASHQLA_STAMP),
+        # The unit each runtime served with: saved for the one left, put back for the one returned to.
+        "save_unit": served_with.save_command(layout.unit_path, layout.environment_file, '"$left"'),
+        "restore_unit": served_with.restore_command(layout.unit_path, layout.environment_file, '"$back"'),
     }
 
 
@@ -208,6 +211,8 @@ def install_runtime(s: Settings, retry_rolled_back: bool = False) -> None:
         root=s.install_root,
         target=choice.name,
         flashinfer_cache=f"{layout.service_home}/.cache/flashinfer",
+        unit_path=layout.unit_path,
+        environment_file=layout.environment_file,
     )
     clear_host_caches(name="JIT caches cleared when the kernel or driver changed", caches=jit_caches(layout))
     stamped(

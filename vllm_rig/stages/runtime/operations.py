@@ -22,6 +22,7 @@ from vllm_rig.core.stamp import ABSENT, stamps
 from vllm_rig.core.stamp import commands as stamp_commands
 from vllm_rig.core.systemd import said_on_failure
 from vllm_rig.paths import FLASHQLA_STAMP, HOST_FINGERPRINT, SWITCHED_STAMP
+from vllm_rig.stages.runtime import served_with
 from vllm_rig.stages.runtime.artifacts import waits_for
 from vllm_rig.stages.runtime.facts import (
     BuildState,
@@ -179,10 +180,11 @@ def _verdict(host, found: dict, runtime: str, unit: str, log: str) -> bool:
 
 
 @operation()
-def switch_runtime(root: str, target: str, flashinfer_cache: str):
+def switch_runtime(root: str, target: str, flashinfer_cache: str, unit_path: str, environment_file: str):
     """Point `current` at runtimes/<target> (atomic rename of a new symlink) and keep the old one as
-    `previous`; clear FlashInfer's JIT cache (its headers came with the runtime) and record the target in the
-    switch stamp (also when an earlier run moved the link but was cut before the stamp). Then delete the
+    `previous`, first saving the unit and environment file the old one served with (a rollback to it puts them
+    back: served_with.py); clear FlashInfer's JIT cache (its headers came with the runtime) and record the target
+    in the switch stamp (also when an earlier run moved the link but was cut before the stamp). Then delete the
     runtimes that are neither (superseded or failed builds) unless their build still runs; their logs stay."""
     state = host.get_fact(RuntimeState, root=root)
     current, previous = state["current"], state["previous"]
@@ -191,6 +193,8 @@ def switch_runtime(root: str, target: str, flashinfer_cache: str):
     steps = []
     if current != target:
         _say(f"switching current: {current or '(none)'} -> {target}")
+        if current:
+            steps.append(served_with.save_command(unit_path, environment_file, shlex.quote(current)))
         steps.append(f"ln -sfn {shlex.quote(path)} {r}/.current.new && mv -T {r}/.current.new {r}/current")
         if current and current in state["runtimes"]:
             old = shlex.quote(f"{root}/runtimes/{current}")
@@ -204,6 +208,7 @@ def switch_runtime(root: str, target: str, flashinfer_cache: str):
     if doomed:
         _say(f"removing old runtimes: {', '.join(doomed)}")
         yield "rm -rf " + " ".join(shlex.quote(f"{root}/runtimes/{n}") for n in doomed)
+        yield served_with.forget_command(doomed)
     elif not steps:
         host.noop(f"current is {target}; no old runtimes")
 

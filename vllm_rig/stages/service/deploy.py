@@ -26,6 +26,7 @@ from vllm_rig.core.users import service_user
 from vllm_rig.paths import Layout
 from vllm_rig.settings import Settings
 from vllm_rig.stages.preflight.host_state import host_state
+from vllm_rig.stages.runtime import served_with
 from vllm_rig.stages.runtime.operations import restart_if_stale
 from vllm_rig.stages.service.unit import (
     environment_file,
@@ -77,8 +78,12 @@ def install_service(s: Settings) -> None:
     for name in (*starts, f"{s.service_name} restarted if it runs an older runtime or cleared caches"):
         heartbeat.bound(host.name, name, s.service_start_timeout_s)
     # A start that fails says why (the server's own error line), at once: the start check gives up on a server
-    # that exited instead of waiting out its timeout.
-    said = server_gone_command(s, layout)
+    # that exited instead of waiting out its timeout. Where this run installed the unit or environment that
+    # failed, the ones the runtime last served with go back and it serves again: a failed run leaves the box
+    # serving (served_with.py; saved after the proof below).
+    said = served_with.put_back_command(
+        layout.unit_path, layout.environment_file, s.install_root, s.service_name, server_gone_command(s, layout)
+    )
     service_unit = f"{s.service_name}.service"
     server.shell(
         name=starts[0],
@@ -102,9 +107,13 @@ def install_service(s: Settings) -> None:
     probe = service_probe_command(s, layout)
     # After a driver change the service restarts on a new kernel module: prove it again.
     fingerprint = hashlib.sha256(f"{unit_text}|driver {s.nvidia_driver_version}".encode()).hexdigest()
+    # Proven: these are the unit and environment the runtime serves with, what a failed start puts back.
+    saved = served_with.save_command(
+        layout.unit_path, layout.environment_file, served_with.current_name_word(s.install_root)
+    )
     stamped(
         name="A real chat completion with the key, warm-up, then the known-answer checks",
-        command=probe,
+        command=f"{probe} && {saved}",
         stamp=paths.SERVICE_PROVEN,
         key=with_key_of(fingerprint, paths.SWITCHED_STAMP),
         streamed=True,
