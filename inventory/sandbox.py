@@ -28,6 +28,7 @@ from tests.sandbox import paths as _paths  # noqa: E402
 from tests.sandbox.fixtures import forge as _forge  # noqa: E402
 from tests.sandbox.fixtures import nvidia_repo as _nvidia_repo  # noqa: E402
 from tests.sandbox.fixtures import pkg_index as _pkg_index  # noqa: E402
+from tests.sandbox.fixtures.pkg_index import locks as _pkg_locks  # noqa: E402
 from vllm_rig.core import cli_limit as _cli_limit  # noqa: E402
 from vllm_rig.core import op_order as _op_order  # noqa: E402
 from vllm_rig.core import ssh_nodelay as _ssh_nodelay  # noqa: E402
@@ -211,6 +212,30 @@ def _runtime_kind() -> dict:
 
 _hosts = {m.name: _host(m) for m in _selected()}
 
+
+def _locks_dir() -> str:
+    """The sandbox's own hashed locks (its index's stand-in wheels), written for every host's settings."""
+    group = _settings()
+    hosts = [{**_group_data(), **group, **data} for _name, data in _hosts.values()]
+    fork_refs = list(_forge_refs().get("weicj/vLLM-2080Ti-Definitive", {}).values())
+    return str(_pkg_locks.ensure(hosts, fork_refs))
+
+
+def _forge_refs() -> dict:
+    try:
+        return _forge.manifest()
+    except (OSError, ValueError):
+        return {}
+
+
+def _group_data() -> dict:
+    """group_data/all.py as pyinfra reads it: the defaults under the sandbox's own settings."""
+    namespace: dict = {}
+    path = Path(__file__).resolve().parents[1] / "group_data" / "all.py"
+    exec(compile(path.read_text(), str(path), "exec"), namespace)  # noqa: S102 - the project's own data file
+    return {k: v for k, v in namespace.items() if not k.startswith("_") and not isinstance(v, type(os))}
+
+
 # Every sandbox machine; rig2 also stands for a box of the qwen38 profile.
-sandbox = (list(_hosts.values()), _settings())
+sandbox = (list(_hosts.values()), {**_settings(), "locks_dir": _locks_dir()})
 qwen38 = [_hosts[name] for name in ("rig2",) if name in _hosts]

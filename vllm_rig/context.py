@@ -14,9 +14,11 @@ from vllm_rig import host_settings
 from vllm_rig.core import become, heartbeat, run_summary
 from vllm_rig.core.facts import FactUnreadable
 from vllm_rig.settings import Settings, plain_http_warnings
+from vllm_rig.stages import locks
 from vllm_rig.validation import SettingsError, load_settings
 
 _validated: dict[str, Settings] = {}
+_locks_checked: list[bool] = []  # once per run: the locks are read once
 
 
 def stop_on_bad_settings() -> None:
@@ -44,6 +46,20 @@ def stop_on_bad_settings() -> None:
     # stage's time and changes for the summary (tasks/summary.py).
     heartbeat.install(ctx_state.get())
     run_summary.install(ctx_state.get())
+
+
+def stop_on_missing_locks() -> None:
+    """Every host's hashed install locks are there (locks_dir): a missing or unhashed one is one line per host and
+    stops the run before anything touches a host; nothing is installed by version alone."""
+    stop_on_bad_settings()
+    if _locks_checked:
+        return
+    _locks_checked.append(True)
+    lines = [f"[{name}] {line}" for name, s in _validated.items() for line in locks.problems(s)]
+    for line in dict.fromkeys(lines):
+        logger.error(line)
+    if lines:
+        sys.exit(1)
 
 
 def settings() -> Settings:

@@ -307,6 +307,10 @@ class Settings(BaseModel):
     torch_index_url: str = _setting(
         "torch wheel index, CUDA 12.8 lane", "an http(s) URL of a torch wheel index (e.g. the cu128 lane)"
     )
+    locks_dir: str = _setting(
+        "hashed locks every pip install on a box goes through (bin/locks)",
+        "a directory on the control machine (relative to the repo) holding the lock files",
+    )
     allow_plain_http_mirrors: bool = _setting(
         "accept http:// mirrors (index, torch, git, HF, NVIDIA apt) on a trusted LAN; warns",
         "true or false (false: an http:// pip_index_url, torch_index_url, git_mirror_prefix, hf_endpoint or "

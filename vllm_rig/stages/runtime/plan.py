@@ -17,6 +17,7 @@ from typing import Any
 
 from vllm_rig.paths import Layout, RuntimeDirs
 from vllm_rig.settings import Settings
+from vllm_rig.stages import locks
 from vllm_rig.stages.runtime import upstream
 from vllm_rig.stages.runtime.facts import Runtimes
 from vllm_rig.stages.runtime.lanes import (  # noqa: F401 - the plan's names, where callers find them
@@ -46,10 +47,14 @@ def build_inputs(s: Settings) -> dict[str, Any]:
     """Everything that changes what gets built. Its hash names the runtime."""
     patch = s.flashinfer_patch_data()
     fix = None if patch is None else {"patch": patch["patch"], "files": _fix_hashes(patch)}
+    # The lock's bytes: a changed lock (another file hashed, another version) is another runtime.
+    lock = locks.runtime_lock_or_none(s)
+    locked = {"lock": None if lock is None else lock.sha256}
     if s.runtime_kind == "upstream":
-        return {"format": BUILD_FORMAT, **upstream.build_inputs(s, fix)}
+        return {"format": BUILD_FORMAT, **upstream.build_inputs(s, fix), **locked}
     return {
         "format": BUILD_FORMAT,
+        **locked,
         "cuda": s.cuda_version,
         "python": s.python_version,
         "arch_list": s.gpu_compute_capability,
@@ -226,6 +231,7 @@ def build_spec(s: Settings, dirs: RuntimeDirs, fp: str, inputs: dict[str, Any], 
     Written 0600: index URLs may carry credentials."""
     layout = Layout.of(s)
     patch = s.flashinfer_patch_data()
+    lock = locks.runtime_lock_or_none(s)  # none: the deploy has stopped before (locks.problems)
     common = {
         "name": dirs.name,
         "fingerprint": fp,
@@ -240,6 +246,7 @@ def build_spec(s: Settings, dirs: RuntimeDirs, fp: str, inputs: dict[str, Any], 
         "check_script": layout.flashinfer_check,
         "kv_cache_dtype": s.kv_cache_dtype,  # the shared-memory probe judges the tile this KV cache uses
         "drop": list(DROPPED_PACKAGES),
+        "lock": None if lock is None else {"name": lock.name, "text": lock.text},
     }
     if s.runtime_kind == "upstream":
         return {**common, **upstream.spec_part(s, dirs)}

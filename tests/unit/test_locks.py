@@ -1,0 +1,113 @@
+"""The hashed locks: a hostile index's wheel (same name and version, other bytes) is refused by the build in one
+line naming the package, before anything is installed; a missing or unhashed lock stops the deploy in one line;
+the lock's bytes are part of the runtime's fingerprint. pip is real here, the index a local PEP 503 directory."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.sandbox.fixtures.pkg_index import simple, wheelfile
+from tests.unit.groupdata import profile_data
+from vllm_rig.host import runtime_build
+from vllm_rig.stages import locks
+from vllm_rig.stages.runtime import plan
+from vllm_rig.validation import load_settings
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _wheel(payload: str) -> bytes:
+    dist = wheelfile.Dist("demo-pkg", "1.0", {"demo_pkg/__init__.py": payload.encode()}, "a demo")
+    return wheelfile.build(dist)
+
+
+def _index(root: Path, data: bytes) -> str:
+    name = wheelfile.filename(wheelfile.Dist("demo-pkg", "1.0", {}, ""))
+    entry = simple.Entry(name, hashlib.sha256(data).hexdigest(), None, data)
+    simple.write_lane(root, [entry])
+    return root.as_uri() + "/"
+
+
+def _build(tmp_path: Path, lock_text: str) -> runtime_build.Build:
+    runtime = tmp_path / "runtime"
+    (runtime / "venv" / "bin").mkdir(parents=True)
+    (runtime / "venv" / "bin" / "python").symlink_to(sys.executable)  # pip only downloads here: nothing installed
+    spec = {"runtime": str(runtime), "cache": str(tmp_path / "cache"), "lock": {"name": "demo.txt", "text": lock_text}}
+    return runtime_build.Build(spec)
+
+
+def _lock(data: bytes) -> str:
+    return f"demo-pkg==1.0 \\\n    --hash=sha256:{hashlib.sha256(data).hexdigest()}\n"
+
+
+def test_a_hostile_index_wheel_is_refused_in_one_line_naming_the_package(tmp_path: Path) -> None:
+    good, hostile = _wheel("ok = True\n"), _wheel("import os; os.system('id')\n")
+    build = _build(tmp_path, _lock(good))
+    env = build.pip_env(_index(tmp_path / "hostile", hostile))
+    with pytest.raises(runtime_build.BuildError) as err:
+        build.pip_locked(["download", "--no-deps", "-d", str(tmp_path / "got")], env, "fetching demo", ["demo-pkg"])
+    said = str(err.value)
+    assert "\n" not in said and "demo-pkg==1.0" in said and hashlib.sha256(hostile).hexdigest() in said
+    assert "refused before anything was installed" in said
+    assert not (tmp_path / "got").exists() or not any((tmp_path / "got").iterdir())
+
+
+def test_the_locked_wheel_passes(tmp_path: Path) -> None:
+    good = _wheel("ok = True\n")
+    build = _build(tmp_path, _lock(good))
+    env = build.pip_env(_index(tmp_path / "good", good))
+    build.pip_locked(["download", "--no-deps", "-d", str(tmp_path / "got")], env, "fetching demo", ["demo-pkg"])
+    assert [p.read_bytes() for p in (tmp_path / "got").iterdir()] == [good]
+
+
+def test_a_spec_without_a_lock_installs_nothing_by_version(tmp_path: Path) -> None:
+    build = _build(tmp_path, "")
+    build.spec["lock"] = None
+    with pytest.raises(runtime_build.BuildError, match="no hashed lock"):
+        build.install_locked(dict(os.environ), "pip install")
+
+
+def test_a_requirement_the_lock_lacks_is_named() -> None:
+    text = _lock(b"x")
+    assert runtime_build.uncovered(["demo_pkg>=0.9", "numpy==2.3.1", "# c"], text) == ["numpy==2.3.1"]
+    assert list(runtime_build.lock_blocks(text)) == ["demo-pkg"]
+
+
+def test_the_default_profile_has_its_locks_and_they_are_fully_hashed() -> None:
+    s = load_settings(profile_data())
+    assert locks.problems(s) == []
+    lock = locks.runtime_lock(s)
+    assert lock.name == f"upstream-wheel-{s.vllm_version}-py{s.python_version}.txt"
+    found = locks.entries(lock.text)
+    assert found["vllm"] == s.vllm_version and found["torch"] == s.torch_version
+    assert "flashinfer-cubin" not in found and locks.unhashed(lock.text) == []
+    # The release wheel's recorded sha256 is one the lock holds for vllm.
+    assert s.vllm_wheel().sha256 in runtime_build.lock_blocks(lock.text)["vllm"]
+
+
+def test_a_missing_or_unhashed_lock_is_one_line(tmp_path: Path) -> None:
+    s = load_settings({**profile_data(), "locks_dir": str(tmp_path)})
+    lines = locks.problems(s)
+    assert len(lines) == 2 and all("\n" not in line and "bin/locks" in line for line in lines)
+    assert str(tmp_path / locks.runtime_name(s)) in lines[0]
+    (tmp_path / locks.runtime_name(s)).write_text("vllm==0.27.1\n")
+    assert "vllm==0.27.1 without --hash" in locks.problems(s)[0]
+
+
+def test_the_lock_is_part_of_the_runtime_fingerprint(tmp_path: Path) -> None:
+    s = load_settings(profile_data())
+    moved = tmp_path / "locks"
+    moved.mkdir()
+    for name in (locks.runtime_name(s), locks.tools_name(s)):
+        (moved / name).write_text(locks.directory(s).joinpath(name).read_text())
+    other = load_settings({**profile_data(), "locks_dir": str(moved)})
+    assert plan.fingerprint(plan.build_inputs(other)) == plan.fingerprint(plan.build_inputs(s))  # where: not what
+    (moved / locks.runtime_name(s)).write_text(locks.runtime_lock(s).text + "extra==1 \\\n    --hash=sha256:00\n")
+    assert plan.fingerprint(plan.build_inputs(other)) != plan.fingerprint(plan.build_inputs(s))
+    spec = plan.build_spec(other, plan.RuntimeDirs(other.install_root, "x"), "0" * 64, {}, 1)
+    assert spec["lock"]["text"].endswith("extra==1 \\\n    --hash=sha256:00\n")
