@@ -33,6 +33,7 @@ PYPI = "https://pypi.org/simple/"
 UV = "uv"  # requirements-dev.txt pins it
 HEADER = "# vllm-rig hashed lock for {what}: written by `bin/locks`, do not edit\n"
 INPUTS = "# inputs sha256 "
+INDEX = "# index fingerprint "  # where the caller has one (a sandbox's own index)
 
 
 class LockError(Exception):
@@ -203,7 +204,8 @@ def write(t: Target, out_dir: Path, python: str, platform: str, index_fingerprin
     if path.is_file() and f"{INPUTS}{key}\n" in path.read_text():
         return Lock(t.name, path.read_text()), False
     body = compile_lock(t, python, platform)
-    text = HEADER.format(what=t.what) + f"{INPUTS}{key}\n" + body
+    index = f"{INDEX}{index_fingerprint}\n" if index_fingerprint else ""
+    text = HEADER.format(what=t.what) + f"{INPUTS}{key}\n" + index + body
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
