@@ -321,6 +321,7 @@ def test_every_setting_is_covered_by_a_rule_or_is_free_text() -> None:
         "enable_auto_tool_choice",
         "disable_uvicorn_access_log",
         "gpu_power_limit_max_w",
+        "locks_dir",  # a control-machine path; a missing lock is said by name before any host (test_locks.py)
     }
     covered = {rule[0] for rule in RULES}
     assert set(Settings.model_fields) - covered - free_text == set()
