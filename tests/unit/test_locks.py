@@ -78,6 +78,18 @@ def test_a_requirement_the_lock_lacks_is_named() -> None:
     assert list(runtime_build.lock_blocks(text)) == ["demo-pkg"]
 
 
+def test_a_line_whose_marker_is_false_for_the_venv_is_not_asked_of_the_lock(tmp_path: Path) -> None:
+    build = _build(tmp_path, _lock(b"x"))
+    never = "six>=1.16.0; python_version > '9.0'"
+    assert build.applicable(["demo-pkg", never, "numpy; python_version >= '3'"]) == [
+        "demo-pkg",
+        "numpy; python_version >= '3'",
+    ]
+    build.require_locked(["demo_pkg>=0.9", never], "the tree")  # six is skipped by pip there, so not asked for
+    with pytest.raises(runtime_build.BuildError, match="names numpy; python_version >= '3', which the lock"):
+        build.require_locked(["demo-pkg", "numpy; python_version >= '3'"], "the tree")
+
+
 def test_the_default_profile_has_its_locks_and_they_are_fully_hashed() -> None:
     s = load_settings(profile_data())
     assert locks.problems(s) == []

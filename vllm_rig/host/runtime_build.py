@@ -215,6 +215,16 @@ def hash_refusal(said: str) -> str | None:
     )
 
 
+# pip's own marker evaluation (its vendored packaging), run by the build's venv python: the markers are judged for the
+# Python and platform the lock was resolved for, with nothing beyond what the venv already holds.
+MARKERS = (
+    "import json, sys\n"
+    "from pip._vendor.packaging.requirements import Requirement\n"
+    "reqs = [Requirement(line) for line in json.loads(sys.argv[1])]\n"
+    "print(json.dumps([r.marker is None or r.marker.evaluate() for r in reqs]))\n"
+)
+
+
 def uncovered(lines: list[str], text: str) -> list[str]:
     """The requirement lines whose package the lock does not hold (the lock was made from another set)."""
     blocks = lock_blocks(text)
@@ -539,9 +549,20 @@ class Build:
         """The whole lock, --no-deps: it is the closure, so pip installs exactly what it names."""
         self.pip_locked(["install", "--no-deps"], env, what)
 
+    def applicable(self, lines: list[str]) -> list[str]:
+        """The lines whose environment marker holds in the build's venv: pip skips the others, and the lock,
+        resolved for that Python, rightly lacks them (`six; python_version > '3.11'` on 3.11)."""
+        marked = [line for line in lines if ";" in line]
+        if not marked:
+            return lines
+        holds = json.loads(output([str(self.python), "-c", MARKERS, json.dumps(marked)]))
+        skipped = {line for line, ok in zip(marked, holds, strict=True) if not ok}
+        return [line for line in lines if line not in skipped]
+
     def require_locked(self, lines: list[str], what: str) -> None:
-        """Every package `lines` names is in the lock: one the lock lacks would be installed by nobody."""
-        lacking = uncovered(lines, self.lock_text())
+        """Every package `lines` names for this venv is in the lock: one the lock lacks would be installed by
+        nobody."""
+        lacking = uncovered(self.applicable(lines), self.lock_text())
         if lacking:
             raise BuildError(
                 f"{what} names {', '.join(lacking)}, which the lock {self.spec['lock']['name']} does not hold: "
