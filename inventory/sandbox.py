@@ -187,6 +187,7 @@ def _settings() -> dict:
         **_upstream(),
         "allow_plain_http_mirrors": True,  # every mirror is the sandbox's own, on 127.0.0.1 (its LAN)
         "pip_index_url": _pkg_index.index_url(),
+        "locks_dir": str(_pkg_locks.directory()),  # this index's own hashed locks, written on their first use
         "torch_index_url": _pkg_index.torch_index_url(),
         "hf_endpoint": f"http://127.0.0.1:{_paths.HF_MIRROR_PORT}",
         "python_version": "3.11",  # Debian 12's python3
@@ -213,29 +214,6 @@ def _runtime_kind() -> dict:
 _hosts = {m.name: _host(m) for m in _selected()}
 
 
-def _locks_dir() -> str:
-    """The sandbox's own hashed locks (its index's stand-in wheels), written for every host's settings."""
-    group = _settings()
-    hosts = [{**_group_data(), **group, **data} for _name, data in _hosts.values()]
-    fork_refs = list(_forge_refs().get("weicj/vLLM-2080Ti-Definitive", {}).values())
-    return str(_pkg_locks.ensure(hosts, fork_refs))
-
-
-def _forge_refs() -> dict:
-    try:
-        return _forge.manifest()
-    except (OSError, ValueError):
-        return {}
-
-
-def _group_data() -> dict:
-    """group_data/all.py as pyinfra reads it: the defaults under the sandbox's own settings."""
-    namespace: dict = {}
-    path = Path(__file__).resolve().parents[1] / "group_data" / "all.py"
-    exec(compile(path.read_text(), str(path), "exec"), namespace)  # noqa: S102 - the project's own data file
-    return {k: v for k, v in namespace.items() if not k.startswith("_") and not isinstance(v, type(os))}
-
-
 # Every sandbox machine; rig2 also stands for a box of the qwen38 profile.
-sandbox = (list(_hosts.values()), {**_settings(), "locks_dir": _locks_dir()})
+sandbox = (list(_hosts.values()), _settings())
 qwen38 = [_hosts[name] for name in ("rig2",) if name in _hosts]

@@ -14,7 +14,7 @@ from vllm_rig import host_settings
 from vllm_rig.core import become, heartbeat, run_summary
 from vllm_rig.core.facts import FactUnreadable
 from vllm_rig.settings import Settings, plain_http_warnings
-from vllm_rig.stages import locks
+from vllm_rig.stages.locks import first_use
 from vllm_rig.validation import SettingsError, load_settings
 
 _validated: dict[str, Settings] = {}
@@ -48,17 +48,20 @@ def stop_on_bad_settings() -> None:
     run_summary.install(ctx_state.get())
 
 
-def stop_on_missing_locks() -> None:
-    """Every host's hashed install locks are there (locks_dir): a missing or unhashed one is one line per host and
-    stops the run before anything touches a host; nothing is installed by version alone."""
+def ensure_locks() -> None:
+    """Every host's hashed install locks (locks_dir), before anything touches a host: one that is missing is
+    written here on first use and said loudly (vllm_rig/stages/locks/first_use.py); one that cannot be written,
+    or is not fully hashed, is one line per host and stops the run. Nothing is installed by version alone."""
     stop_on_bad_settings()
     if _locks_checked:
         return
     _locks_checked.append(True)
-    lines = [f"[{name}] {line}" for name, s in _validated.items() for line in locks.problems(s)]
-    for line in dict.fromkeys(lines):
+    outcome = first_use.ensure(_validated)
+    for line in outcome.written:
+        logger.warning(line)
+    for line in outcome.problems:
         logger.error(line)
-    if lines:
+    if outcome.problems:
         sys.exit(1)
 
 

@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 
-from vllm_rig.cli.locks import PLATFORM, settings_to_lock
+from vllm_rig.cli.locks import settings_to_lock
 from vllm_rig.host import runtime_build
 from vllm_rig.stages import locks
 from vllm_rig.stages.locks import make
@@ -42,7 +42,7 @@ def test_a_kept_lock_still_resolves_against_the_real_index(name: str) -> None:
         pytest.skip(f"{target.extra_index} does not answer from here")
     kept = (locks.REPO / locks.DEFAULT_DIR / name).read_text()
     python = name.rsplit("-py", 1)[1].removesuffix(".txt")
-    fresh = make.compile_lock(target, python, PLATFORM)
+    fresh = make.compile_lock(target, python, make.PLATFORM)
     assert locks.entries(fresh) == locks.entries(kept), "the resolver pins another set today: run bin/locks"
     fresh_blocks = runtime_build.lock_blocks(fresh)
     for dist, block in runtime_build.lock_blocks(kept).items():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -14,7 +15,10 @@ import pytest
 from tests.sandbox.fixtures.pkg_index import simple, wheelfile
 from tests.unit.groupdata import profile_data
 from vllm_rig.host import runtime_build
+from vllm_rig.settings import Settings
 from vllm_rig.stages import locks
+from vllm_rig.stages.locks import first_use
+from vllm_rig.stages.model.start import HF_HUB_VERSION
 from vllm_rig.stages.runtime import plan
 from vllm_rig.validation import load_settings
 
@@ -105,7 +109,7 @@ def test_the_default_profile_has_its_locks_and_they_are_fully_hashed() -> None:
 def test_a_missing_or_unhashed_lock_is_one_line(tmp_path: Path) -> None:
     s = load_settings({**profile_data(), "locks_dir": str(tmp_path)})
     lines = locks.problems(s)
-    assert len(lines) == 2 and all("\n" not in line and "bin/locks" in line for line in lines)
+    assert len(lines) == 2 and all("\n" not in line and "on first use" in line for line in lines)
     assert str(tmp_path / locks.runtime_name(s)) in lines[0]
     (tmp_path / locks.runtime_name(s)).write_text("vllm==0.27.1\n")
     assert "vllm==0.27.1 without --hash" in locks.problems(s)[0]
@@ -123,3 +127,58 @@ def test_the_lock_is_part_of_the_runtime_fingerprint(tmp_path: Path) -> None:
     assert plan.fingerprint(plan.build_inputs(other)) != plan.fingerprint(plan.build_inputs(s))
     spec = plan.build_spec(other, plan.RuntimeDirs(other.install_root, "x"), "0" * 64, {}, 1)
     assert spec["lock"]["text"].endswith("extra==1 \\\n    --hash=sha256:00\n")
+
+
+# ---- trust on first use: a lock a host needs and locks_dir lacks is written by the deploy, then kept ---------------
+
+
+def _hub_index(root: Path, payload: str) -> tuple[str, bytes]:
+    """A local index serving the tools venv's one requirement (a stand-in of its pinned version, no dependencies)."""
+    dist = wheelfile.Dist("huggingface_hub", HF_HUB_VERSION, {"huggingface_hub/__init__.py": payload.encode()}, "hub")
+    data = wheelfile.build(dist)
+    simple.write_lane(root, [simple.Entry(wheelfile.filename(dist), hashlib.sha256(data).hexdigest(), None, data)])
+    return root.as_uri() + "/", data
+
+
+def _first_use_settings(tmp_path: Path, index: str) -> Settings:
+    """The default profile with locks_dir in tmp_path (its runtime lock there already) and a local index (a file://
+    URL, which the settings refuse from an owner: set past validation, for this test only)."""
+    s = load_settings({**profile_data(), "locks_dir": str(tmp_path / "locks")})
+    (tmp_path / "locks").mkdir()
+    shutil.copy(REPO / "locks" / locks.runtime_name(s), tmp_path / "locks")
+    return s.model_copy(update={"pip_index_url": index})
+
+
+def test_a_missing_lock_is_written_on_first_use_said_loudly_and_never_rewritten_by_a_deploy(tmp_path: Path) -> None:
+    index, good = _hub_index(tmp_path / "index", "ok = True\n")
+    s = _first_use_settings(tmp_path, index)
+    out = first_use.ensure({"box1": s, "box2": s})
+    assert out.problems == []
+    assert len(out.written) == 1 and "\n" not in out.written[0]
+    said = out.written[0]
+    assert said.startswith(f"wrote {Path(s.locks_dir) / locks.tools_name(s)} from {index} on first use")
+    assert said.endswith("every box now installs exactly these files; commit it")
+    lock = locks.tools_lock(s)
+    assert locks.entries(lock.text) == {"huggingface-hub": HF_HUB_VERSION}
+    assert hashlib.sha256(good).hexdigest() in lock.text and locks.unhashed(lock.text) == []
+    # The index now serves other bytes under the same version: a deploy keeps the lock (pip then refuses them).
+    _hub_index(tmp_path / "index", "import os; os.system('id')\n")
+    again = first_use.ensure({"box1": s})
+    assert again.written == [] and again.problems == [] and locks.tools_lock(s).text == lock.text
+
+
+def test_a_lock_that_cannot_be_written_is_one_line_per_host(tmp_path: Path) -> None:
+    s = _first_use_settings(tmp_path, (tmp_path / "nowhere").as_uri() + "/")
+    out = first_use.ensure({"box1": s, "box2": s})
+    assert out.written == [] and len(out.problems) == 2
+    assert [line.split(" ", 1)[0] for line in out.problems] == ["[box1]", "[box2]"]
+    assert all("\n" not in line and "none could be written: uv could not resolve" in line for line in out.problems)
+    assert not (tmp_path / "locks" / locks.tools_name(s)).exists()
+
+
+def test_an_unhashed_lock_is_said_not_rewritten(tmp_path: Path) -> None:
+    s = _first_use_settings(tmp_path, "https://index.invalid/simple/")
+    (tmp_path / "locks" / locks.tools_name(s)).write_text(f"huggingface-hub=={HF_HUB_VERSION}\n")
+    out = first_use.ensure({"box1": s})
+    assert out.written == [] and len(out.problems) == 1 and "without --hash" in out.problems[0]
+    assert (tmp_path / "locks" / locks.tools_name(s)).read_text() == f"huggingface-hub=={HF_HUB_VERSION}\n"

@@ -20,7 +20,6 @@ from vllm_rig.settings import Settings
 from vllm_rig.stages.locks import REPO, make, runtime_name, tools_name
 from vllm_rig.validation import SettingsError, load_settings
 
-PLATFORM = "x86_64-manylinux_2_39"  # Ubuntu 24.04's glibc 2.39
 PROFILES = (None, "qwen38", "fork_validated")
 
 
@@ -70,7 +69,7 @@ def main(argv: list[str]) -> int:
             done.add(name)
             try:
                 t = target(s) if target else make.runtime_target(s, make.source_lines(s, args.fork_tree))
-                _lock, written = make.write(t, args.out, s.python_version, PLATFORM)
+                _lock, written = make.write(t, args.out, s.python_version, make.PLATFORM)
                 print(f"{'wrote' if written else 'unchanged'} {t.name}: {t.what}")
             except make.LockError as err:
                 failed.append(str(err))

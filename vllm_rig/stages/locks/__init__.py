@@ -5,7 +5,8 @@ bytes under the same name and version is refused by pip before anything is insta
 One lock per runtime build (the upstream kind's release wheel per vLLM release, its compile per release and torch
 lane, the fork per commit and torch lane) and one for the tools venv, each for one Python. They are data files under
 `locks_dir` (the project's locks/ by default), written by `bin/locks` from the real resolver
-(uv pip compile --generate-hashes); this module only finds and reads them on the control machine.
+(uv pip compile --generate-hashes), or by the deploy itself the first time a host needs one that is not there
+(first_use.py); this module only finds and reads them on the control machine.
 """
 
 from __future__ import annotations
@@ -80,8 +81,8 @@ def read(s: Settings, name: str, what: str) -> Lock:
     path = directory(s) / name
     if not path.is_file():
         raise LockMissing(
-            f"locks_dir: no hashed lock for {what} ({path}): run `{COMMAND}` where its index is reachable, "
-            "or point locks_dir at a directory that holds it"
+            f"locks_dir: no hashed lock for {what} ({path}): a deploy writes it on first use, or run `{COMMAND}` "
+            "where its index is reachable"
         )
     text = path.read_text()
     bare = unhashed(text)
@@ -104,12 +105,17 @@ def runtime_lock(s: Settings) -> Lock:
     return read(s, runtime_name(s), runtime_what(s))
 
 
+def tools_what(s: Settings) -> str:
+    return f"the tools venv on Python {s.python_version}"
+
+
 def tools_lock(s: Settings) -> Lock:
-    return read(s, tools_name(s), f"the tools venv on Python {s.python_version}")
+    return read(s, tools_name(s), tools_what(s))
 
 
 def runtime_lock_or_none(s: Settings) -> Lock | None:
-    """For the plan: a missing lock is said before any host is touched (problems), so here it is only absent."""
+    """For the plan: a missing lock is written or said before any host is touched (first_use), so here it is
+    only absent."""
     try:
         return runtime_lock(s)
     except LockMissing:

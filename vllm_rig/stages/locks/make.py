@@ -22,15 +22,19 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from pip._internal.models.index import PyPI
+
 from vllm_rig.host import runtime_build
 from vllm_rig.paths import RuntimeDirs
 from vllm_rig.settings import Settings
-from vllm_rig.stages.locks import Lock, runtime_name, runtime_what, tools_name
+from vllm_rig.stages.locks import Lock, runtime_name, runtime_what, tools_name, tools_what
 from vllm_rig.stages.model.start import HF_HUB_VERSION
 from vllm_rig.stages.runtime import plan
 
-PYPI = "https://pypi.org/simple/"
-UV = "uv"  # requirements-dev.txt pins it
+# pip's own name for its default index (PyPI): what a box's pip uses when pip_index_url is unset.
+PYPI = PyPI.simple_url.rstrip("/") + "/"
+PLATFORM = "x86_64-manylinux_2_39"  # the boxes' Ubuntu 24.04 (glibc 2.39); older manylinux tags fit it too
+UV = "uv"  # requirements.txt pins it: a deploy writes a missing lock on first use
 HEADER = "# vllm-rig hashed lock for {what}: written by `bin/locks`, do not edit\n"
 INPUTS = "# inputs sha256 "
 INDEX = "# index fingerprint "  # where the caller has one (a sandbox's own index)
@@ -75,8 +79,7 @@ def runtime_target(s: Settings, tree_lines: list[str]) -> Target:
 
 
 def tools_target(s: Settings) -> Target:
-    what = f"the tools venv on Python {s.python_version}"
-    return Target(tools_name(s), what, (f"huggingface_hub=={HF_HUB_VERSION}",), s.pip_index_url or PYPI, None)
+    return Target(tools_name(s), tools_what(s), (f"huggingface_hub=={HF_HUB_VERSION}",), s.pip_index_url or PYPI, None)
 
 
 def needs_tree(s: Settings) -> bool:
@@ -162,10 +165,10 @@ def source_lines(s: Settings, fork: Path | None = None) -> list[str]:
 
 
 def uv() -> str:
-    beside = Path(sys.executable).with_name("uv")  # the venv's own uv (requirements-dev.txt)
+    beside = Path(sys.executable).with_name("uv")  # the venv's own uv (requirements.txt)
     found = str(beside) if beside.exists() else shutil.which(UV)
     if found is None:
-        raise LockError("uv is not installed: pip install -r requirements-dev.txt")
+        raise LockError("uv is not installed on this machine: pip install -r requirements.txt")
     return found
 
 
