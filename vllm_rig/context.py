@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 from collections.abc import Callable
 
 from pyinfra import host, logger, state
@@ -18,7 +19,8 @@ from vllm_rig.stages.locks import first_use
 from vllm_rig.validation import SettingsError, load_settings
 
 _validated: dict[str, Settings] = {}
-_locks_checked: list[bool] = []  # once per run: the locks are read once
+_locks_ok: list[bool] = []  # once per run: whether every host has its locks
+_locks_guard = threading.Lock()
 
 
 def stop_on_bad_settings() -> None:
@@ -53,16 +55,23 @@ def ensure_locks() -> None:
     written here on first use and said loudly (vllm_rig/stages/locks/first_use.py); one that cannot be written,
     or is not fully hashed, is one line per host and stops the run. Nothing is installed by version alone."""
     stop_on_bad_settings()
-    if _locks_checked:
-        return
-    _locks_checked.append(True)
+    # pyinfra loads the deploy file for every host at once, in greenlets (its gevent patches threading's lock):
+    # while the first host writes a lock (uv and git are subprocesses, so it yields), the others wait here
+    # instead of planning a build without it.
+    with _locks_guard:
+        if not _locks_ok:
+            _locks_ok.append(_write_missing_locks())
+    if not _locks_ok[0]:
+        sys.exit(1)
+
+
+def _write_missing_locks() -> bool:
     outcome = first_use.ensure(_validated)
     for line in outcome.written:
         logger.warning(line)
     for line in outcome.problems:
         logger.error(line)
-    if outcome.problems:
-        sys.exit(1)
+    return not outcome.problems
 
 
 def settings() -> Settings:

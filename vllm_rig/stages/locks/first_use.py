@@ -53,7 +53,7 @@ def ensure(hosts: Mapping[str, Settings]) -> Outcome:
             if not path.exists() and path not in failed:
                 try:
                     out.written.append(_write(s, name))
-                except make.LockError as err:
+                except (make.LockError, OSError) as err:  # OSError: git missing here, locks_dir not writable
                     failed[path] = f"locks_dir: no hashed lock for {what} ({path}), and none could be written: {err}"
             if path in failed:
                 out.problems.append(f"[{host}] {failed[path]}")
