@@ -134,14 +134,18 @@ def sdist_tree(s: Settings, dest: Path) -> Path:
         with urllib.request.urlopen(page_url, timeout=60) as page:  # noqa: S310 - an http(s) setting
             links = _Links()
             links.feed(page.read().decode())
-        href = next(h for h in links.hrefs if urllib.parse.unquote(h.split("#")[0]).endswith("/" + sdist.filename))
-        with urllib.request.urlopen(urllib.parse.urljoin(page_url, href), timeout=300) as got:  # noqa: S310
+        # A link's last path segment is the file's name (PyPI's links are absolute, a plain index's relative).
+        named = [h for h in links.hrefs if urllib.parse.unquote(h.split("#")[0]).rsplit("/", 1)[-1] == sdist.filename]
+        if not named:
+            raise LockError(f"{sdist.filename} is not listed on {runtime_build.redact(page_url)}")
+        with urllib.request.urlopen(urllib.parse.urljoin(page_url, named[0]), timeout=300) as got:  # noqa: S310
             data = got.read()
-    except (OSError, StopIteration) as err:
-        raise LockError(f"{sdist.filename} could not be fetched from {index}: {err or 'not listed'}") from None
+    except OSError as err:
+        raise LockError(f"{sdist.filename} could not be fetched from {runtime_build.redact(index)}: {err}") from None
     digest = hashlib.sha256(data).hexdigest()
     if digest != s.vllm_sdist_hash():
-        raise LockError(f"{sdist.filename} from {index} has sha256 {digest}, not the recorded {s.vllm_sdist_hash()}")
+        where = runtime_build.redact(index)
+        raise LockError(f"{sdist.filename} from {where} has sha256 {digest}, not the recorded {s.vllm_sdist_hash()}")
     top = sdist.filename.removesuffix(".tar.gz")
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
         wanted = [m for m in tar.getmembers() if m.isfile() and m.name.startswith(f"{top}/requirements/")]
