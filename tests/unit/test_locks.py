@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -182,3 +183,32 @@ def test_an_unhashed_lock_is_said_not_rewritten(tmp_path: Path) -> None:
     out = first_use.ensure({"box1": s})
     assert out.written == [] and len(out.problems) == 1 and "without --hash" in out.problems[0]
     assert (tmp_path / "locks" / locks.tools_name(s)).read_text() == f"huggingface-hub=={HF_HUB_VERSION}\n"
+
+
+# pyinfra loads the deploy file for every host at once, in gevent greenlets (pyinfra_cli patches the stdlib first).
+RACE = """
+from gevent import monkey
+monkey.patch_all()
+import gevent
+from vllm_rig import context
+from vllm_rig.stages.locks import first_use
+said = []
+def slow_writing(hosts):
+    said.append("writing")
+    gevent.sleep(0.2)  # uv and git are subprocesses: the writing host yields
+    said.append("written")
+    return first_use.Outcome()
+first_use.ensure = slow_writing
+context.stop_on_bad_settings = lambda: None
+def plan(name):
+    context.ensure_locks()
+    said.append("planned " + name)
+gevent.joinall([gevent.spawn(plan, "a"), gevent.spawn(plan, "b")])
+print(" | ".join(said))
+"""
+
+
+def test_no_host_plans_while_another_writes_a_missing_lock() -> None:
+    proc = subprocess.run([sys.executable, "-c", RACE], capture_output=True, text=True, cwd=REPO, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "writing | written | planned a | planned b"
