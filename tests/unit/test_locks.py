@@ -99,12 +99,30 @@ def test_the_default_profile_has_its_locks_and_they_are_fully_hashed() -> None:
     s = load_settings(profile_data())
     assert locks.problems(s) == []
     lock = locks.runtime_lock(s)
-    assert lock.name == f"upstream-wheel-{s.vllm_version}-py{s.python_version}.txt"
+    assert lock.name.startswith(f"upstream-wheel-{s.vllm_version}-") and lock.name.endswith(
+        f"-py{s.python_version}.txt"
+    )
     found = locks.entries(lock.text)
     assert found["vllm"] == s.vllm_version and found["torch"] == s.torch_version
     assert "flashinfer-cubin" not in found and locks.unhashed(lock.text) == []
     # The release wheel's recorded sha256 is one the lock holds for vllm.
     assert s.vllm_wheel().sha256 in runtime_build.lock_blocks(lock.text)["vllm"]
+
+
+def test_another_pin_is_another_lock_never_a_stale_one() -> None:
+    s = load_settings({**profile_data(), "runtime_kind": "fork"})
+    other = load_settings(
+        {
+            **profile_data(),
+            "runtime_kind": "fork",
+            "flashinfer_version": "0.6.14",
+            "kv_cache_dtype": "auto",
+            "models": {},
+        }
+    )
+    assert locks.runtime_name(s) != locks.runtime_name(other)
+    assert locks.runtime_name(s) == locks.runtime_name(load_settings({**profile_data(), "runtime_kind": "fork"}))
+    assert locks.runtime_name(s).startswith(f"fork-{s.fork_ref[:12]}-cu128-")
 
 
 def test_a_missing_or_unhashed_lock_is_one_line(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ lane, the fork per commit and torch lane) and one for the tools venv, each for o
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,8 +47,13 @@ def directory(s: Settings) -> Path:
 
 
 def runtime_name(s: Settings) -> str:
-    """The runtime build's lock file: what it installs decides the name (kind, release or commit, torch lane)."""
-    py = f"py{s.python_version}"
+    """The runtime build's lock file: what it installs decides the name (kind, release or commit, torch lane, and
+    a digest of the pins and the rest of the set the build resolves: a changed pin is another lock, never a stale
+    one)."""
+    from vllm_rig.stages.runtime import plan  # the plan reads the locks: imported here, not at the top
+
+    digest = hashlib.sha256(json.dumps(plan.lock_inputs(s), sort_keys=True).encode()).hexdigest()[:8]
+    py = f"{digest}-py{s.python_version}"
     if s.runtime_kind == "upstream" and s.upstream_build == "wheel":
         return f"upstream-wheel-{s.vllm_version}-{py}.txt"
     lane = torch_lane(s.torch_index_url).replace("/", "_").replace(":", "_")

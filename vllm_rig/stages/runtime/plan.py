@@ -226,12 +226,39 @@ def cache_name(url: str) -> str:
     return "+".join(parts[-2:])
 
 
+# What decides the set a runtime's lock resolves (its name carries their digest: another pin, another lock).
+LOCK_KEYS = (
+    "kind",
+    "pins",
+    "overrides",
+    "replace",
+    "drop",
+    "torch_packages",
+    "torch_exact",
+    "build_requires",
+    "lane_extras",
+    "cuda_toolkit",
+)
+
+
+def lock_inputs(s: Settings) -> dict[str, Any]:
+    """The parts of the build spec that decide what the runtime's lock holds (the source tree's own lines aside:
+    the commit or release in the lock's name fixes them)."""
+    spec = _spec(s, RuntimeDirs(s.install_root, "lock"), "0" * 64, {}, 1)
+    return {key: spec.get(key) for key in LOCK_KEYS}
+
+
 def build_spec(s: Settings, dirs: RuntimeDirs, fp: str, inputs: dict[str, Any], jobs: int) -> dict[str, Any]:
-    """What vllm_rig/host/runtime_build.py needs on the host: paths, pins, sources, indexes and the FlashInfer fix.
-    Written 0600: index URLs may carry credentials."""
+    """What vllm_rig/host/runtime_build.py needs on the host: paths, pins, sources, indexes, the FlashInfer fix and
+    the hashed lock. Written 0600: index URLs may carry credentials."""
+    lock = locks.runtime_lock_or_none(s)  # none: the deploy has stopped before (first_use)
+    locked = None if lock is None else {"name": lock.name, "text": lock.text}
+    return {**_spec(s, dirs, fp, inputs, jobs), "lock": locked}
+
+
+def _spec(s: Settings, dirs: RuntimeDirs, fp: str, inputs: dict[str, Any], jobs: int) -> dict[str, Any]:
     layout = Layout.of(s)
     patch = s.flashinfer_patch_data()
-    lock = locks.runtime_lock_or_none(s)  # none: the deploy has stopped before (locks.problems)
     common = {
         "name": dirs.name,
         "fingerprint": fp,
@@ -246,7 +273,6 @@ def build_spec(s: Settings, dirs: RuntimeDirs, fp: str, inputs: dict[str, Any], 
         "check_script": layout.flashinfer_check,
         "kv_cache_dtype": s.kv_cache_dtype,  # the shared-memory probe judges the tile this KV cache uses
         "drop": list(DROPPED_PACKAGES),
-        "lock": None if lock is None else {"name": lock.name, "text": lock.text},
     }
     if s.runtime_kind == "upstream":
         return {**common, **upstream.spec_part(s, dirs)}
