@@ -23,9 +23,9 @@ class Outcome:
     problems: list[str] = field(default_factory=list)  # one line per host and lock it still lacks
 
 
-def index_names(t: make.Target) -> str:
+def index_names(s: Settings, t: make.Target) -> str:
     """The indexes a lock came from, as an owner names them (credentials in a URL redacted)."""
-    main = "PyPI" if t.index == make.PYPI else redact(t.index)
+    main = "PyPI" if s.pip_index_url is None else redact(t.index)
     return f"{main} and {redact(t.extra_index)}" if t.extra_index else main
 
 
@@ -40,7 +40,7 @@ def _write(s: Settings, name: str) -> str:
     t = _target(s, name)
     make.write(t, locks.directory(s), s.python_version, make.PLATFORM)
     shown = Path(s.locks_dir) / name
-    return f"wrote {shown} from {index_names(t)} on first use; every box now installs exactly these files; commit it"
+    return f"wrote {shown} from {index_names(s, t)} on first use; every box now installs exactly these files; commit it"
 
 
 def ensure(hosts: Mapping[str, Settings]) -> Outcome:

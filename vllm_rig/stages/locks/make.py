@@ -8,6 +8,7 @@ fingerprint where a caller has one, uv's version): a lock whose inputs are uncha
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import html.parser
 import io
@@ -22,8 +23,6 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from pip._internal.models.index import PyPI
-
 from vllm_rig.host import runtime_build
 from vllm_rig.paths import RuntimeDirs
 from vllm_rig.settings import Settings
@@ -31,8 +30,6 @@ from vllm_rig.stages.locks import Lock, runtime_name, runtime_what, tools_name, 
 from vllm_rig.stages.model.start import HF_HUB_VERSION
 from vllm_rig.stages.runtime import plan
 
-# pip's own name for its default index (PyPI): what a box's pip uses when pip_index_url is unset.
-PYPI = PyPI.simple_url.rstrip("/") + "/"
 PLATFORM = "x86_64-manylinux_2_39"  # the boxes' Ubuntu 24.04 (glibc 2.39); older manylinux tags fit it too
 UV = "uv"  # requirements.txt pins it: a deploy writes a missing lock on first use
 HEADER = "# vllm-rig hashed lock for {what}: written by `bin/locks`, do not edit\n"
@@ -42,6 +39,17 @@ INDEX = "# index fingerprint "  # where the caller has one (a sandbox's own inde
 
 class LockError(Exception):
     """The resolver or a source could not be reached or refused the set: one line why."""
+
+
+@functools.cache
+def pypi() -> str:
+    """pip's own name for its default index (PyPI): what a box's pip uses when pip_index_url is unset. Asked of
+    pip in a child process: importing pip's internals here breaks a later setuptools import (its distutils shim)."""
+    code = "from pip._internal.models.index import PyPI; print(PyPI.simple_url)"
+    said = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False).stdout.strip()
+    if not said.startswith("https://"):
+        raise LockError("pip could not name its default index (PyPI) on this machine: set pip_index_url")
+    return said.rstrip("/") + "/"
 
 
 @dataclass(frozen=True)
@@ -75,11 +83,13 @@ def runtime_target(s: Settings, tree_lines: list[str]) -> Target:
     wheel = s.runtime_kind == "upstream" and s.upstream_build == "wheel"
     reqs = tuple(runtime_requirements(s, tree_lines))
     extra = None if wheel else s.torch_index_url
-    return Target(runtime_name(s), runtime_what(s), reqs, s.pip_index_url or PYPI, extra)
+    return Target(runtime_name(s), runtime_what(s), reqs, s.pip_index_url or pypi(), extra)
 
 
 def tools_target(s: Settings) -> Target:
-    return Target(tools_name(s), tools_what(s), (f"huggingface_hub=={HF_HUB_VERSION}",), s.pip_index_url or PYPI, None)
+    return Target(
+        tools_name(s), tools_what(s), (f"huggingface_hub=={HF_HUB_VERSION}",), s.pip_index_url or pypi(), None
+    )
 
 
 def needs_tree(s: Settings) -> bool:
@@ -128,7 +138,7 @@ class _Links(html.parser.HTMLParser):
 
 def sdist_tree(s: Settings, dest: Path) -> Path:
     """vLLM's source archive from the index's page, checked by the recorded sha256 before it is opened."""
-    sdist, index = s.vllm_sdist(), s.pip_index_url or PYPI
+    sdist, index = s.vllm_sdist(), s.pip_index_url or pypi()
     page_url = urllib.parse.urljoin(index if index.endswith("/") else index + "/", "vllm/")
     try:
         with urllib.request.urlopen(page_url, timeout=60) as page:  # noqa: S310 - an http(s) setting
