@@ -9,9 +9,10 @@ a bad value stops the run before anything touches a host.
 
 from pyinfra import local
 
-from vllm_rig.context import stop_on_bad_settings
+from vllm_rig.context import ensure_locks, stop_on_bad_settings
 
 stop_on_bad_settings()
+ensure_locks()  # every pip install on a box goes through a hashed lock (a missing one: written on first use)
 
 local.include("tasks/preflight.py")  # read-only checks; a failing host stops here
 local.include("tasks/model_start.py")  # the model download starts in the background, before any apt or git work

@@ -136,6 +136,7 @@ flashinfer_sm75_patches = {  # per FlashInfer release: its SM75 fix as fixed hea
 git_mirror_prefix = ""  # put in front of every git URL (e.g. a GitHub proxy); "" for direct
 pip_index_url = None  # Python package index for pip; None uses pip's default (PyPI)
 torch_index_url = "https://download.pytorch.org/whl/cu128"  # torch wheel index, CUDA 12.8 lane
+locks_dir = "locks"  # hashed locks of every pip install on a box (bin/locks; a missing one: written on first use)
 allow_plain_http_mirrors = False  # accept http:// mirrors (index, torch, git, HF, NVIDIA apt) on a trusted LAN; warns
 build_max_jobs = "auto"  # compile jobs: auto = min(8, threads, (RAM GB - 3) / 3)
 build_timeout_s = 14400  # give up on a build after this many seconds

@@ -29,6 +29,7 @@ from tests.sandbox.fixtures import chat_index as _chat_index  # noqa: E402
 from tests.sandbox.fixtures import forge as _forge  # noqa: E402
 from tests.sandbox.fixtures import nvidia_repo as _nvidia_repo  # noqa: E402
 from tests.sandbox.fixtures import pkg_index as _pkg_index  # noqa: E402
+from tests.sandbox.fixtures.pkg_index import locks as _pkg_locks  # noqa: E402
 from vllm_rig.core import cli_limit as _cli_limit  # noqa: E402
 from vllm_rig.core import op_order as _op_order  # noqa: E402
 from vllm_rig.core import ssh_nodelay as _ssh_nodelay  # noqa: E402
@@ -190,6 +191,7 @@ def _settings() -> dict:
         **_upstream(),
         "allow_plain_http_mirrors": True,  # every mirror is the sandbox's own, on 127.0.0.1 (its LAN)
         "pip_index_url": _pkg_index.index_url(),
+        "locks_dir": str(_pkg_locks.directory()),  # this index's own hashed locks, written on their first use
         "torch_index_url": _pkg_index.torch_index_url(),
         # The chat page (chat_page: true): Open WebUI's real closure (tests/sandbox/fixtures/chat_index.py, built
         # by its scenario); its real CPU torch comes from whl/cpu/, the default: torch_index_url's lane swapped.
@@ -217,6 +219,7 @@ def _runtime_kind() -> dict:
 
 
 _hosts = {m.name: _host(m) for m in _selected()}
+
 
 # Every sandbox machine; rig2 also stands for a box of the qwen38 profile.
 sandbox = (list(_hosts.values()), _settings())

@@ -3,7 +3,8 @@ started as a transient systemd unit, so it runs while the runtime builds and sur
 
 The stage lives in vllm_rig/stages/model/; this file is its entry (it also runs alone)."""
 
-from vllm_rig.context import run_stage
+from vllm_rig.context import ensure_locks, run_stage
 from vllm_rig.stages.model.start import start_model_download
 
+ensure_locks()
 run_stage(start_model_download)

@@ -3,7 +3,8 @@ FlashInfer's SM75 fix and FlashQLA, named by its build fingerprint, checked, the
 
 The stage lives in vllm_rig/stages/runtime/; this file is its entry (it also runs alone)."""
 
-from vllm_rig.context import run_stage
+from vllm_rig.context import ensure_locks, run_stage
 from vllm_rig.stages.runtime.deploy import install_runtime
 
+ensure_locks()
 run_stage(install_runtime)

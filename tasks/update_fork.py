@@ -5,7 +5,8 @@ both and switch only when decode and prefill are not worse than fork_update_marg
 
 The stage lives in vllm_rig/stages/update/deploy.py; this file is its entry."""
 
-from vllm_rig.context import run_stage
+from vllm_rig.context import ensure_locks, run_stage
 from vllm_rig.stages.update.deploy import update_fork
 
+ensure_locks()  # the new commit's lock: kept, or written on its first use
 run_stage(update_fork)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 from collections.abc import Callable
 
 from pyinfra import host, logger, state
@@ -15,9 +16,12 @@ from vllm_rig.core import become, heartbeat, run_summary
 from vllm_rig.core.facts import FactUnreadable
 from vllm_rig.settings import Settings, plain_http_warnings
 from vllm_rig.stages.front import check as front_check
+from vllm_rig.stages.locks import first_use
 from vllm_rig.validation import SettingsError, load_settings
 
 _validated: dict[str, Settings] = {}
+_locks_ok: list[bool] = []  # once per run: whether every host has its locks
+_locks_guard = threading.Lock()
 
 
 def stop_on_bad_settings() -> None:
@@ -71,6 +75,30 @@ def _front_lines() -> list[str]:
         for name, s in _validated.items()
         for line in front_check.problems(name, s, names, settings_of, address_of)
     ]
+
+
+def ensure_locks() -> None:
+    """Every host's hashed install locks (locks_dir), before anything touches a host: one that is missing is
+    written here on first use and said loudly (vllm_rig/stages/locks/first_use.py); one that cannot be written,
+    or is not fully hashed, is one line per host and stops the run. Nothing is installed by version alone."""
+    stop_on_bad_settings()
+    # pyinfra loads the deploy file for every host at once, in greenlets (its gevent patches threading's lock):
+    # while the first host writes a lock (uv and git are subprocesses, so it yields), the others wait here
+    # instead of planning a build without it.
+    with _locks_guard:
+        if not _locks_ok:
+            _locks_ok.append(_write_missing_locks())
+    if not _locks_ok[0]:
+        sys.exit(1)
+
+
+def _write_missing_locks() -> bool:
+    outcome = first_use.ensure(_validated)
+    for line in outcome.written:
+        logger.warning(line)
+    for line in outcome.problems:
+        logger.error(line)
+    return not outcome.problems
 
 
 def settings() -> Settings:

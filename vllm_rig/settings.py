@@ -13,6 +13,7 @@ import re
 import unicodedata
 import urllib.parse
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -309,6 +310,10 @@ class Settings(BaseModel):
     )
     torch_index_url: str = _setting(
         "torch wheel index, CUDA 12.8 lane", "an http(s) URL of a torch wheel index (e.g. the cu128 lane)"
+    )
+    locks_dir: str = _setting(
+        "hashed locks of every pip install on a box (bin/locks; a missing one: written on first use)",
+        "a directory on the control machine (relative to the repo), not a file or a URL",
     )
     allow_plain_http_mirrors: bool = _setting(
         "accept http:// mirrors (index, torch, git, HF, NVIDIA apt) on a trusted LAN; warns",
@@ -1035,6 +1040,14 @@ class Settings(BaseModel):
             raise ValueError("must be null or a path on the control machine")
         return value
 
+    @field_validator("locks_dir")
+    @classmethod
+    def _locks_dir(cls, value: str) -> str:
+        problem = locks_dir_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
     @field_validator("kv_cache_dtype")
     @classmethod
     def _kv_cache_dtype(cls, value: str) -> str:
@@ -1282,6 +1295,20 @@ def _each_entry(value: dict[str, Any], problem_of: Callable[[str, Any], str | No
         if problem:
             raise ValueError(f"entry {key!r}: {problem}")
     return value
+
+
+def locks_dir_problem(value: str) -> str | None:
+    """What is wrong with locks_dir, or None: a directory on the control machine (relative ones from the project's
+    root), there already or to be made by the first lock written into it."""
+    if not value.strip() or value != value.strip():
+        return "must be a directory on the control machine, e.g. locks"
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", value):
+        return "must be a directory on the control machine, not a URL: the locks are read and written here"
+    path = Path(value)
+    found = path if path.is_absolute() else Path(__file__).resolve().parents[1] / path
+    if found.exists() and not found.is_dir():
+        return f"must be a directory on the control machine; {found} is a file"
+    return None
 
 
 def artifact_store_problem(value: str) -> str | None:

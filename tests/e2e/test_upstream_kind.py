@@ -125,27 +125,25 @@ def test_a_second_run_changes_nothing_on_the_upstream_host(two_kinds: Rig, deplo
 
 @pytest.fixture
 def hostile_wheel() -> Iterator[str]:
-    """The main index also serves a vllm wheel of the release with a build tag (pip prefers it) whose bytes differ from
-    the one the settings' sha256 names: an index that serves something else under the release's version."""
+    """The main index serves other bytes under the release wheel's own file name and version, and names their sha256
+    on its page as an index would: a hostile index, or anyone on the way. The hash lock (locks_dir, written for this
+    index on the first deploy) holds the release wheel's sha256 only."""
     page = pkg_index.SIMPLE / "vllm" / "index.html"
     before = page.read_text()
     original = pkg_index.manifest()["upstream"]["vllm_wheel"]
     dist = upstream.vllm_dist()
     dist = dataclasses.replace(dist, files={**dist.files, "vllm/_hostile.py": b"print('not the release')\n"})
     data = wheelfile.build(dist)
-    name = f"vllm-{upstream.VERSION}-1-py3-none-any.whl"
-    hostile = pkg_index.SIMPLE / "vllm" / name
-    hostile.write_bytes(data)
-    entries = [
-        simple.Entry(original["filename"], original["sha256"], dist.requires_python, b""),
-        simple.Entry(name, upstream.sha256(data), dist.requires_python, b""),
-    ]
-    page.write_text(simple.project_page("vllm", entries))
+    served = pkg_index.SIMPLE / "vllm" / original["filename"]
+    kept = served.with_name(served.name + ".release")
+    served.replace(kept)  # the release's file (it may be a link into the cache) is set aside, not written over
+    served.write_bytes(data)
+    page.write_text(simple.project_page("vllm", [simple.Entry(served.name, upstream.sha256(data), None, b"")]))
     try:
         yield upstream.sha256(data)
     finally:
         page.write_text(before)
-        hostile.unlink()
+        kept.replace(served)
 
 
 def test_a_hostile_wheel_is_refused_and_the_last_runtime_serves(
@@ -156,7 +154,7 @@ def test_a_hostile_wheel_is_refused_and_the_last_runtime_serves(
     run = deploy(two_kinds, "deploy.py", limit="rig1", data={"force_rebuild": True})
     assert not run.ok
     line = run.error_line()
-    assert hostile_wheel in line and "not the known" in line, line
+    assert f"vllm=={upstream.VERSION}" in line and hostile_wheel in line and "is not the locked file" in line, line
     assert two_kinds.ssh("rig1", "readlink /opt/vllm-rig/current").strip() == current
     assert _show(two_kinds, "rig1", "MainPID") == pid  # the service was not even restarted
     assert service.models(service.api_key(two_kinds, "rig1"), "rig1") == ["qwen-local"]

@@ -160,12 +160,14 @@ def test_tools_venv_fact_reads_a_real_venv(tmp_path: Path) -> None:
 
 def test_tools_venv_fact() -> None:
     fact = ToolsVenv()
-    found = fact.process(["@@venv_pkg", "install ok installed", "@@python", "3.12.3", "@@version", "2.4.0"])
-    assert found == {"python3_venv": True, "python": "3.12.3", "version": "2.4.0"}
-    assert fact.process(["@@venv_pkg", "@@python", "@@version"]) == {
+    said = ["@@venv_pkg", "install ok installed", "@@python", "3.12.3", "@@version", "2.4.0", "@@lock", "ab" * 32]
+    found = fact.process(said)
+    assert found == {"python3_venv": True, "python": "3.12.3", "version": "2.4.0", "lock": "ab" * 32}
+    assert fact.process(["@@venv_pkg", "@@python", "@@version", "@@lock"]) == {
         "python3_venv": False,
         "python": None,
         "version": None,
+        "lock": None,
     }
 
 

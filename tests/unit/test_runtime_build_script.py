@@ -231,7 +231,7 @@ def test_data_for_another_release_is_refused_before_any_download(tmp_path: Path,
     data = _installed(tmp_path, "0.6.12")
     files = _fix_files(tmp_path, "3621")
     build = _build(tmp_path, data, "0.6.12", "3621", files)
-    monkeypatch.setattr(build, "pip", lambda *a: None)  # the reinstall gives the same 0.6.12 headers
+    monkeypatch.setattr(build, "pip_locked", lambda *a: None)  # the reinstall gives the same 0.6.12 headers
     monkeypatch.setattr(rb, "download", lambda *a: pytest.fail("downloaded for the wrong release"))
     with pytest.raises(rb.BuildError, match="flashinfer-python 0.6.12 is not the release the pr3621 data describes"):
         build.step_flashinfer()
@@ -479,9 +479,12 @@ def _torch_build(tmp_path: Path, installed: dict[str, str]) -> tuple[rb.Build, l
         "torch_exact": torch_exact_versions(s),
     }
     spec |= {"pip_index_url": None, "torch_index_url": s.torch_index_url}
+    locked = {**spec["pins"], **spec["torch_exact"]}
+    lane = "".join(f"{n}=={v} \\\n    --hash=sha256:{'0' * 64}\n" for n, v in locked.items())
+    spec["lock"] = {"name": "fork.txt", "text": lane}
     build = rb.Build(spec)
     calls: list = []
-    build.pip = lambda args, env, what: calls.append((args, env))  # type: ignore[method-assign]
+    build.pip_locked = lambda args, env, what, names=None: calls.append((args, env))  # type: ignore[method-assign]
     build.installed = installed.get  # type: ignore[method-assign]
     return build, calls
 
@@ -492,13 +495,8 @@ def test_the_torch_step_asks_for_the_lanes_exact_builds_from_the_main_index_plus
     build, calls = _torch_build(tmp_path, good)
     build.step_torch()
     [(args, env)] = calls
-    assert args == [
-        "install",
-        "torch==2.11.0+cu128",
-        "torchvision==0.26.0+cu128",
-        "torchaudio==2.11.0+cu128",
-        "triton==3.6.0",
-    ]
+    assert args == ["install", "--no-deps"]  # the whole lock, --require-hashes (pip_locked), the lane's builds in it
+    assert rb.lock_blocks(build.lock_text())["torch"].startswith("torch==2.11.0+cu128 ")
     assert "PIP_INDEX_URL" not in env  # pip's default index (or pip_index_url when set)
     assert env["PIP_EXTRA_INDEX_URL"] == "https://download.pytorch.org/whl/cu128"
 

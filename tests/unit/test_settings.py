@@ -121,6 +121,9 @@ RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
     ("runtime_artifact_store", "http://10.0.0.5:8080/vllm-rig/", "https://10.0.0.5:8443/vllm-rig/", {}),
     ("runtime_artifact_key", "", "~/.config/vllm-rig/runtime-artifact.key", {}),
     ("runtime_artifact_store_allow_http", "yes please", True, {}),
+    ("locks_dir", "", "locks", {}),
+    ("locks_dir", "https://locks.example/", "/srv/vllm-rig/locks", {}),
+    ("locks_dir", "README.md", "locks", {}),  # a file of the project, not a directory
     ("allow_plain_http_mirrors", "yes please", True, {}),
     ("runtime_artifact_store", "https://store.example/a/?x=1", "runtime-artifacts", {}),
     ("runtime_artifact_store_auth", "no-colon", "rig:s3cret:with:colons", {}),

@@ -49,6 +49,7 @@ from . import flashinfer_smem, runtime_artifact
 
 # Where the installed flashinfer-python keeps the headers its JIT compiles (relative to the package).
 FLASHINFER_DATA = "data"
+FLASHINFER = "flashinfer-python"
 DOWNLOAD_TRIES = 3
 # The SM75 patches and FlashInfer's fixed headers are each well under 1 MiB (the largest header, prefill.cuh, is
 # about 0.2 MiB): an answer past 8 MiB is no such file, and is cut there rather than held or written whole.
@@ -179,6 +180,55 @@ def fork_requirement_files(fork: Path) -> list[Path]:
     if not runtime.is_file():
         raise BuildError(f"{runtime} is missing: is {fork} the vLLM SM75 fork at a v0.1.x commit?")
     return [p for p in (build, runtime) if p is not None]
+
+
+# ---- the hashed lock: every install goes through it ----------------------------------------------------
+
+LOCKED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==(\S+)")
+HASH_MISMATCH = "DO NOT MATCH THE HASHES"  # pip's --require-hashes refusal, since pip 8
+MISMATCHED = re.compile(r"^\s+(\S+==\S+) from (\S+?):?(?: \(from .*)?$")
+GOT = re.compile(r"^\s+Got\s+([0-9a-f]{64})")
+
+
+def lock_blocks(text: str) -> dict[str, str]:
+    """Normalized name -> its lock entry (the pin line and its --hash lines)."""
+    blocks = {}
+    for block in re.split(r"\n(?=[A-Za-z0-9])", text):
+        match = LOCKED.match(block)
+        if match:
+            blocks[normalize(match.group(1))] = block.rstrip() + "\n"
+    return blocks
+
+
+def hash_refusal(said: str) -> str | None:
+    """pip's --require-hashes refusal in one line naming the package, or None when pip said none."""
+    if HASH_MISMATCH not in said:
+        return None
+    lines = said[said.index(HASH_MISMATCH) :].splitlines()
+    which = next((m for m in map(MISMATCHED.match, lines) if m), None)
+    got = next((m.group(1) for m in map(GOT.match, lines) if m), "another")
+    name = which.group(1) if which else "a package"
+    where = f" ({redact(which.group(2).split('#')[0])})" if which else ""
+    return (
+        f"the index's {name}{where} is not the locked file (its sha256 {got} is none of the lock's): refused "
+        "before anything was installed; the runtime that serves is unchanged"
+    )
+
+
+# pip's own marker evaluation (its vendored packaging), run by the build's venv python: the markers are judged for the
+# Python and platform the lock was resolved for, with nothing beyond what the venv already holds.
+MARKERS = (
+    "import json, sys\n"
+    "from pip._vendor.packaging.requirements import Requirement\n"
+    "reqs = [Requirement(line) for line in json.loads(sys.argv[1])]\n"
+    "print(json.dumps([r.marker is None or r.marker.evaluate() for r in reqs]))\n"
+)
+
+
+def uncovered(lines: list[str], text: str) -> list[str]:
+    """The requirement lines whose package the lock does not hold (the lock was made from another set)."""
+    blocks = lock_blocks(text)
+    return [line for line in lines if (name := requirement_name(line)) is not None and name not in blocks]
 
 
 # ---- FlashInfer's SM75 fix, verified by outcome -----------------------------------------------------
@@ -458,6 +508,67 @@ class Build:
     def pip(self, args: list[str], env: dict[str, str], what: str) -> None:
         run([str(self.python), "-m", "pip", *args], what, env=env)
 
+    def lock_text(self) -> str:
+        lock = self.spec.get("lock")
+        if not lock:
+            raise BuildError("the build spec holds no hashed lock (locks_dir): nothing is installed by version alone")
+        return lock["text"]
+
+    def lock_file(self, names: list[str] | None = None) -> Path:
+        """The spec's lock, or only the entries of `names`, as a requirements file beside the build."""
+        text = self.lock_text()
+        if names is not None:
+            blocks = lock_blocks(text)
+            missing = [n for n in names if normalize(n) not in blocks]
+            if missing:
+                raise BuildError(f"the lock {self.spec['lock']['name']} holds no {', '.join(missing)}")
+            text = "".join(blocks[normalize(n)] for n in names)
+        path = self.work / ("lock.txt" if names is None else f"lock-{'-'.join(map(normalize, names))}.txt")
+        path.write_text(text)
+        return path
+
+    def pip_locked(self, args: list[str], env: dict[str, str], what: str, names: list[str] | None = None) -> None:
+        """pip with the lock (or its entries for `names`) and --require-hashes: a file whose sha256 the lock does
+        not hold is refused before anything is installed, in one line naming it."""
+        cmd = [str(self.python), "-m", "pip", *args, "--require-hashes", "-r", str(self.lock_file(names))]
+        say("$ " + redact(" ".join(cmd)))
+        proc = subprocess.Popen(
+            cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
+        assert proc.stdout is not None
+        said = []
+        for raw in proc.stdout:
+            line = raw.decode(errors="replace").rstrip("\n")
+            said.append(line)
+            say(line)
+        if proc.wait() != 0:
+            refusal = hash_refusal("\n".join(said))
+            raise BuildError(refusal or f"{what} failed (exit code {proc.returncode}); the log above says why")
+
+    def install_locked(self, env: dict[str, str], what: str) -> None:
+        """The whole lock, --no-deps: it is the closure, so pip installs exactly what it names."""
+        self.pip_locked(["install", "--no-deps"], env, what)
+
+    def applicable(self, lines: list[str]) -> list[str]:
+        """The lines whose environment marker holds in the build's venv: pip skips the others, and the lock,
+        resolved for that Python, rightly lacks them (`six; python_version > '3.11'` on 3.11)."""
+        marked = [line for line in lines if ";" in line]
+        if not marked:
+            return lines
+        holds = json.loads(output([str(self.python), "-c", MARKERS, json.dumps(marked)]))
+        skipped = {line for line, ok in zip(marked, holds, strict=True) if not ok}
+        return [line for line in lines if line not in skipped]
+
+    def require_locked(self, lines: list[str], what: str) -> None:
+        """Every package `lines` names for this venv is in the lock: one the lock lacks would be installed by
+        nobody."""
+        lacking = uncovered(self.applicable(lines), self.lock_text())
+        if lacking:
+            raise BuildError(
+                f"{what} names {', '.join(lacking)}, which the lock {self.spec['lock']['name']} does not hold: "
+                "the lock was made from another set; run `bin/locks` and deploy again"
+            )
+
     def cuda_env(self) -> dict[str, str]:
         cuda = self.spec["cuda_home"]
         env = dict(os.environ)
@@ -501,8 +612,10 @@ class Build:
         # some of torch's dependencies), and the lane's exact local version, so PyPI's build cannot win.
         pins, exact = self.spec["pins"], self.spec.get("torch_exact", {})
         wanted = [f"{name}=={exact.get(name, pins[name])}" for name in self.spec["torch_packages"]]
+        self.require_locked(wanted, "the torch lane")
         env = self.pip_env(self.spec["pip_index_url"], self.spec["torch_index_url"])
-        self.pip(["install", *wanted], env, "pip install of the torch lane (main index + torch index)")
+        # The whole lock now (torch's closure is most of it); the later steps check theirs is in it.
+        self.install_locked(env, "pip install of the lock (main index + torch index)")
         self.require_pins(self.spec["torch_packages"])
 
     def source_tree(self) -> Path:
@@ -520,13 +633,10 @@ class Build:
         lines = self.tree_requirement_lines()
         spec = self.spec
         merged = merge_requirements(lines, spec["pins"], spec["overrides"], spec["replace"], spec["drop"])
-        requirements = self.work / "requirements.txt"
-        constraints = self.work / "constraints.txt"
-        requirements.write_text("\n".join(merged) + "\n")
-        constraints.write_text("".join(f"{n}=={v}\n" for n, v in self.spec["pins"].items()))
         say(f"requirements (the source tree's, ours on top): {', '.join(merged)}")
+        self.require_locked(merged, "the source tree's requirements")
         env = self.pip_env(self.spec["pip_index_url"], self.spec["torch_index_url"])
-        self.pip(["install", "-r", str(requirements), "-c", str(constraints)], env, "pip install of the requirements")
+        self.install_locked(env, "pip install of the lock")
         for dist in self.spec["drop"]:
             if self.installed(dist):
                 self.pip(["uninstall", "-y", dist], env, f"pip uninstall {dist}")
@@ -563,11 +673,7 @@ class Build:
         if state == "other":
             say(f"FlashInfer {version}'s headers are neither the known base nor the result; reinstalling the wheel")
             env = self.pip_env(self.spec["pip_index_url"], self.spec.get("torch_index_url"))
-            self.pip(
-                ["install", "--force-reinstall", "--no-deps", f"flashinfer-python=={version}"],
-                env,
-                "reinstalling FlashInfer",
-            )
+            self.pip_locked(["install", "--force-reinstall", "--no-deps"], env, "reinstalling FlashInfer", [FLASHINFER])
             found = header_hashes(data, files)
             state = classify(found, files)
             if state == "other":

@@ -119,9 +119,9 @@ class UpstreamBuild(Build):
         shutil.rmtree(scratch, ignore_errors=True)
         scratch.mkdir()
         env = self.pip_env(self.spec["pip_index_url"])
-        args = ["download", "--no-deps", "--only-binary=:all:", "-d", str(scratch), f"vllm=={wheel['version']}"]
+        args = ["download", "--no-deps", "--only-binary=:all:", "-d", str(scratch)]
         with download_progress(f"vLLM {wheel['version']}'s wheel", [scratch]):
-            self.pip(args, env, f"downloading vLLM {wheel['version']}'s release wheel")
+            self.pip_locked(args, env, f"downloading vLLM {wheel['version']}'s release wheel", ["vllm"])
         found = sorted(scratch.glob("vllm-*.whl"))
         if len(found) != 1:
             raise BuildError(f"pip download of vllm=={wheel['version']} left {len(found)} wheels, not one")
@@ -129,15 +129,14 @@ class UpstreamBuild(Build):
         verify_file(path, wheel["sha256"], f"vLLM {wheel['version']}'s wheel")
         say(f"==> check passed: {path.name} matches the known sha256 ({path.stat().st_size} bytes)")
         pins = self.spec["pins"]
-        constraints = self.work / "constraints.txt"
-        constraints.write_text("".join(f"{n}=={v}\n" for n, v in pins.items() if n != "vllm"))
         wanted = [f"{n}=={pins[n]}" for n in [*self.spec["torch_packages"], "flashinfer-python"]]
-        # One resolution with the toolkit torch pins: vLLM's own dependencies bring another nvcc (13.5 through
-        # humming-kernels[cu13] for 0.26.0); installed together pip picks the one that fits both.
+        # The lock was resolved with the toolkit torch pins in one set: vLLM's own dependencies bring another nvcc
+        # (13.5 through humming-kernels[cu13] for 0.26.0); resolved together the one that fits both is locked.
         toolkit = self.spec["cuda_toolkit"]
         wanted.append(f"cuda-toolkit[{','.join(toolkit['parts'])}]=={toolkit['version']}")
+        self.require_locked(wanted, f"vLLM {wheel['version']}'s build")
         with download_progress("vLLM's dependencies (torch, FlashInfer, the CUDA toolkit, ...)", [self.cache / "pip"]):
-            self.pip(["install", str(path), *wanted, "-c", str(constraints)], env, "pip install of the vLLM wheel")
+            self.install_locked(env, "pip install of the vLLM wheel's lock")
         for dist in self.spec["drop"]:
             if self.installed(dist):
                 self.pip(["uninstall", "-y", dist], env, f"pip uninstall {dist}")

@@ -21,10 +21,9 @@ import tarfile
 from pathlib import Path
 
 from . import tar_members
-from .runtime_build import BuildError, output, redact, relane, run, say
+from .runtime_build import HASH_MISMATCH, BuildError, output, redact, relane, run, say
 from .upstream_build import UpstreamBuild, download_progress, verify_file
 
-HASH_MISMATCH = "DO NOT MATCH THE HASHES"  # pip's --require-hashes refusal, since pip 8
 COMMIT_ID = re.compile(r"""commit_id\s*=\s*['"]([^'"]*)['"]""")
 
 
@@ -100,12 +99,9 @@ class UpstreamCompileBuild(UpstreamBuild):
     def step_build_requirements(self) -> None:
         """What the source archive's setup.py needs before pip can even read its metadata (--no-build-isolation:
         an isolated build would install PyPI's CUDA 13 torch instead of the lane's)."""
-        constraints = self.work / "build-constraints.txt"
-        exact = self.spec["torch_exact"]
-        constraints.write_text("".join(f"{n}=={exact.get(n, v)}\n" for n, v in self.spec["pins"].items()))
         wanted = self.spec["build_requires"]
-        args = ["install", *wanted, "-c", str(constraints)]
-        self.pip(args, self.index_env(), "pip install of the build requirements")
+        self.require_locked(wanted, "the build requirements")
+        self.install_locked(self.index_env(), "pip install of the lock (the build requirements in it)")
         self.require_pins(self.spec["torch_packages"])
         say(f"==> check passed: build requirements in the venv ({', '.join(wanted)}), the torch lane unchanged")
 

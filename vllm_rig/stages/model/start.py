@@ -17,6 +17,7 @@ from vllm_rig.core.run import host_failed
 from vllm_rig.core.secrets import Secret
 from vllm_rig.paths import HF_TOKEN_FILE, Layout
 from vllm_rig.settings import Settings
+from vllm_rig.stages import locks
 from vllm_rig.stages.model.operations import FetchSpec, model_fetch_resumed, model_fetch_started, secret_env_file
 from vllm_rig.stages.model.peers import PeerRole, peer_role, serve_peers, with_peer
 from vllm_rig.stages.model.tools_venv import tools_venv
@@ -38,6 +39,7 @@ def start_model_download(s: Settings) -> None:
         path=layout.tools_venv,
         package="huggingface_hub",
         version=HF_HUB_VERSION,
+        lock=locks.tools_lock(s).text,
         index_url=s.pip_index_url,
     )
     host_programs(layout.host_package)

@@ -17,6 +17,7 @@ from typing import Any
 
 from vllm_rig.paths import Layout, RuntimeDirs
 from vllm_rig.settings import Settings
+from vllm_rig.stages import locks
 from vllm_rig.stages.runtime import upstream
 from vllm_rig.stages.runtime.facts import Runtimes
 from vllm_rig.stages.runtime.lanes import (  # noqa: F401 - the plan's names, where callers find them
@@ -46,10 +47,14 @@ def build_inputs(s: Settings) -> dict[str, Any]:
     """Everything that changes what gets built. Its hash names the runtime."""
     patch = s.flashinfer_patch_data()
     fix = None if patch is None else {"patch": patch["patch"], "files": _fix_hashes(patch)}
+    # The lock's bytes: a changed lock (another file hashed, another version) is another runtime.
+    lock = locks.runtime_lock_or_none(s)
+    locked = {"lock": None if lock is None else lock.sha256}
     if s.runtime_kind == "upstream":
-        return {"format": BUILD_FORMAT, **upstream.build_inputs(s, fix)}
+        return {"format": BUILD_FORMAT, **upstream.build_inputs(s, fix), **locked}
     return {
         "format": BUILD_FORMAT,
+        **locked,
         "cuda": s.cuda_version,
         "python": s.python_version,
         "arch_list": s.gpu_compute_capability,
@@ -221,9 +226,37 @@ def cache_name(url: str) -> str:
     return "+".join(parts[-2:])
 
 
+# What decides the set a runtime's lock resolves (its name carries their digest: another pin, another lock).
+LOCK_KEYS = (
+    "kind",
+    "pins",
+    "overrides",
+    "replace",
+    "drop",
+    "torch_packages",
+    "torch_exact",
+    "build_requires",
+    "lane_extras",
+    "cuda_toolkit",
+)
+
+
+def lock_inputs(s: Settings) -> dict[str, Any]:
+    """The parts of the build spec that decide what the runtime's lock holds (the source tree's own lines aside:
+    the commit or release in the lock's name fixes them)."""
+    spec = _spec(s, RuntimeDirs(s.install_root, "lock"), "0" * 64, {}, 1)
+    return {key: spec.get(key) for key in LOCK_KEYS}
+
+
 def build_spec(s: Settings, dirs: RuntimeDirs, fp: str, inputs: dict[str, Any], jobs: int) -> dict[str, Any]:
-    """What vllm_rig/host/runtime_build.py needs on the host: paths, pins, sources, indexes and the FlashInfer fix.
-    Written 0600: index URLs may carry credentials."""
+    """What vllm_rig/host/runtime_build.py needs on the host: paths, pins, sources, indexes, the FlashInfer fix and
+    the hashed lock. Written 0600: index URLs may carry credentials."""
+    lock = locks.runtime_lock_or_none(s)  # none: the deploy has stopped before (first_use)
+    locked = None if lock is None else {"name": lock.name, "text": lock.text}
+    return {**_spec(s, dirs, fp, inputs, jobs), "lock": locked}
+
+
+def _spec(s: Settings, dirs: RuntimeDirs, fp: str, inputs: dict[str, Any], jobs: int) -> dict[str, Any]:
     layout = Layout.of(s)
     patch = s.flashinfer_patch_data()
     common = {
