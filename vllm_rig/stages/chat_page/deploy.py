@@ -26,9 +26,10 @@ from vllm_rig.stages.chat_page.layout import ChatDirs
 from vllm_rig.stages.chat_page.operations import chat_env, chat_started, chat_venv
 from vllm_rig.stages.lan.facts import ClientKeys, LanHost
 from vllm_rig.stages.lan.operations import nginx_loaded, site_absent
+from vllm_rig.stages.service import unit
 
-# The server unit's hardening, and more: the page needs no device at all (PrivateDevices hides the GPUs,
-# with CUDA_VISIBLE_DEVICES empty besides) and writes only its home.
+# What every unit of the rig closes (service/unit.py CLOSED), and more: the page needs no device at all
+# (PrivateDevices hides the GPUs, with CUDA_VISIBLE_DEVICES empty besides) and writes only its home.
 HARDENING = (
     "NoNewPrivileges=yes",
     "PrivateTmp=yes",
@@ -36,17 +37,7 @@ HARDENING = (
     "ProtectSystem=strict",
     f"ReadWritePaths={chat.HOME}",
     "ProtectHome=yes",
-    "ProtectKernelTunables=yes",
-    "ProtectKernelModules=yes",
-    "ProtectKernelLogs=yes",
-    "ProtectControlGroups=yes",
-    "ProtectClock=yes",
-    "ProtectHostname=yes",
-    "RestrictSUIDSGID=yes",
-    "RestrictRealtime=yes",
-    "RestrictNamespaces=yes",
-    "LockPersonality=yes",
-    "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK",
+    *unit.CLOSED,
 )
 
 

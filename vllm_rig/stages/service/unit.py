@@ -35,10 +35,8 @@ SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 
 # Directives a CUDA service tolerates: it needs /dev/nvidia* (no PrivateDevices) and writable JIT
 # memory (no MemoryDenyWriteExecute); everything else it does not use is closed.
-HARDENING = (
-    "NoNewPrivileges=yes",
-    "PrivateTmp=yes",
-    "ProtectSystem=full",
+# What every unit of the rig closes whatever it runs (the chat page's unit adds its own before these).
+CLOSED = (
     "ProtectKernelTunables=yes",
     "ProtectKernelModules=yes",
     "ProtectKernelLogs=yes",
@@ -51,6 +49,7 @@ HARDENING = (
     "LockPersonality=yes",
     "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK",
 )
+HARDENING = ("NoNewPrivileges=yes", "PrivateTmp=yes", "ProtectSystem=full", *CLOSED)
 
 
 def toolkit_home(s: Settings, layout: Layout) -> str:
