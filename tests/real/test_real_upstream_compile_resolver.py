@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.real import real_pip
-from tests.unit.groupdata import profile_data
+from tests.unit.groupdata import compile_sources, profile_data
 from vllm_rig.host import runtime_build
 from vllm_rig.known import upstream_compile
 from vllm_rig.settings import Settings
@@ -41,7 +41,8 @@ RELEASES: dict[str, dict[str, Any]] = {
 
 
 def _settings(version: str) -> Settings:
-    changes = {"vllm_version": version, **RELEASES[version]["settings"]}
+    sources = compile_sources(version)  # triton v3.5.1's commit is not recorded: the host names it
+    changes = {"vllm_version": version, "upstream_compile_sources": sources, **RELEASES[version]["settings"]}
     return load_settings({**profile_data(), "runtime_kind": "upstream", "upstream_build": "compile", **changes})
 
 

@@ -25,3 +25,16 @@ def profile_data(profile: str | None = None) -> dict[str, Any]:
     if profile:
         data.update(group_data(profile))
     return data
+
+
+# The commit of triton v3.5.1 is not recorded (vllm_rig/known/git_tags.py): a compile host gives its sources with it,
+# as this stand-in commit does.
+TRITON_KERNELS_STANDIN = "5" * 40
+
+
+def compile_sources(version: str) -> dict[str, dict[str, Any]]:
+    """upstream_compile_sources for a recorded release: its CMake's own, triton_kernels at the stand-in commit."""
+    from vllm_rig.known import upstream_compile
+
+    known = (upstream_compile.SDISTS.get(version) or upstream_compile.SDISTS["0.26.0"]).sources
+    return {**known, "triton_kernels": {**known["triton_kernels"], "ref": TRITON_KERNELS_STANDIN}}

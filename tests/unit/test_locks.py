@@ -18,7 +18,7 @@ from tests.unit.groupdata import profile_data
 from vllm_rig.host import runtime_build
 from vllm_rig.settings import Settings
 from vllm_rig.stages import locks
-from vllm_rig.stages.locks import first_use
+from vllm_rig.stages.locks import first_use, make
 from vllm_rig.stages.model.start import HF_HUB_VERSION
 from vllm_rig.stages.runtime import plan
 from vllm_rig.validation import load_settings
@@ -230,3 +230,19 @@ def test_no_host_plans_while_another_writes_a_missing_lock() -> None:
     proc = subprocess.run([sys.executable, "-c", RACE], capture_output=True, text=True, cwd=REPO, check=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "writing | written | planned a | planned b"
+
+
+# uv 0.13.9's stderr (not a terminal) for flashinfer-python==0.6.14 beside nvidia-cutlass-dsl==4.4.2, against PyPI
+UV_CONFLICT = """error: No solution found when resolving dependencies
+  cause: Because flashinfer-python==0.6.14 depends on nvidia-cutlass-dsl>=4.5.0 and you require \
+flashinfer-python==0.6.14, we can conclude that you require nvidia-cutlass-dsl>=4.5.0.
+         And because you require nvidia-cutlass-dsl==4.4.2, we can conclude that your requirements are unsatisfiable.
+"""
+
+
+def test_the_resolvers_reason_keeps_the_package_that_conflicts_on_one_line() -> None:
+    reason = make.uv_reason(UV_CONFLICT)
+    assert "\n" not in reason
+    assert reason.startswith("No solution found when resolving dependencies cause: Because flashinfer-python==0.6.14")
+    assert reason.endswith("your requirements are unsatisfiable.")
+    assert make.uv_reason("x" * 5000).endswith(" ...") and len(make.uv_reason("x" * 5000)) < 1300

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from packaging.requirements import Requirement
 
-from tests.unit.groupdata import profile_data
+from tests.unit.groupdata import compile_sources, profile_data
 from tests.unit.test_unit_parity import _argv, _env
 from vllm_rig.host import upstream_compile as host_compile
 from vllm_rig.host.runtime_build import BuildError, relane
@@ -26,15 +26,6 @@ from vllm_rig.stages.runtime import plan
 from vllm_rig.stages.service.unit import render_unit
 from vllm_rig.validation import SettingsError, load_settings
 
-# The commit of triton v3.5.1 is not recorded (vllm_rig/known/git_tags.py): a compile host gives its sources with
-# it, as this stand-in does.
-TRITON_KERNELS_STANDIN = "5" * 40
-
-
-def _sources(version: str = "0.26.0") -> dict[str, dict[str, Any]]:
-    known = (upstream_compile.SDISTS.get(version) or upstream_compile.SDISTS["0.26.0"]).sources
-    return {**known, "triton_kernels": {**known["triton_kernels"], "ref": TRITON_KERNELS_STANDIN}}
-
 
 def _settings(**changes: Any) -> Settings:
     base = {
@@ -42,7 +33,7 @@ def _settings(**changes: Any) -> Settings:
         "runtime_kind": "upstream",
         "upstream_build": "compile",
         "vllm_version": "0.26.0",
-        "upstream_compile_sources": _sources(str(changes.get("vllm_version", "0.26.0"))),
+        "upstream_compile_sources": compile_sources(str(changes.get("vllm_version", "0.26.0"))),
     }
     # 0.26.0 serves FP16 KV only; the catalogue's FP8-KV entries could not be switched to there
     return load_settings({**base, "kv_cache_dtype": "auto", "models": {}, **changes})
@@ -164,7 +155,7 @@ def test_the_unit_is_the_seeds_line_with_the_cards_toolkit() -> None:
 
 def test_the_default_sources_are_the_releases_own_pins() -> None:
     s = _settings()
-    assert s.compile_sources() == _sources()
+    assert s.compile_sources() == compile_sources("0.26.0")
     assert upstream_compile.SOURCES_0_26_0["triton_kernels"]["ref"] == "v3.5.1"  # 0.26.0's, not the fork's v3.6.0
 
 
@@ -175,7 +166,10 @@ def test_a_release_source_known_only_by_its_tag_is_refused_in_one_line() -> None
     assert len(err.value.lines) == 1, err.value.lines
     line = err.value.lines[0]
     assert "triton_kernels is pinned by the tag 'v3.5.1'" in line and "git ls-remote" in line
-    tagged = {**_sources(), "triton_kernels": {**_sources()["triton_kernels"], "ref": "v3.5.1"}}
+    tagged = {
+        **compile_sources("0.26.0"),
+        "triton_kernels": {**compile_sources("0.26.0")["triton_kernels"], "ref": "v3.5.1"},
+    }
     with pytest.raises(SettingsError) as err:
         _settings(upstream_compile_sources=tagged)
     assert len(err.value.lines) == 1 and "must be a 40-character lower-case commit SHA" in err.value.lines[0]

@@ -41,6 +41,13 @@ class LockError(Exception):
     """The resolver or a source could not be reached or refused the set: one line why."""
 
 
+def uv_reason(stderr: str) -> str:
+    """uv's own explanation in one line, bounded: its "cause:" derivation is wrapped over lines and starts with the
+    package that conflicts, so the whole of it is kept, not its last lines."""
+    words = " ".join(stderr.split()).removeprefix("error: ")
+    return words if len(words) <= 1200 else words[:1200] + " ..."
+
+
 @functools.cache
 def pypi() -> str:
     """pip's own name for its default index (PyPI): what a box's pip uses when pip_index_url is unset. Asked of
@@ -209,8 +216,7 @@ def compile_lock(t: Target, python: str, platform: str) -> str:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
         if proc.returncode != 0:
-            said = proc.stderr.strip().splitlines()
-            raise LockError(f"uv could not resolve {t.name}: {' '.join(said[-4:])[-600:]}")
+            raise LockError(f"uv could not resolve {t.name}: {uv_reason(proc.stderr)}")
         return out.read_text()
 
 
