@@ -205,7 +205,11 @@ def compile_lock(t: Target, python: str, platform: str) -> str:
         reqs = Path(tmp) / "requirements.in"
         reqs.write_text("\n".join(t.requirements) + "\n")
         out = Path(tmp) / "lock.txt"
-        cmd = [uv(), "pip", "compile", "--no-config", "--quiet", "--generate-hashes", "--no-header", "--no-annotate"]
+        # --no-python-downloads: without it uv fetches a managed CPython for the target version into the owner's
+        # home on every lock it writes (measured: 8-12 s of retries where GitHub is out of reach); it builds any
+        # source archive's metadata with the Python it finds instead.
+        cmd = [uv(), "pip", "compile", "--no-config", "--no-python-downloads", "--quiet", "--generate-hashes"]
+        cmd += ["--no-header", "--no-annotate"]
         cmd += ["--python-version", python, "--python-platform", platform, "--index-url", t.index]
         if t.extra_index:
             # pip on the box takes the best match across both indexes (the torch lane's +cu128 builds win by version)
