@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.conftest import Rig
-from tests.sandbox import machine, paths, services
+from tests.sandbox import machine, paths, services, snapshot
 from tests.sandbox.fixtures import nvidia_repo
 from vllm_rig import paths as rig_paths
 
@@ -21,6 +21,8 @@ _PYINFRA_ERROR = re.compile(r"\[[^\]]+\] Error: ")  # pyinfra's line under the o
 _PYINFRA = re.compile(r"\] (Connected|Ready: |Success|No changes|Skipped|Error: )")  # pyinfra's own host lines
 _HEARTBEAT = re.compile(r": still running, \S+ so far$")  # vllm_rig/core/heartbeat.py: says nothing of why
 _RUN_ENDED = re.compile(r"Deactivated successfully|Failed with result|^Stopped ")  # systemd's lines
+SERVING = "serving"  # the snapshot label of a box after a whole deploy with the suite's default settings
+STAGED = "host-stage"  # ... and of a fresh box after the host stage
 HOST_STAGE = ("tasks/preflight.py", "tasks/driver.py", "tasks/cuda.py")  # what the runtime build needs first
 
 
@@ -77,8 +79,37 @@ def deploy(
 def serving(rig: Rig, name: str = "rig1") -> bool:
     """The machine already serves the model behind its LAN proxy (an earlier module's deploy on this slot): a
     module that only adds to a serving box may build on it instead of paying for a fresh machine and deploy."""
-    probe = f"systemctl is-active -q vllm.service nginx.service && test -f {rig_paths.NGINX_SITE} && echo serving"
+    # One unit per is-active: given several, it exits 0 when any one of them is active.
+    active = "systemctl is-active -q vllm.service && systemctl is-active -q nginx.service"
+    probe = f"{active} && test -f {rig_paths.NGINX_SITE} && echo serving"
     return rig.ssh(name, probe, check=False).strip() == "serving"
+
+
+def serving_rig(rig: Rig, name: str = "rig1") -> Rig:
+    """`name` serving the suite's default settings after a whole deploy, for a module that only adds to a serving
+    box: put back from this slot's snapshot when an earlier module made one (tests/sandbox/snapshot.py), else a
+    fresh machine and a whole deploy, kept for the next. The whole deploy from nothing is test_service_stage's."""
+    if not snapshot.put_back(rig.machine(name), SERVING):
+        fresh(rig, name)
+        run = deploy(rig, "deploy.py", limit=name)
+        assert run.ok, run.log[-4000:]
+        keep_serving(rig, name)
+    wait_serving(rig, name)
+    return rig
+
+
+def keep_serving(rig: Rig, name: str = "rig1") -> None:
+    """Keep `name`, just deployed with the suite's default settings, for serving_rig (it boots again)."""
+    snapshot.keep(rig.machine(name), SERVING)
+    wait_serving(rig, name)
+
+
+def wait_serving(rig: Rig, name: str = "rig1", timeout: float = 180) -> None:
+    """Until `name` serves: after a boot the server starts and proves itself before systemd calls it active."""
+    deadline = time.monotonic() + timeout
+    while not serving(rig, name):
+        assert time.monotonic() < deadline, f"{name} did not serve within {timeout:.0f} s of its boot"
+        time.sleep(1)
 
 
 def fresh(
@@ -98,15 +129,27 @@ def fresh(
     return m
 
 
+def staged(rig: Rig, *names: str) -> Rig:
+    """Each of `names` (default: rig1) a fresh machine given the host stage (driver, CUDA) with the suite's
+    default settings, booted again: put back from this slot's snapshot (tests/sandbox/snapshot.py) when an
+    earlier module kept one, else made (one host-stage run for all that lack one) and kept."""
+    names = names or ("rig1",)
+    missing = [name for name in names if not snapshot.put_back(rig.machine(name), STAGED)]
+    for name in missing:
+        fresh(rig, name)
+    for limit in [None] if len(missing) == len(rig.machines) else missing:  # one run where it can be
+        run = deploy(rig, *HOST_STAGE, limit=limit)
+        assert run.ok, run.log[-4000:]
+    for name in missing:
+        snapshot.keep(rig.machine(name), STAGED)
+    return rig
+
+
 def two_fresh_hosts(rig: Rig) -> Rig:
-    """rig1 and rig2 made new (trees from the image) and given the host stage: where scenarios of two hosts
-    of one fingerprint start. The caller has brought rig2 up (`up(2)`) and takes it down at the end."""
+    """rig1 and rig2 new machines given the host stage (staged): where scenarios of two hosts of one
+    fingerprint start. The caller has brought rig2 up (`up(2)`) and takes it down at the end."""
     both = Rig(machine.machines(2), rig.inventory, rig.key, rig.fileserver, rig.started)
-    fresh(both, "rig1")
-    fresh(both, "rig2")
-    run = deploy(both, *HOST_STAGE)
-    assert run.ok, run.log[-4000:]
-    return both
+    return staged(both, "rig1", "rig2")
 
 
 def sandbox_rig(count: int = 1) -> Rig:

@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import Rig
 from tests.e2e import service
-from tests.e2e.deploys import DeployRun, deploy, fresh
+from tests.e2e.deploys import DeployRun, deploy, serving_rig
 from tests.sandbox.fixtures import forge
 
 pytestmark = pytest.mark.sandbox
@@ -48,9 +48,7 @@ def _current(rig: Rig) -> str:
 
 
 def test_a_switch_to_a_catalogue_model_downloads_it_beside_and_proves_it(rig: Rig) -> None:
-    fresh(rig)
-    first = deploy(rig, "deploy.py")
-    assert first.ok, first.log[-3000:]
+    serving_rig(rig)  # the defaults after a whole deploy (an earlier module's, kept, when there is one)
     assert _served(rig) == ["qwen-local"]
     run, wall = _timed(rig, SWITCH, data={"model": "qwen38"})
     assert run.ok, run.log[-3000:]

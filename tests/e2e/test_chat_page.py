@@ -2,7 +2,7 @@
 (served from tests/sandbox/fixtures/chat_index.py), the real CPU torch 2.13.0 of its torch lock, real nginx and
 TLS, the stand-in server behind it; a real browser (Debian's headless Chromium) trusting the box's CA makes the
 first account, sends a message and sees the server's answer. One deploy for the module, on top of the rig an
-earlier module left serving on this slot when there is one (a fresh machine only when there is not)."""
+earlier module left serving on this slot (tests/e2e/deploys.py serving_rig)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Rig
-from tests.e2e.deploys import deploy, fresh
+from tests.e2e.deploys import deploy, serving_rig
 from tests.sandbox import paths
 from tests.sandbox.fixtures import chat_index
 from vllm_rig import paths as rig_paths
@@ -37,22 +37,13 @@ UNIT = "vllm-rig-chat-page.service"
 FIRST: dict[str, object] = {}
 
 
-def _serving(rig: Rig) -> bool:
-    """rig1 already serves the model behind its LAN proxy: an earlier module's deploy on this slot (every
-    module starts from a fresh machine of its own, so this one may build on what the last one left)."""
-    probe = f"systemctl is-active -q vllm.service nginx.service && test -f {rig_paths.NGINX_SITE} && echo serving"
-    return rig.ssh("rig1", probe, check=False).strip() == "serving"
-
-
 @pytest.fixture(scope="module")
 def page(rig: Rig) -> Iterator[Rig]:
     chat_index.build()  # ~0.55 GB from PyPI once (and the CPU torch from pip's find-links), then offline
-    reused = _serving(rig)
-    if not reused:
-        fresh(rig)
+    serving_rig(rig)  # the page adds to a serving box: an earlier module's whole deploy, kept, will do
     started = time.monotonic()
     run = deploy(rig, "deploy.py", data=DATA, timeout=1800)
-    FIRST.update(run=run, seconds=time.monotonic() - started, reused=reused)
+    FIRST.update(run=run, seconds=time.monotonic() - started)
     assert run.ok, run.log[-4000:]
     yield rig
 
@@ -69,8 +60,7 @@ def _api(path: str, body: dict | None = None, token: str | None = None) -> dict:
 
 
 def test_the_page_answers_over_tls_with_the_gpus_hidden(page: Rig) -> None:
-    on = "on the rig an earlier module left" if FIRST["reused"] else "on a fresh machine"
-    print(f"chat page: the deploy with the page took {FIRST['seconds']:.0f} s {on}")
+    print(f"chat page: the deploy that added the page to a serving box took {FIRST['seconds']:.0f} s")
     assert _api("/health") == {"status": True}
     unit = page.ssh("rig1", "systemctl show -p User -p PrivateDevices -p ActiveState vllm-rig-chat-page.service")
     assert "User=open-webui" in unit and "PrivateDevices=yes" in unit and "ActiveState=active" in unit

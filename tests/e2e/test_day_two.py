@@ -14,7 +14,7 @@ from datetime import datetime
 import pytest
 
 from tests.conftest import Rig
-from tests.e2e.deploys import deploy, fresh, wait_new_boot
+from tests.e2e.deploys import deploy, serving_rig, wait_new_boot
 from tests.sandbox import machine
 from tests.sandbox.fixtures import forge, nvidia_repo
 
@@ -70,8 +70,8 @@ def _checks_in(journal: str) -> None:
         assert f"vllm-rig-start-check: check {check}: ok" in journal, (check, journal[-3000:])
 
 
-def test_fresh_deploy_proves_the_start_and_runs_the_watchdog(rig: Rig) -> None:
-    fresh(rig)
+def test_a_deploy_proves_the_start_and_runs_the_watchdog(rig: Rig) -> None:
+    serving_rig(rig)  # the defaults after a whole deploy; this module's settings are a change to them
     forge.write_knobs(wrong_answers=False, wedge=False, kv_cache_scale=1.0, stream_drops_tool_calls=False)
     since = time.time()
     run = deploy(rig, "deploy.py", data=DATA)

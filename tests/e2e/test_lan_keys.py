@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import Rig
 from tests.e2e import service
-from tests.e2e.deploys import DeployRun, deploy, fresh, serving
+from tests.e2e.deploys import DeployRun, deploy, serving_rig
 from tests.e2e.test_lan_stage import BOX, DATA, https, lan, status  # noqa: F401 (lan: the namespace fixture)
 from vllm_rig import paths as rig_paths
 
@@ -36,8 +36,7 @@ def _answers(key: str) -> int | str:
 
 
 def test_api_keys_are_made_on_the_box_and_each_gets_in(rig: Rig, lan: str) -> None:  # noqa: F811
-    if not serving(rig):  # keys only add to a serving box: one an earlier module left will do
-        fresh(rig)
+    serving_rig(rig)  # keys only add to a serving box: an earlier module's whole deploy, kept, will do
     run = deploy(rig, "deploy.py", data=KEYS)
     RUNS["fresh"] = run
     assert run.ok, run.log[-3000:]

@@ -189,7 +189,7 @@ def _first_dpkg_install(rig: Rig, since: float) -> float:
 
 
 def test_fresh_box_download_starts_before_apt_and_goes_on_after_the_driver_reboot(rig: Rig) -> None:
-    # deploy.py through model finish on a new machine: this also gives the next test its driver, CUDA and a
+    # deploy.py through model finish on a new machine: this also gives the next tests their driver, CUDA and a
     # first runtime (apt, git and pip warm, as on any box deployed before).
     o = figures.overlap_fresh(rig, download_s=40, build_s=10, secure_boot=False)
     print(
@@ -206,31 +206,11 @@ def test_fresh_box_download_starts_before_apt_and_goes_on_after_the_driver_reboo
     # started again after the reboot, before the build began (it may then end before or after the build).
     assert o.download_runs[0][1] < o.build_at[0]
     assert o.download_runs[0][1] <= o.download_runs[1][0] < o.build_at[0]
-    assert host_digests(rig) == digests()
-
-
-def test_download_overlaps_the_build(rig: Rig) -> None:
-    o = figures.overlap(rig)  # a forced rebuild
-    print(
-        f"\noverlap: download {o.download:.1f}s, runtime build {o.build:.1f}s (host journal), both at once "
-        f"{o.together:.1f}s, deploy wall {o.wall:.1f}s; wall / (download + build) = {o.ratio:.2f}"
-    )
-    progress = [line for line in o.run.log.splitlines() if "model: downloading" in line]
-    # Model finish prints its progress only while it waits: on a loaded machine the build can outlast the 80 s
-    # download (a CI run's did), and then there is nothing to wait for. Past the build's end by more than the
-    # few operations between it and model finish, the wait must have shown progress.
-    if o.download_at[1] > o.build_at[1] + 15:
-        assert progress and " of 48.9 MiB (" in progress[0] and "files" in progress[0]
-    else:
-        print(f"the download ended {o.build_at[1] - o.download_at[1]:.1f}s before the build: no wait to show")
-    assert "build: ==> step 6/8: compile" in o.run.log  # a real build ran, not a resumed or kept runtime
-    # The guarantee: the download is started before the build and nothing waits for it until model finish,
-    # after the build (by the host's clock for the first, the deploy's own order for the second). How much the
-    # two overlap is a figure of this machine's load (printed above), not something the product promises.
-    assert o.download_at[0] < o.build_at[0]
+    # Nothing waits for the download until model finish, after the build (the deploy's own order): the build
+    # overlaps it. How much is a figure of this machine's load (printed above), not a promise.
     log = o.run.log
-    waited = log.index("--> Starting operation: Model (finish) | ")  # model finish: the one wait for the model
-    assert log.index("build: ==> step 6/8: compile") < waited
+    assert "build: ==> step 6/8: compile" in log  # a real build ran, not a resumed or kept runtime
+    assert log.index("build: ==> step 6/8: compile") < log.index("--> Starting operation: Model (finish) | ")
     assert host_digests(rig) == digests()
 
 

@@ -23,23 +23,21 @@ import pytest
 
 from tests.conftest import Rig
 from tests.e2e import service
-from tests.e2e.deploys import deploy, fresh
+from tests.e2e.deploys import deploy, serving_rig, staged
 from tests.sandbox import machine, paths
 from tests.sandbox.__main__ import up
 from tests.sandbox.fixtures import forge
 from vllm_rig.stages.triage import bundle
 
 pytestmark = pytest.mark.sandbox
-BUILD_SECONDS = 150  # the stand-in fork's build, long enough to read the status in the middle of it
+BUILD_SECONDS = 60  # the stand-in fork's build, long enough to read the status in the middle of it
 
 
 @pytest.fixture(scope="module")
 def two_hosts(rig: Rig) -> Iterator[Rig]:
     up(2)
     both = Rig(machine.machines(2), rig.inventory, rig.key, rig.fileserver, rig.started)
-    # rig1 new: the module before this one in its lane may have left anything (test_lan_stage removes the rig,
-    # driver and all), and each module starts from what it makes itself (docs/testing.md).
-    fresh(both, "rig1")
+    serving_rig(both, "rig1")  # the defaults after a whole deploy (an earlier module's, kept, when there is one)
     try:
         yield both
     finally:
@@ -87,7 +85,7 @@ def _filled_or_explained(status: dict[str, Any]) -> None:
 
 def test_status_of_two_hosts_one_mid_build_one_serving(two_hosts: Rig) -> None:
     key = _serving(two_hosts, "rig1")
-    fresh(two_hosts, "rig2")
+    staged(two_hosts, "rig2")  # a new machine after the host stage: what its whole deploy does next is read
     forge.write_knobs(build_seconds=BUILD_SECONDS)
     args = [
         str(Path(sys.executable).with_name("pyinfra")),

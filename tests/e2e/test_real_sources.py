@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Rig
-from tests.e2e.deploys import deploy, fresh
+from tests.e2e.deploys import deploy, serving_rig
 from vllm_rig.core.systemd_quote import parse_env_file, unquote_words
 
 pytestmark = pytest.mark.sandbox
@@ -25,11 +25,7 @@ SEED_REASONING = '{"reasoning_start_str":"<think>","reasoning_end_str":"</think>
 
 @pytest.fixture(scope="module")
 def serving(rig: Rig) -> Rig:
-    fresh(rig)
-    run = deploy(rig, "deploy.py")
-    assert run.ok, run.log[-3000:]
-    assert "service_probe: generated" in run.log  # proven with a real completion, not just /health
-    return rig
+    return serving_rig(rig)  # the defaults after a whole deploy (an earlier module's, kept, when there is one)
 
 
 def _unit_lines(rig: Rig) -> list[str]:

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Rig
-from tests.e2e.deploys import DeployRun, fresh
+from tests.e2e.deploys import HOST_STAGE, DeployRun, staged
 from tests.e2e.deploys import deploy as deploy_with
 from tests.sandbox import paths
 from tests.sandbox.fixtures import forge, pkg_index
@@ -37,7 +37,6 @@ pytestmark = pytest.mark.sandbox
 
 ROOT = "/opt/vllm-rig"
 STAGE = "tasks/runtime.py"
-HOST_STAGE = ("tasks/preflight.py", "tasks/driver.py", "tasks/cuda.py")
 OLD_DRIVER, NEW_DRIVER = "580.159.03", "580.159.04"
 PREFILL = "include/flashinfer/attention/prefill.cuh"
 SITE = f"venv/lib/python3.11/site-packages/flashinfer/data/{PREFILL}"
@@ -121,10 +120,7 @@ def expect_ok(run: DeployRun) -> DeployRun:
 def box(rig: Rig) -> Iterator[None]:
     """A fresh machine through the host stage (driver, CUDA); stand-in build knobs back to defaults after."""
     forge.write_knobs(build_seconds=2.0, build_fail=False)
-    fresh(rig)
-    t0 = time.monotonic()
-    expect_ok(deploy(rig, *HOST_STAGE))
-    print(f"\nhost stage: {time.monotonic() - t0:.1f}s")
+    staged(rig)
     yield
     forge.write_knobs(build_seconds=2.0, build_fail=False)
 

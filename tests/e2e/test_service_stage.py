@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import Rig
 from tests.e2e import service
-from tests.e2e.deploys import deploy, fresh, unit_span
+from tests.e2e.deploys import deploy, fresh, keep_serving, unit_span
 from tests.sandbox import paths
 from tests.sandbox.fixtures import forge
 
@@ -45,6 +45,9 @@ def test_whole_deploy_serves_and_demands_the_key(rig: Rig) -> None:
     key = service.api_key(rig)
     shown = rig.ssh("rig1", "systemctl show vllm -p ExecStart -p Environment; ps -eo args")
     assert key not in shown and key not in run.log
+    # Kept for the modules that only add to a serving box (tests/e2e/deploys.py serving_rig); the next tests here
+    # then start from the box booted again, as those modules do.
+    keep_serving(rig)
 
 
 def test_second_run_changes_nothing_at_about_one_command_per_operation(rig: Rig) -> None:

@@ -118,8 +118,17 @@ def test_the_upstream_unit_is_the_first_setups_own(two_kinds: Rig, deployed: dic
     assert "--device-ids" not in _show(two_kinds, "rig2", "ExecStart")
 
 
-def test_a_second_run_changes_nothing_on_the_upstream_host(two_kinds: Rig, deployed: dict[str, float]) -> None:
-    again = deploy(two_kinds, "deploy.py", limit="rig1")
+def test_each_host_serves_its_profiles_flags(two_kinds: Rig, deployed: dict[str, float]) -> None:
+    first, second = _show(two_kinds, "rig1", "ExecStart"), _show(two_kinds, "rig2", "ExecStart")
+    assert "--max-model-len 100000" in first and "--tool-call-parser qwen3_xml" in first
+    assert "--max-model-len 131072" in second and "--tool-call-parser qwen3_xml" in second
+    assert "--kv-cache-dtype" not in second  # the qwen38 profile's FP16 KV cache
+    limits = two_kinds.ssh("rig2", "nvidia-smi --query-gpu=power.limit --format=csv,noheader,nounits").split()
+    assert limits == ["175.00", "175.00"]
+
+
+def test_a_second_run_changes_nothing_on_either_host(two_kinds: Rig, deployed: dict[str, float]) -> None:
+    again = deploy(two_kinds, "deploy.py")
     assert again.ok and again.changed == [], again.changed
 
 
