@@ -298,14 +298,45 @@ def _kind(rig: Rig, name: str) -> str:
     return json.loads(rig.ssh(name, "cat /opt/vllm-rig/current/runtime.json"))["inputs"].get("kind", "fork")
 
 
+REFUSED_FLAG = "--seed=not-a-number"  # the fork's server exits at start: argparse's "invalid int value"
+
+
 @pytest.fixture(scope="module")
-def to_fork(two_kinds: Rig, compiled: dict) -> dict[str, object]:
-    """rig1, serving the upstream kind's compiled runtime, switched to the fork: one run of the whole deploy."""
+def refused_switch(two_kinds: Rig, compiled: dict) -> dict[str, object]:
+    """rig1, serving the upstream kind's compiled runtime, told to switch to the fork with a flag the fork's server
+    refuses: the fork is built and switched to, and its first start fails."""
+    before = two_kinds.ssh("rig1", "readlink /opt/vllm-rig/current").strip()
+    since = time.time()
+    run = deploy(two_kinds, "deploy.py", limit="rig1", data={**FORK, "vllm_extra_args": [REFUSED_FLAG]})
+    return {"run": run, "before": before, "since": since}
+
+
+def test_a_new_runtime_whose_server_exits_at_start_leaves_the_runtime_before_serving(
+    two_kinds: Rig, refused_switch: dict
+) -> None:
+    run = refused_switch["run"]
+    assert run.rc != 0 and "[rig1] Error: " in run.log, run.log[-3000:]
+    line = next((x for x in run.log.splitlines() if "never served: rolled back to runtime" in x), run.error_line())
+    assert "argument --seed: invalid int value: 'not-a-number'" in line, line  # the server's own words
+    assert "which serves again with the unit and environment it served with (start check passed)" in line, line
+    # The upstream kind's runtime serves again with its own unit, proven; the fork it left is not marked rolled back.
+    assert two_kinds.ssh("rig1", "readlink /opt/vllm-rig/current").strip() == refused_switch["before"]
+    assert _kind(two_kinds, "rig1") == "upstream-compile"
+    assert "--seed" not in _show(two_kinds, "rig1", "ExecStart")
+    assert two_kinds.ssh("rig1", "systemctl is-active vllm", check=False).strip() == "active"
+    _proven_since(two_kinds, "rig1", refused_switch["since"])
+    assert two_kinds.ssh("rig1", "ls /opt/vllm-rig/previous/rolled-back 2>/dev/null || true").strip() == ""
+
+
+@pytest.fixture(scope="module")
+def to_fork(two_kinds: Rig, refused_switch: dict) -> dict[str, object]:
+    """rig1, serving the upstream kind's compiled runtime, switched to the fork with the setting fixed: one run of
+    the whole deploy (the fork the refused run built is switched to again, not built anew)."""
     before = two_kinds.ssh("rig1", "readlink /opt/vllm-rig/current").strip()
     since = time.time()
     run = deploy(two_kinds, "deploy.py", limit="rig1", data=FORK)
     assert run.ok, run.log[-6000:]
-    start, end = unit_span(two_kinds, BUILD_UNIT, since, "rig1")
+    start, end = unit_span(two_kinds, BUILD_UNIT, refused_switch["since"], "rig1")
     print(f"\nkind switch upstream -> fork on rig1: fork build (stand-in compile) {end - start:.1f}s")
     return {"before": before, "since": since}
 

@@ -91,3 +91,61 @@ def test_with_nothing_saved_the_reason_alone_is_said(tmp_path: Path) -> None:
 
 def test_what_was_saved_goes_with_the_state_directory_that_remove_deletes() -> None:
     assert SERVED_WITH_DIR.startswith(STATE_DIR + "/")
+
+
+def _switched_box(root: Path) -> dict[str, Path]:
+    """This run switched `current` to runtimes/new (it never served) from runtimes/old (its unit and environment
+    saved by the switch) and installed BAD; the real rollback script is in place."""
+    from tests.unit.test_rollback_words import _script
+
+    for name in ("old", "new"):
+        (root / "runtimes" / name).mkdir(parents=True)
+        (root / "runtimes" / name / "runtime.json").write_text("{}")
+    (root / "current").symlink_to(root / "runtimes" / "new")
+    (root / "previous").symlink_to(root / "runtimes" / "old")
+    (root / "etc").mkdir()
+    files = {"unit": root / "etc" / "vllm.service", "env": root / "etc" / "vllm-environment.env"}
+    files["unit"].write_text(BAD)
+    files["env"].write_text("CUDA_HOME=/usr/local/cuda-12.9\nVLLM_NEW=1\n")
+    saved = root / "served-with" / "old"
+    saved.mkdir(parents=True)
+    (saved / "unit").write_text(GOOD)
+    (saved / "environment").write_text("CUDA_HOME=/usr/local/cuda-12.9\n")
+    (root / "bin").mkdir()
+    (root / "bin" / "vllm-rig-rollback").write_text(_script(root))
+    (root / "bin" / "vllm-rig-rollback").chmod(0o755)
+    stubs = root / "stubs"
+    stubs.mkdir()
+    (stubs / "id").write_text("#!/bin/sh\necho 0\n")
+    (stubs / "systemctl").write_text(
+        f'#!/bin/sh\necho "$* $(cat {files["unit"]})" >> {root}/systemctl.log\n[ "$1" != is-active ] || exit 3\n'
+    )
+    (stubs / "said").write_text(f"#!/bin/sh\necho {SAID!r}\nexit 1\n")
+    for stub in stubs.iterdir():
+        stub.chmod(0o755)
+    return files
+
+
+def test_a_failed_start_on_a_runtime_this_run_switched_to_rolls_back_to_the_last_that_served(tmp_path: Path) -> None:
+    files = _switched_box(tmp_path)
+    said = _failed_start(tmp_path).splitlines()
+    assert said == [
+        f"{SAID}; runtime new never served: rolled back to runtime old, which serves again with the unit and "
+        "environment it served with (start check passed); change the setting the server refused, then deploy "
+        "again (it switches to new again)"
+    ]
+    assert (tmp_path / "current").resolve() == tmp_path / "runtimes" / "old"
+    assert files["unit"].read_text() == GOOD and files["env"].read_text() == "CUDA_HOME=/usr/local/cuda-12.9\n"
+    calls = (tmp_path / "systemctl.log").read_text().splitlines()
+    assert calls[-1] == f"restart vllm.service {GOOD.strip()}"  # started and proven with the unit put back
+    # The runtime left is not marked rolled back and keeps no unit of its own: a next deploy with the setting
+    # fixed switches to it again and starts it with the unit it renders.
+    assert not (tmp_path / "runtimes" / "new" / "rolled-back").exists()
+    assert not (tmp_path / "served-with" / "new").exists()
+
+
+def test_with_no_runtime_to_roll_back_to_the_reason_alone_is_said(tmp_path: Path) -> None:
+    files = _switched_box(tmp_path)
+    (tmp_path / "previous").unlink()
+    assert _failed_start(tmp_path).splitlines() == [SAID]
+    assert files["unit"].read_text() == BAD and (tmp_path / "current").resolve() == tmp_path / "runtimes" / "new"

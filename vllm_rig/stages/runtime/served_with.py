@@ -55,9 +55,13 @@ def put_back_command(
 ) -> str:
     """After a start or restart of `service` that failed: `said` (the one line on why, the server's own words),
     and where this run installed another unit or environment than the ones the runtime `current` last served
-    with, those put back, the service restarted (its start check proves it) and the line says so; it stays as
-    it is (down) when nothing was saved or the saved ones are what failed. One line either way; the caller
-    fails the host after it."""
+    with, those put back, the service restarted (its start check proves it) and the line says so. Where
+    `current` never served (this run switched to it), the rollback script returns to `previous` with the unit
+    and environment that one served with, and the service is started and proven there: a failed run leaves the
+    last good runtime serving. The runtime left is not marked rolled back (its settings failed, not it) and keeps
+    nothing saved, so the next deploy with a fixed setting switches to it again. It stays as it is (down) when
+    nothing was saved or the saved ones are what failed. One line either way; the caller fails the host after
+    it."""
     unit, env, saved = shlex.quote(unit_path), shlex.quote(environment_file), saved_dir('"$name"', top)
     unit_file = shlex.quote(f"{service}.service")
     same = (
@@ -69,10 +73,26 @@ def put_back_command(
         " change the setting the server refused, then deploy again"
     )
     failed_too = "the settings runtime $name last served with were put back but did not start either"
+    rollback, previous = shlex.quote(f"{root}/bin/vllm-rig-rollback"), shlex.quote(f"{root}/previous")
+    back_dir = saved_dir('"$back"', top)
+    back_saved = f"{back_dir}/{UNIT}"
+    runtimes = shlex.quote(root + "/runtimes")
+    left = f'{runtimes}/"$name"'
+    rolled_back = (
+        "runtime $name never served: rolled back to runtime $back, which serves again with the unit and"
+        " environment it served with (start check passed); change the setting the server refused, then deploy"
+        " again (it switches to $name again)"
+    )
+    rollback_failed = "runtime $name never served, and rolling back to runtime $back did not start either"
     return (
         f"why=$({said}); name={current_name_word(root)}; "
+        f'back="$(basename "$(readlink {previous})")"; '
         f"if [ -f {saved}/{UNIT} ] && ! {{ {same}; }}; then "
         f'if {{ {restored}; }} && systemctl restart {unit_file}; then echo "$why; {serves}"; '
         f'else echo "$why; {failed_too}: $({said})"; fi; '
+        f"elif [ ! -f {saved}/{UNIT} ] && [ -x {rollback} ] && [ -f {back_saved} ]; then "
+        f"{rollback} >/dev/null 2>&1; rm -rf {saved} {left}/rolled-back; "
+        f"if systemctl is-active -q {unit_file} || systemctl restart {unit_file}; then "
+        f'echo "$why; {rolled_back}"; else echo "$why; {rollback_failed}: $({said})"; fi; '
         f'else echo "$why"; fi'
     )
