@@ -81,7 +81,7 @@ def client(host: str, port: int = LAN_PORT, ns: str | None = NS, **options: obje
     cmd = [sys.executable, "-m", "tests.e2e.lan_client", "--host", host, "--port", str(port)]
     for name, value in options.items():
         flag = "--" + name.replace("_", "-")
-        cmd += [flag] if value is True else [flag, str(value)]
+        cmd += [flag] if value is True else [f"{flag}={value}"]  # one word: a key may begin with "-"
     if ns:
         cmd = ["ip", "netns", "exec", ns, *cmd]
     run = subprocess.run(cmd, cwd=paths.REPO, capture_output=True, text=True, timeout=120, check=True)
