@@ -119,3 +119,55 @@ def test_every_template_and_shipped_file_is_at_the_top_by_stage() -> None:
                 stage, name = path.relative_to(REPO / top).parts[0], path.relative_to(REPO / top).as_posix()
                 assert stage in stages, f"{top}/{name}: {stage} is not a stage"
                 assert f'"{name}"' in code, f"{top}/{name} is used by no stage (found through core/files.py)"
+
+
+def import_cycles(files: list[Path]) -> list[list[str]]:
+    """Groups of modules that import each other, directly or round a ring (Tarjan's strongly connected components)."""
+    modules = {module_name(p): p for p in files}
+    graph = {m: sorted(n for n in imported(p) if n in modules and n != m) for m, p in modules.items()}
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        order[v] = low[v] = len(order)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in order:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], order[w])
+        if low[v] == order[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for v in graph:
+        if v not in order:
+            visit(v)
+    return cycles
+
+
+def test_no_modules_import_each_other() -> None:
+    # A circle means neither module can be read, tested or replaced alone; a late import hides one, it counts.
+    assert import_cycles(project_files()) == []
+
+
+def test_the_cycle_check_sees_a_ring() -> None:
+    probes = [REPO / "vllm_rig" / "known" / f"_ring_{n}.py" for n in "abc"]
+    for here, there in zip(probes, probes[1:] + probes[:1], strict=True):
+        here.write_text(f"def f():\n    from vllm_rig.known import {there.stem}\n")
+    try:
+        assert sorted(p.stem for p in probes) in [
+            [m.rsplit(".", 1)[1] for m in c] for c in import_cycles(project_files())
+        ]
+    finally:
+        for p in probes:
+            p.unlink()

@@ -97,8 +97,8 @@ def test_a_line_whose_marker_is_false_for_the_venv_is_not_asked_of_the_lock(tmp_
 
 def test_the_default_profile_has_its_locks_and_they_are_fully_hashed() -> None:
     s = load_settings(profile_data())
-    assert locks.problems(s) == []
-    lock = locks.runtime_lock(s)
+    assert plan.lock_problems(s) == []
+    lock = plan.runtime_lock(s)
     assert lock.name.startswith(f"upstream-wheel-{s.vllm_version}-") and lock.name.endswith(
         f"-py{s.python_version}.txt"
     )
@@ -120,29 +120,31 @@ def test_another_pin_is_another_lock_never_a_stale_one() -> None:
             "models": {},
         }
     )
-    assert locks.runtime_name(s) != locks.runtime_name(other)
-    assert locks.runtime_name(s) == locks.runtime_name(load_settings({**profile_data(), "runtime_kind": "fork"}))
-    assert locks.runtime_name(s).startswith(f"fork-{s.fork_ref[:12]}-cu128-")
+    assert plan.runtime_lock_name(s) != plan.runtime_lock_name(other)
+    assert plan.runtime_lock_name(s) == plan.runtime_lock_name(
+        load_settings({**profile_data(), "runtime_kind": "fork"})
+    )
+    assert plan.runtime_lock_name(s).startswith(f"fork-{s.fork_ref[:12]}-cu128-")
 
 
 def test_a_missing_or_unhashed_lock_is_one_line(tmp_path: Path) -> None:
     s = load_settings({**profile_data(), "locks_dir": str(tmp_path)})
-    lines = locks.problems(s)
+    lines = plan.lock_problems(s)
     assert len(lines) == 2 and all("\n" not in line and "on first use" in line for line in lines)
-    assert str(tmp_path / locks.runtime_name(s)) in lines[0]
-    (tmp_path / locks.runtime_name(s)).write_text("vllm==0.27.1\n")
-    assert "vllm==0.27.1 without --hash" in locks.problems(s)[0]
+    assert str(tmp_path / plan.runtime_lock_name(s)) in lines[0]
+    (tmp_path / plan.runtime_lock_name(s)).write_text("vllm==0.27.1\n")
+    assert "vllm==0.27.1 without --hash" in plan.lock_problems(s)[0]
 
 
 def test_the_lock_is_part_of_the_runtime_fingerprint(tmp_path: Path) -> None:
     s = load_settings(profile_data())
     moved = tmp_path / "locks"
     moved.mkdir()
-    for name in (locks.runtime_name(s), locks.tools_name(s)):
+    for name in (plan.runtime_lock_name(s), locks.tools_name(s)):
         (moved / name).write_text(locks.directory(s).joinpath(name).read_text())
     other = load_settings({**profile_data(), "locks_dir": str(moved)})
     assert plan.fingerprint(plan.build_inputs(other)) == plan.fingerprint(plan.build_inputs(s))  # where: not what
-    (moved / locks.runtime_name(s)).write_text(locks.runtime_lock(s).text + "extra==1 \\\n    --hash=sha256:00\n")
+    (moved / plan.runtime_lock_name(s)).write_text(plan.runtime_lock(s).text + "extra==1 \\\n    --hash=sha256:00\n")
     assert plan.fingerprint(plan.build_inputs(other)) != plan.fingerprint(plan.build_inputs(s))
     spec = plan.build_spec(other, plan.RuntimeDirs(other.install_root, "x"), "0" * 64, {}, 1)
     assert spec["lock"]["text"].endswith("extra==1 \\\n    --hash=sha256:00\n")
@@ -164,7 +166,7 @@ def _first_use_settings(tmp_path: Path, index: str) -> Settings:
     URL, which the settings refuse from an owner: set past validation, for this test only)."""
     s = load_settings({**profile_data(), "locks_dir": str(tmp_path / "locks")})
     (tmp_path / "locks").mkdir()
-    shutil.copy(REPO / "locks" / locks.runtime_name(s), tmp_path / "locks")
+    shutil.copy(REPO / "locks" / plan.runtime_lock_name(s), tmp_path / "locks")
     return s.model_copy(update={"pip_index_url": index})
 
 

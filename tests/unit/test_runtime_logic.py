@@ -339,7 +339,7 @@ def test_build_unit_outlives_ssh_and_has_its_own_timeout() -> None:
     assert "systemd-run --quiet --unit=vllm-rig-build-x.service" in command
     assert "--property=RuntimeMaxSec=900" in command and "StandardOutput=append:/l/x.log" in command
     assert "systemctl reset-failed vllm-rig-build-x.service" in command  # a failed unit of that name is cleared
-    assert re.search(r"/usr/bin/python3 /opt/b.pyz runtime_build /opt/r/x/spec.json$", command)
+    assert re.search(r"/usr/bin/python3 /opt/b.pyz build_runtime /opt/r/x/spec.json$", command)
 
 
 def test_an_sm75_compile_gets_flash_attention_whatever_the_pinned_cmake_does() -> None:

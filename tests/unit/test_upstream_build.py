@@ -171,7 +171,7 @@ def test_a_failed_build_run_as_the_host_program_says_its_one_line_without_a_trac
     path = tmp_path / "build-spec.json"
     path.write_text(json.dumps(spec))
     result = subprocess.run(
-        [*host_scripts.program("runtime_build"), str(path)], capture_output=True, text=True, check=False
+        [*host_scripts.program("build_runtime"), str(path)], capture_output=True, text=True, check=False
     )
     out = result.stdout + result.stderr
     assert result.returncode == 1, out

@@ -17,8 +17,8 @@ from packaging.requirements import Requirement
 from tests.unit.groupdata import compile_sources, profile_data
 from tests.unit.test_unit_parity import _argv, _env
 from vllm_rig.host import upstream_compile as host_compile
+from vllm_rig.host.build_runtime import build_for
 from vllm_rig.host.runtime_build import BuildError, relane
-from vllm_rig.host.upstream_build import build_for
 from vllm_rig.known import upstream_compile, upstream_releases
 from vllm_rig.paths import Layout, RuntimeDirs
 from vllm_rig.settings import Settings, upstream_release_pins

@@ -17,7 +17,8 @@ from typing import Any
 
 from vllm_rig.known import flashinfer_fix, upstream_compile, upstream_releases
 from vllm_rig.settings import Settings
-from vllm_rig.stages.locks import REPO, make, runtime_name, tools_name
+from vllm_rig.stages.locks import REPO, make, tools_name
+from vllm_rig.stages.runtime.plan import runtime_lock_name
 from vllm_rig.validation import SettingsError, load_settings
 
 PROFILES = (None, "qwen38", "fork_validated")
@@ -63,7 +64,7 @@ def main(argv: list[str]) -> int:
     done: set[str] = set()
     failed = []
     for s in settings_to_lock():
-        for name, target in (tools_name(s), make.tools_target), (runtime_name(s), None):
+        for name, target in (tools_name(s), make.tools_target), (runtime_lock_name(s), None):
             if name in done:
                 continue
             done.add(name)

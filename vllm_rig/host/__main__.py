@@ -7,6 +7,7 @@ import sys
 
 PROGRAMS = (
     "bench",
+    "build_runtime",
     "flashinfer_smem",
     "fork_releases",
     "gpu_facts",
@@ -18,7 +19,6 @@ PROGRAMS = (
     "model_fetch",
     "model_preflight",
     "model_serve",
-    "runtime_build",
     "server_gone",
     "service_probe",
     "start_check",

@@ -1,9 +1,6 @@
 #!/usr/bin/env python3
-"""Build one vllm-rig runtime on this host, from the spec the deploy wrote (<runtime>/build-spec.json).
-
-The deploy runs it as a transient systemd unit, so a dropped SSH session does not stop it:
-
-    systemd-run --unit vllm-rig-build-<name> python3 vllm-rig-runtime-build.py <runtime>/build-spec.json
+"""The fork's runtime build, and the steps every kind's build shares (build_runtime.py runs the one the spec names,
+from the spec the deploy wrote: <runtime>/build-spec.json).
 
 Steps: the venv (the distribution's python<X.Y>); torch, torchvision, torchaudio and triton at the torch
 lane's exact versions (2.11.0+cu128), from the main index with the torch index as extra (as the fork's
@@ -36,7 +33,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tarfile
 import tempfile
 import textwrap
@@ -933,36 +929,3 @@ class Build:
             self.mark(step)
         self.finish()
         self.pack_artifact()
-
-
-def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print(f"usage: {Path(argv[0]).name} <runtime>/build-spec.json", file=sys.stderr)
-        return 2
-    spec = json.loads(Path(argv[1]).read_text())
-    from .upstream_build import build_for  # it builds on this module's Build
-
-    build = build_for(spec)
-    invocation = os.environ.get("INVOCATION_ID")
-    say(f"BUILD START {spec['name']} (fingerprint {spec['fingerprint'][:16]}, invocation {invocation})")
-    try:
-        build.run()
-    except BuildError as err:
-        build.status("failed", error=str(err))
-        say(f"BUILD FAILED: {err}")
-        return 1
-    except Exception as err:  # an unexpected failure still leaves a status the deploy can show
-        build.status("failed", error=f"{type(err).__name__}: {err}")
-        say(f"BUILD FAILED: {type(err).__name__}: {err}")
-        raise
-    build.status("done")
-    say(f"BUILD OK {spec['name']}")
-    return 0
-
-
-if __name__ == "__main__":
-    # Run as a program this file is `__main__`, a second copy of the module: upstream_build's classes raise the
-    # package module's BuildError, which this copy's `except BuildError` would not catch. Run the package's.
-    from . import runtime_build
-
-    sys.exit(runtime_build.main(sys.argv))

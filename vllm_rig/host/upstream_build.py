@@ -202,10 +202,3 @@ class UpstreamBuild(Build):
             raise BuildError("the SM75 patch is not in place in the installed vLLM; force_rebuild=true builds anew")
         say("==> check passed: the SM75 patch is in place in the installed vLLM")
         super().step_check()
-
-
-def build_for(spec: dict) -> Build:
-    from .upstream_compile import UpstreamCompileBuild  # it builds on UpstreamBuild
-
-    kinds: dict[str, type[Build]] = {"upstream-wheel": UpstreamBuild, "upstream-compile": UpstreamCompileBuild}
-    return kinds.get(spec.get("kind", "fork"), Build)(spec)

@@ -12,7 +12,6 @@ lane, the fork per commit and torch lane) and one for the tools venv, each for o
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,22 +43,6 @@ def directory(s: Settings) -> Path:
     """locks_dir on the control machine; a relative one is taken from the project's root."""
     path = Path(s.locks_dir)
     return path if path.is_absolute() else REPO / path
-
-
-def runtime_name(s: Settings) -> str:
-    """The runtime build's lock file: what it installs decides the name (kind, release or commit, torch lane, and
-    a digest of the pins and the rest of the set the build resolves: a changed pin is another lock, never a stale
-    one)."""
-    from vllm_rig.stages.runtime import plan  # the plan reads the locks: imported here, not at the top
-
-    digest = hashlib.sha256(json.dumps(plan.lock_inputs(s), sort_keys=True).encode()).hexdigest()[:8]
-    py = f"{digest}-py{s.python_version}"
-    if s.runtime_kind == "upstream" and s.upstream_build == "wheel":
-        return f"upstream-wheel-{s.vllm_version}-{py}.txt"
-    lane = torch_lane(s.torch_index_url).replace("/", "_").replace(":", "_")
-    if s.runtime_kind == "upstream":
-        return f"upstream-compile-{s.vllm_version}-{lane}-{py}.txt"
-    return f"fork-{s.fork_ref[:12]}-{lane}-{py}.txt"
 
 
 def tools_name(s: Settings) -> str:
@@ -107,33 +90,9 @@ def runtime_what(s: Settings) -> str:
     return f"the fork at {s.fork_ref[:12]} on the torch lane {lane}, Python {s.python_version}"
 
 
-def runtime_lock(s: Settings) -> Lock:
-    return read(s, runtime_name(s), runtime_what(s))
-
-
 def tools_what(s: Settings) -> str:
     return f"the tools venv on Python {s.python_version}"
 
 
 def tools_lock(s: Settings) -> Lock:
     return read(s, tools_name(s), tools_what(s))
-
-
-def runtime_lock_or_none(s: Settings) -> Lock | None:
-    """For the plan: a missing lock is written or said before any host is touched (first_use), so here it is
-    only absent."""
-    try:
-        return runtime_lock(s)
-    except LockMissing:
-        return None
-
-
-def problems(s: Settings) -> list[str]:
-    """One line per lock a deploy of these settings needs and does not have."""
-    lines = []
-    for read_one in (runtime_lock, tools_lock):
-        try:
-            read_one(s)
-        except LockMissing as err:
-            lines.append(str(err))
-    return lines

@@ -15,6 +15,7 @@ from vllm_rig.host.runtime_build import redact
 from vllm_rig.settings import Settings
 from vllm_rig.stages import locks
 from vllm_rig.stages.locks import make
+from vllm_rig.stages.runtime import plan
 
 
 @dataclass
@@ -48,7 +49,10 @@ def ensure(hosts: Mapping[str, Settings]) -> Outcome:
     out = Outcome()
     failed: dict[Path, str] = {}  # a lock one host could not get is not tried again for the next
     for host, s in hosts.items():
-        for name, what in (locks.tools_name(s), locks.tools_what(s)), (locks.runtime_name(s), locks.runtime_what(s)):
+        for name, what in (
+            (locks.tools_name(s), locks.tools_what(s)),
+            (plan.runtime_lock_name(s), locks.runtime_what(s)),
+        ):
             path = locks.directory(s) / name
             if not path.exists() and path not in failed:
                 try:

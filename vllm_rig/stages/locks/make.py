@@ -26,7 +26,7 @@ from pathlib import Path
 from vllm_rig.host import runtime_build
 from vllm_rig.paths import RuntimeDirs
 from vllm_rig.settings import Settings
-from vllm_rig.stages.locks import Lock, runtime_name, runtime_what, tools_name, tools_what
+from vllm_rig.stages.locks import Lock, runtime_what, tools_name, tools_what
 from vllm_rig.stages.model.start import HF_HUB_VERSION
 from vllm_rig.stages.runtime import plan
 
@@ -90,7 +90,7 @@ def runtime_target(s: Settings, tree_lines: list[str]) -> Target:
     wheel = s.runtime_kind == "upstream" and s.upstream_build == "wheel"
     reqs = tuple(runtime_requirements(s, tree_lines))
     extra = None if wheel else s.torch_index_url
-    return Target(runtime_name(s), runtime_what(s), reqs, s.pip_index_url or pypi(), extra)
+    return Target(plan.runtime_lock_name(s), runtime_what(s), reqs, s.pip_index_url or pypi(), extra)
 
 
 def tools_target(s: Settings) -> Target:

@@ -60,7 +60,7 @@ def start_command(unit: str, runtime: str, package: str, spec: str, log: str, ti
         f"systemd-run --quiet --unit={u} --description={shlex.quote('vllm-rig runtime build ' + runtime)} "
         f"--working-directory={shlex.quote(runtime)} --setenv=HOME=/root "
         + " ".join(shlex.quote(p) for p in props)
-        + f" /usr/bin/python3 {shlex.quote(package)} runtime_build {shlex.quote(spec)}"
+        + f" /usr/bin/python3 {shlex.quote(package)} build_runtime {shlex.quote(spec)}"
     )
 
 

@@ -48,7 +48,7 @@ def build_inputs(s: Settings) -> dict[str, Any]:
     patch = s.flashinfer_patch_data()
     fix = None if patch is None else {"patch": patch["patch"], "files": _fix_hashes(patch)}
     # The lock's bytes: a changed lock (another file hashed, another version) is another runtime.
-    lock = locks.runtime_lock_or_none(s)
+    lock = runtime_lock_or_none(s)
     locked = {"lock": None if lock is None else lock.sha256}
     if s.runtime_kind == "upstream":
         return {"format": BUILD_FORMAT, **upstream.build_inputs(s, fix), **locked}
@@ -248,10 +248,49 @@ def lock_inputs(s: Settings) -> dict[str, Any]:
     return {key: spec.get(key) for key in LOCK_KEYS}
 
 
+def runtime_lock_name(s: Settings) -> str:
+    """The runtime build's lock file: what it installs decides the name (kind, release or commit, torch lane, and
+    a digest of the pins and the rest of the set the build resolves: a changed pin is another lock, never a stale
+    one)."""
+    digest = hashlib.sha256(json.dumps(lock_inputs(s), sort_keys=True).encode()).hexdigest()[:8]
+    py = f"{digest}-py{s.python_version}"
+    if s.runtime_kind == "upstream" and s.upstream_build == "wheel":
+        return f"upstream-wheel-{s.vllm_version}-{py}.txt"
+    lane = torch_lane(s.torch_index_url).replace("/", "_").replace(":", "_")
+    if s.runtime_kind == "upstream":
+        return f"upstream-compile-{s.vllm_version}-{lane}-{py}.txt"
+    return f"fork-{s.fork_ref[:12]}-{lane}-{py}.txt"
+
+
+def runtime_lock(s: Settings) -> locks.Lock:
+    """The runtime build's hashed lock (locks.LockMissing when locks_dir has none)."""
+    return locks.read(s, runtime_lock_name(s), locks.runtime_what(s))
+
+
+def runtime_lock_or_none(s: Settings) -> locks.Lock | None:
+    """For the plan: a missing lock is written or said before any host is touched (first_use), so here it is
+    only absent."""
+    try:
+        return runtime_lock(s)
+    except locks.LockMissing:
+        return None
+
+
+def lock_problems(s: Settings) -> list[str]:
+    """One line per lock a deploy of these settings needs and does not have."""
+    lines = []
+    for read_one in (runtime_lock, locks.tools_lock):
+        try:
+            read_one(s)
+        except locks.LockMissing as err:
+            lines.append(str(err))
+    return lines
+
+
 def build_spec(s: Settings, dirs: RuntimeDirs, fp: str, inputs: dict[str, Any], jobs: int) -> dict[str, Any]:
     """What vllm_rig/host/runtime_build.py needs on the host: paths, pins, sources, indexes, the FlashInfer fix and
     the hashed lock. Written 0600: index URLs may carry credentials."""
-    lock = locks.runtime_lock_or_none(s)  # none: the deploy has stopped before (first_use)
+    lock = runtime_lock_or_none(s)  # none: the deploy has stopped before (first_use)
     locked = None if lock is None else {"name": lock.name, "text": lock.text}
     return {**_spec(s, dirs, fp, inputs, jobs), "lock": locked}
 
