@@ -34,7 +34,7 @@ def test_each_program_module_exists_and_every_module_is_listed_or_a_library() ->
 
 @pytest.mark.parametrize("program", PROGRAMS)
 def test_every_program_runs_from_the_zip(program: str) -> None:
-    # --help, or for runtime_build (it takes one spec path) no argument: each prints its usage line
+    # --help, or for build_runtime (it takes one spec path) no argument: each prints its usage line
     args = [] if program == "build_runtime" else ["--help"]
     result = subprocess.run([*host_scripts.program(program), *args], capture_output=True, text=True, timeout=60)
     assert result.returncode in (0, 2), result.stderr

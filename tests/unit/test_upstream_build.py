@@ -157,7 +157,7 @@ def test_downloads_say_bytes_rate_and_time_while_they_run(tmp_path: Path, capsys
 
 
 def test_a_failed_build_run_as_the_host_program_says_its_one_line_without_a_traceback(tmp_path: Path) -> None:
-    """Run as the host zip runs it (`python -m ... runtime_build SPEC`), the module is `__main__`, a second copy;
+    """Run as the host zip runs it (`python -m ... build_runtime SPEC`), the module is `__main__`, a second copy;
     the build classes must raise the BuildError that main() catches (a copy's would end in a traceback)."""
     spec = {
         "kind": "upstream-wheel",
