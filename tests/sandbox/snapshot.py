@@ -78,9 +78,12 @@ def put_back(m: machine.Machine, label: str) -> bool:
         return False
     machine.down(m)
     _copy_tree(place / "tree", m.dir)
-    for path in _control_files(m):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(place / path.name, path)
+    for path in _control_files(m):  # as they were: one the box had not made yet is not left from another
+        if (place / path.name).exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(place / path.name, path)
+        else:
+            path.unlink(missing_ok=True)
     machine.start(m)
     machine.wait_ssh(m, timeout=120)
     return True
