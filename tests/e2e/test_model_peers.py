@@ -1,8 +1,9 @@
-"""Model peers on the sandbox: two fresh machines in one pyinfra run of the model stage; rig1 (first in inventory
-order) fetches from the HF mirror stand-in and serves rig2, which waits for it and fetches every file from it,
-each checked against rig2's own plan from the mirror. Then the whole deploy.py with rig2's model gone and rig1's
-server unable to start (its port taken): one line, the mirror instead, verified, and rig2's service proven.
-The machines share the host's addresses, so each serves on its own model_peer_port (inventory/sandbox.py).
+"""Model peers on the sandbox: two new machines (after the host stage) in one pyinfra run of the model stage;
+rig1 (first in inventory order) fetches from the HF mirror stand-in and serves rig2, which waits for it and fetches
+every file from it, each checked against rig2's own plan from the mirror. Then the whole deploy.py with rig2's
+model gone and rig1's server unable to start (its port taken): one line, the mirror instead, verified, and rig2's
+service proven. The machines share the host's addresses, so each serves on its own model_peer_port
+(inventory/sandbox.py).
 Last, where both rigs serve one model: one URL for both (front_of on rig1), requests spread over both, rig2's
 server stopped and back, and the front turned off again.
 """
@@ -22,7 +23,7 @@ import pytest
 
 from tests.conftest import Rig
 from tests.e2e import service
-from tests.e2e.deploys import deploy, fresh
+from tests.e2e.deploys import deploy, staged
 from tests.e2e.model import MODEL_DIR, MODELS, REPO, STAGE, STATUS, UNIT, clear_log, digests, fetched_names, knobs
 from tests.sandbox import machine, paths
 from tests.sandbox.__main__ import up
@@ -62,13 +63,13 @@ def peer_lines(log: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def two(rig: Rig) -> Iterator[Rig]:
-    """rig1 and rig2 made new: this module brings rig2 up itself (so it runs in the test command) and takes
-    it down at the end, so the modules after it see one machine again, as the `rig` fixture gives it."""
+    """rig1 and rig2 new machines given the host stage (deploys.staged): this module brings rig2 up itself (so it
+    runs in the test command) and takes it down at the end, so the modules after it see one machine again, as the
+    `rig` fixture gives it."""
     up(2)
     both = Rig(machine.machines(2), rig.inventory, rig.key, rig.fileserver, rig.started)
     try:
-        for name in ("rig1", "rig2"):
-            fresh(both, name, secure_boot=False)
+        staged(both, "rig1", "rig2")  # new machines after the host stage: the model stage and what follows it
         knobs()
         yield both
     finally:

@@ -34,8 +34,9 @@ def _chat(key: str | None) -> tuple[int, dict]:
 
 def test_whole_deploy_serves_and_demands_the_key(rig: Rig) -> None:
     fresh(rig)
-    run = deploy(rig, "deploy.py")
+    run = deploy(rig, "-vv", "deploy.py")  # -vv: pyinfra prints every command, the key's making among them
     assert run.ok, run.log[-3000:]
+    assert ">>> " in run.log  # -vv did print the commands
     assert "service_probe: generated" in run.log  # the deploy proved generation, not just /health
     assert rig.ssh("rig1", "systemctl is-active vllm").strip() == "active"
     status, answer = _chat(service.api_key(rig))

@@ -8,6 +8,8 @@ This needs PyPI (CI reaches it); a failure names the conflicting packages in pip
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 from tests.real import real_pip
@@ -34,17 +36,20 @@ def _settings(profile: str | None, release: str) -> Settings:
     return load_settings(data)
 
 
+def _key(s: Settings) -> tuple[str, ...]:
+    return (s.python_version, *real_pip.runtime_requirements(s))
+
+
 @pytest.fixture(scope="module")
 def resolved() -> dict[tuple[str, ...], real_pip.Resolution]:
-    return {}  # one resolution per distinct requirement set: profiles that share a runtime share a run
-
-
-def _resolve(cache: dict[tuple[str, ...], real_pip.Resolution], s: Settings) -> real_pip.Resolution:
-    requirements = real_pip.runtime_requirements(s)
-    key = (s.python_version, *requirements)
-    if key not in cache:
-        cache[key] = real_pip.resolve(requirements, s.python_version)
-    return cache[key]
+    """One resolution per distinct requirement set (profiles that share a runtime share a run), the runs at once:
+    each is a pip mostly waiting on PyPI (one after another they took 142 s of a CI lane)."""
+    wanted = {_key(s): s for s in (_settings(p, r) for p in PROFILES for r in RELEASES)}
+    for version in {s.python_version for s in wanted.values()}:
+        real_pip.resolver_pip(version)  # the venv made once, before the runs that share it
+    with ThreadPoolExecutor(max_workers=len(wanted)) as pool:
+        runs = {key: pool.submit(real_pip.resolve, list(key[1:]), key[0]) for key in wanted}
+    return {key: run.result() for key, run in runs.items()}
 
 
 @pytest.mark.parametrize("release", RELEASES)
@@ -53,7 +58,7 @@ def test_every_profile_and_release_resolves_to_our_pins(
     profile: str | None, release: str, resolved: dict[tuple[str, ...], real_pip.Resolution]
 ) -> None:
     s = _settings(profile, release)
-    result = _resolve(resolved, s)
+    result = resolved[_key(s)]
     assert result.ok, f"pip cannot install the runtime for FlashInfer {release}:\n{result.output[-3000:]}"
     got = result.installs
     assert runtime.runtime_pins(s)["flashinfer-python"] == release
