@@ -81,7 +81,7 @@ def test_one_run_over_two_fresh_hosts_the_second_fetches_from_the_first(two: Rig
     rig = two
     clear_log()
     run = deploy(rig, *STAGE, data=SAME_MODEL)
-    assert run.ok, run.error_line()
+    assert run.ok, run.log[-4000:]
     assert f"Model (start) | Serve {REPO}@main to rig2" in run.changed
     assert sorted(fetched_names()) == sorted(digests())  # each file from the mirror once: rig1's download
     assert marker(rig, "rig1")["from_peer"] is None
