@@ -149,3 +149,13 @@ def test_with_no_runtime_to_roll_back_to_the_reason_alone_is_said(tmp_path: Path
     (tmp_path / "previous").unlink()
     assert _failed_start(tmp_path).splitlines() == [SAID]
     assert files["unit"].read_text() == BAD and (tmp_path / "current").resolve() == tmp_path / "runtimes" / "new"
+
+
+def test_a_rollback_that_fails_is_said_and_nothing_is_started(tmp_path: Path) -> None:
+    _switched_box(tmp_path)
+    (tmp_path / "runtimes" / "old" / "runtime.json").unlink()  # the rollback script refuses an incomplete runtime
+    said = _failed_start(tmp_path).splitlines()
+    assert said == [f"{SAID}; runtime new never served, and rolling back to runtime old did not start either: {SAID}"]
+    assert (tmp_path / "current").resolve() == tmp_path / "runtimes" / "new"  # nothing switched
+    calls = (tmp_path / "systemctl.log").read_text().splitlines() if (tmp_path / "systemctl.log").exists() else []
+    assert not [c for c in calls if c.startswith("restart ")]

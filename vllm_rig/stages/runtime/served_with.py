@@ -91,8 +91,8 @@ def put_back_command(
         f'if {{ {restored}; }} && systemctl restart {unit_file}; then echo "$why; {serves}"; '
         f'else echo "$why; {failed_too}: $({said})"; fi; '
         f"elif [ ! -f {saved}/{UNIT} ] && [ -x {rollback} ] && [ -f {back_saved} ]; then "
-        f"{rollback} >/dev/null 2>&1; rm -rf {saved} {left}/rolled-back; "
-        f"if systemctl is-active -q {unit_file} || systemctl restart {unit_file}; then "
+        f"if {rollback} >/dev/null 2>&1 && rm -rf {saved} {left}/rolled-back"
+        f" && {{ systemctl is-active -q {unit_file} || systemctl restart {unit_file}; }}; then "
         f'echo "$why; {rolled_back}"; else echo "$why; {rollback_failed}: $({said})"; fi; '
         f'else echo "$why"; fi'
     )
