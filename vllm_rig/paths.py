@@ -222,4 +222,9 @@ class RuntimeDirs:
 
     @property
     def rollback_script(self) -> str:
-        return f"{self.root}/bin/vllm-rig-rollback"
+        return rollback_script(self.root)
+
+
+def rollback_script(root: str) -> str:
+    """The rollback script under install_root (bin/rig rollback, and a failed first start's put-back, run it)."""
+    return f"{root}/bin/vllm-rig-rollback"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shlex
 
-from vllm_rig.paths import SERVED_WITH_DIR
+from vllm_rig.paths import SERVED_WITH_DIR, rollback_script
 
 UNIT, ENVIRONMENT = "unit", "environment"
 
@@ -73,7 +73,7 @@ def put_back_command(
         " change the setting the server refused, then deploy again"
     )
     failed_too = "the settings runtime $name last served with were put back but did not start either"
-    rollback, previous = shlex.quote(f"{root}/bin/vllm-rig-rollback"), shlex.quote(f"{root}/previous")
+    rollback, previous = shlex.quote(rollback_script(root)), shlex.quote(f"{root}/previous")
     back_dir = saved_dir('"$back"', top)
     back_saved = f"{back_dir}/{UNIT}"
     runtimes = shlex.quote(root + "/runtimes")
