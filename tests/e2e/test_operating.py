@@ -30,7 +30,7 @@ from tests.sandbox.fixtures import forge
 from vllm_rig.stages.triage import bundle
 
 pytestmark = pytest.mark.sandbox
-BUILD_SECONDS = 60  # the stand-in fork's build, long enough to read the status in the middle of it
+BUILD_SECONDS = 40  # the stand-in fork's build, long enough to read the status in the middle of it
 
 
 @pytest.fixture(scope="module")

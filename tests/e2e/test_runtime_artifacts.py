@@ -135,7 +135,12 @@ def test_when_the_compiling_host_fails_the_others_compile(two_hosts: Rig) -> Non
         sh(two_hosts, name, f"rm -rf {ROOT}/runtimes/* {ROOT}/current {ROOT}/previous /var/lib/vllm-rig/logs/build-*")
     shutil.rmtree(STORE, ignore_errors=True)
     forge.write_knobs(build_seconds=40.0)
-    stopper = threading.Thread(target=stop_build_when_compiling, args=(two_hosts, "rig1"), daemon=True)
+
+    def stop_rig1_then_compile_quickly() -> None:
+        stop_build_when_compiling(two_hosts, "rig1")
+        forge.write_knobs(build_seconds=2.0)  # rig2 compiles only after rig1 failed: its compile need not be long
+
+    stopper = threading.Thread(target=stop_rig1_then_compile_quickly, daemon=True)
     stopper.start()
     try:
         run = deploy(two_hosts, "tasks/runtime.py", data=ON, timeout=900)
