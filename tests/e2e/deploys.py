@@ -104,6 +104,13 @@ def keep_serving(rig: Rig, name: str = "rig1") -> None:
     wait_serving(rig, name)
 
 
+def forget_lan_ca(rig: Rig, name: str = "rig1") -> None:
+    """Have the next deploy re-make the box's local CA, as an owner does it (lan_tls.py's REMAKE: remove ca.crt,
+    deploy again): a kept box's CA may only sign the addresses it had when it was made, before a module's client
+    network existed."""
+    rig.ssh(name, "sudo rm -f /etc/vllm-rig/lan/ca.crt")
+
+
 def wait_serving(rig: Rig, name: str = "rig1", timeout: float = 180) -> None:
     """Until `name` serves: after a boot the server starts and proves itself before systemd calls it active."""
     deadline = time.monotonic() + timeout

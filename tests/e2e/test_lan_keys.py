@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import Rig
 from tests.e2e import service
-from tests.e2e.deploys import DeployRun, deploy, serving_rig
+from tests.e2e.deploys import DeployRun, deploy, forget_lan_ca, serving_rig
 from tests.e2e.test_lan_stage import BOX, DATA, https, lan, status  # noqa: F401 (lan: the namespace fixture)
 from vllm_rig import paths as rig_paths
 
@@ -37,9 +37,7 @@ def _answers(key: str) -> int | str:
 
 def test_api_keys_are_made_on_the_box_and_each_gets_in(rig: Rig, lan: str) -> None:  # noqa: F811
     serving_rig(rig)  # keys only add to a serving box: an earlier module's whole deploy, kept, will do
-    # Its local CA may only sign the addresses the box had when it was made, before this module's client network:
-    # re-made as the owner does it (lan_tls.py's REMAKE: remove ca.crt, deploy again).
-    rig.ssh("rig1", "sudo rm -f /etc/vllm-rig/lan/ca.crt")
+    forget_lan_ca(rig)  # its CA re-made to sign this module's client network too
     run = deploy(rig, "deploy.py", data=KEYS)
     RUNS["fresh"] = run
     assert run.ok, run.log[-3000:]

@@ -19,7 +19,7 @@ import pytest
 
 from tests.conftest import Rig
 from tests.e2e import service
-from tests.e2e.deploys import DeployRun, deploy, serving_rig
+from tests.e2e.deploys import DeployRun, deploy, forget_lan_ca, serving_rig
 from tests.lan_bypass import BYPASS
 from tests.sandbox import machine, paths
 from tests.sandbox.fixtures import forge
@@ -97,11 +97,10 @@ def status(answer: dict) -> int | str:
 
 
 def test_a_deploy_puts_the_proxy_in_front(rig: Rig, lan: str) -> None:
-    # The defaults after a whole deploy (the key made on a fresh box: test_service_stage checks its -vv output);
-    # its local CA may only sign the addresses the box had then, before this module's client network: re-made as
-    # the owner does it (lan_tls.py's REMAKE: remove ca.crt, deploy again).
+    # The defaults after a whole deploy (the key made on a fresh box: test_service_stage checks its -vv output),
+    # its CA re-made to sign this module's client network too.
     serving_rig(rig)
-    rig.ssh("rig1", "sudo rm -f /etc/vllm-rig/lan/ca.crt")
+    forget_lan_ca(rig)
     run = deploy(rig, "-vv", "deploy.py", data=DATA)  # -vv: pyinfra prints every command it runs
     FRESH["run"] = run
     assert run.ok, run.log[-3000:]
