@@ -66,38 +66,49 @@ def _settings_passed(run: subprocess.CompletedProcess[str]) -> None:
     assert run.returncode == 1 and "Traceback" not in out and "[@fake/x] Ready: deploy.py" in out, out
 
 
-def test_valid_defaults_pass() -> None:
-    _settings_passed(_deploy())
+# Valid values that pyinfra's --data parsing turns into other types: cuda_version=12.8 and
+# gpu_compute_capability=7.0 arrive as floats, device_ids=null as None.
+OVERRIDES = [
+    "max_model_len=131072",
+    "kv_cache_dtype=auto",
+    "gpu_power_limit_w=175",
+    "cuda_version=12.8",
+    "gpu_compute_capability=7.0",
+    "device_ids=null",
+]
+CATALOGUE_MODEL = ["model=qwen38", "models_keep=0"]
 
 
-def test_valid_overrides_pass() -> None:
-    # cuda_version=12.8 and gpu_compute_capability=7.0 arrive as floats from pyinfra's --data parsing.
-    run = _deploy(
-        "max_model_len=131072",
-        "kv_cache_dtype=auto",
-        "gpu_power_limit_w=175",
-        "cuda_version=12.8",
-        "gpu_compute_capability=7.0",
-        "device_ids=null",
-    )
-    _settings_passed(run)
-
-
-def test_a_catalogue_model_passes() -> None:
-    _settings_passed(_deploy("model=qwen38", "models_keep=0"))
+def test_valid_overrides_pass_the_real_cli() -> None:
+    """The wiring once, through the real CLI (about 7 s: every stage is planned); the defaults and a
+    catalogue model go through the same two steps in process below."""
+    _settings_passed(_deploy(*OVERRIDES))
 
 
 @pytest.fixture(scope="module")
 def parsed() -> dict[str, object]:
-    """Each BAD value as pyinfra's CLI parses a --data value (its parse_cli_arg), in a child process: importing
+    """Each value as pyinfra's CLI parses a --data value (its parse_cli_arg), in a child process: importing
     pyinfra_cli patches the standard library with gevent's, which this test process must not have."""
     code = (
         "import json, sys; from pyinfra_cli.util import parse_cli_arg as p; "
         "print(json.dumps([p(v) for v in json.loads(sys.argv[1])]))"
     )
-    values = [item.split("=", 1)[1] for item in BAD]
+    items = BAD + OVERRIDES + CATALOGUE_MODEL
+    values = [item.split("=", 1)[1] for item in items]
     out = subprocess.run([sys.executable, "-c", code, json.dumps(values)], capture_output=True, text=True, check=True)
-    return dict(zip(BAD, json.loads(out.stdout), strict=True))
+    return dict(zip(items, json.loads(out.stdout), strict=True))
+
+
+def _as_data(items: list[str], parsed: dict[str, object]) -> dict[str, object]:
+    return {item.split("=", 1)[0]: parsed[item] for item in items}
+
+
+@pytest.mark.parametrize("items", [[], CATALOGUE_MODEL, OVERRIDES], ids=["defaults", "catalogue", "overrides"])
+def test_valid_values_pass(items: list[str], parsed: dict[str, object]) -> None:
+    data = _as_data(items, parsed)
+    settings = load_settings({**profile_data(), **data})
+    for key, value in data.items():  # taken as given (a float's text: "12.8" is what the rules compare)
+        assert str(getattr(settings, key)) == str(value), key
 
 
 @pytest.mark.parametrize("item", BAD)

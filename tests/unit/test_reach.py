@@ -76,7 +76,7 @@ def test_the_simulated_rig_not_started_says_start_it(tmp_path: Path) -> None:
     )
 
 
-def _serve(handler) -> Iterator[int]:
+def _serve(handler, stop: threading.Event | None = None) -> Iterator[int]:
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(4)
@@ -93,6 +93,9 @@ def _serve(handler) -> Iterator[int]:
     thread = threading.Thread(target=loop, daemon=True)
     thread.start()
     yield srv.getsockname()[1]
+    if stop:
+        stop.set()  # a handler still holding its connection lets go
+    srv.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept (a close alone does not, on Linux)
     srv.close()
     thread.join(5)
 
@@ -112,8 +115,7 @@ def test_a_port_that_is_no_ssh_server(http_port: int) -> None:
 @pytest.fixture
 def silent_port() -> Iterator[int]:
     done = threading.Event()
-    yield from _serve(lambda conn: done.wait(3))
-    done.set()
+    yield from _serve(lambda conn: done.wait(3), stop=done)
 
 
 def test_a_port_that_says_nothing(silent_port: int) -> None:
