@@ -7,12 +7,14 @@ must be at most 262144 (...)`. Secrets are never echoed.
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
 
+from vllm_rig.setting_types import allowed_of
 from vllm_rig.settings import SECRET_ENV_NAME, SECRET_KEYS, CrossRuleErrors, Settings, catalogue_values
 from vllm_rig.stages.lan.certificate import own_certificate_problem
 from vllm_rig.stages.service.command import settings_args
@@ -20,6 +22,10 @@ from vllm_rig.stages.service.command import settings_args
 # Host data keys that belong to pyinfra, its connectors or our inventory, not to the settings.
 FOREIGN_PREFIXES = ("_", "ssh_", "fake_", "local_", "chroot_", "docker_", "podman_", "vagrant_", "terraform_")
 INVENTORY_KEYS = frozenset({"profile"})
+
+
+# pydantic's errors for a mapping setting's entry (setting_types' TypedDicts), in the line's words.
+ENTRY_KEY_ERRORS = {"missing": "is missing", "extra_forbidden": "is not a key of this entry"}
 
 
 class SettingsError(Exception):
@@ -104,13 +110,25 @@ def _error_lines(err: ValidationError, data: Mapping[str, Any]) -> Iterable[str]
             for key, message in cause.problems:
                 yield _line(key, data.get(key), message) + origin.get(key, "")
             continue
-        if error["type"] == "missing":
+        if error["type"] == "missing" and len(error["loc"]) == 1:
             yield f"settings: {key} is missing; add it to group_data/all.py ({_allowed(key)})"
             continue
         several = sum(1 for e in err.errors() if e["loc"][:1] == error["loc"][:1]) > 1
         custom = isinstance(cause, ValueError) and not several
-        message = str(cause) if custom else f"must be {_allowed(key)}"
+        message = _inside(error["loc"]) + str(cause) if custom else f"must be {_allowed(key)}"
+        if error["type"] in ENTRY_KEY_ERRORS and not several:  # a key missing from, or foreign to, an entry
+            message = f"{_inside(error['loc'])}{ENTRY_KEY_ERRORS[error['type']]}; the setting {message}"
         yield _line(key, data.get(key), message) + origin.get(key, "") + _number_hint(key, data.get(key))
+
+
+def _inside(loc: tuple[int | str, ...]) -> str:
+    """Where in a mapping or list setting its type refused a value ("entry 'x': "ref": "), "" for the setting."""
+    words = [
+        f"item {p}" if isinstance(p, int) else f"entry {p!r}" if at == 1 else json.dumps(p) for at, p in enumerate(loc)
+    ]
+    if loc[-1:] == ("[key]",):  # a mapping's key itself
+        words[-2:] = [f"key {loc[-2]!r}"]
+    return "".join(f"{word}: " for word in words[1:])
 
 
 def _number_hint(key: str, value: Any) -> str:
@@ -137,7 +155,4 @@ def _show(value: Any) -> str:
 
 def _allowed(key: str) -> str:
     field = Settings.model_fields.get(key)
-    extra = field.json_schema_extra if field is not None else None
-    if isinstance(extra, dict) and "allowed" in extra:
-        return str(extra["allowed"])
-    return "a valid value"
+    return allowed_of(field) if field is not None else "a valid value"

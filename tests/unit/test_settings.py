@@ -473,8 +473,8 @@ def test_a_bad_flag_in_the_chosen_entry_is_named_with_its_entry() -> None:
     with pytest.raises(SettingsError) as err:
         load_settings(_with(model="small", models={"small": bad}))
     assert err.value.lines == [
-        "settings: max_model_len=300000 is not allowed: must be at most 262144 (the model's max_position_embeddings)"
-        " (from models['small'])"
+        "settings: max_model_len=300000 is not allowed: must be an integer from 1024 to 262144 "
+        "(the model's max_position_embeddings) (from models['small'])"
     ]
 
 

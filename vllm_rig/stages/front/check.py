@@ -10,7 +10,8 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Callable, Iterable
 
-from vllm_rig.settings import DNS_NAME, Settings
+from vllm_rig.setting_types import DNS_NAME
+from vllm_rig.settings import Settings
 
 
 def _is_ip(text: str) -> bool:
