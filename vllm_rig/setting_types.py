@@ -55,8 +55,19 @@ class Rule:
 
 
 def matches(pattern: str) -> Callable[[str], object]:
-    regex = re.compile(pattern)
-    return regex.fullmatch
+    return re.compile(pattern).fullmatch
+
+
+def between(low: float, high: float | None, unit: str = "an integer") -> Rule:
+    """A range in words: "seconds from 60 to 3600", or "seconds, at least 300" when it has no upper end."""
+    if high is None:
+        return Rule(f"{unit}, at least {low}", lambda v: v >= low)
+    return Rule(f"{unit} from {low} to {high}", lambda v: low <= v <= high)
+
+
+def pinned_in(repo: str) -> AfterValidator:
+    """A commit of `repo` (a known tag is refused with its commit: known/git_tags.py)."""
+    return refusing(lambda ref: git_tags.ref_problem(ref, repo))
 
 
 def allowed_of(field: FieldInfo) -> str:
@@ -147,6 +158,12 @@ def _key_name(name: str) -> str:
     return name
 
 
+def _mirror_prefix(value: str, info: ValidationInfo) -> str:
+    if value and (not value.endswith("/") or not value.startswith(("http://", "https://"))):
+        raise ValueError('must be "" or an http(s) URL ending in "/"')
+    return _url(value, info) if value else value
+
+
 SHA40 = r"[0-9a-f]{40}"
 SHA256 = r"[0-9a-f]{64}"
 KEY_NAME = re.compile(r"[a-z][a-z0-9-]{0,31}")  # the host program lan_keys's NAME: a file name and a log word
@@ -165,6 +182,7 @@ Commit = Annotated[str, Rule("a full 40-character lower-case commit SHA (a branc
 Sha256 = Annotated[str, Rule("a 64-hex-digit lower-case sha256", matches(SHA256))]
 Pep440 = Annotated[str, Rule("a PEP 440 version such as 2.11.0", _is_version)]
 Url = Annotated[str, AfterValidator(_url), Rule("an http(s) URL")]
+MirrorPrefix = Annotated[str, AfterValidator(_mirror_prefix)]  # put in front of every git URL
 GitUrl = Annotated[str, AfterValidator(_url), Rule("a git URL (https://...)")]
 # Paths on the box: they are spliced into commands, units, PATH and the rollback script, so they hold only
 # characters no consumer reads specially (no space, quote, $, %, ;, :, backslash or control character).
@@ -321,3 +339,37 @@ def _specifiers_problem(packages: dict[str, str]) -> str | None:
 
 
 RequirementOverrides = dict[Pep440, Annotated[dict[str, str], refusing(_specifiers_problem)]]
+
+
+# Settings of their own format (one setting each).
+DriverVersion = Annotated[str, Rule("an exact driver version such as 580.159.03", matches(r"\d{3}\.\d{2,3}(\.\d{2})?"))]
+ReleaseLine = Annotated[
+    str, Rule('a release line of the fork such as "v0.1" (its releases are the tags v0.1.N)', matches(r"v?\d+(\.\d+)*"))
+]
+RepoId = Annotated[
+    str,
+    Rule(
+        "a repo id owner/name, e.g. Qwen/Qwen3.8-27B-FP8",
+        matches(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*"),
+    ),
+]
+GitRef = Annotated[
+    str,
+    Rule("a branch, tag or 40-character commit SHA", matches(r"(?!/)(?!.*\.\.)(?!.*//)[A-Za-z0-9._/-]{1,200}(?<!/)")),
+]
+# It goes into an EnvironmentFile= line: whitespace, quotes, $ or \ would change what systemd reads.
+HfToken = Annotated[str, Rule("one word of letters, digits and - _ . (hf_...)", matches(r"[A-Za-z0-9_.-]{8,512}"))]
+HostName = Annotated[str, Rule("a host name or an IP address", matches(r"[A-Za-z0-9][A-Za-z0-9.:-]*"))]
+# mokutil reads it twice from stdin (PASSWORD_MIN 1, PASSWORD_MAX 256); one line, as every setting.
+MokPassword = Annotated[str, Field(min_length=1, max_length=256)]
+UserPassword = Annotated[str, Rule("user:password", lambda v: ":" in v[1:])]
+BenchSizes = Annotated[
+    str,
+    Rule(
+        'TOKENS:RUNS:MAX_TOKENS, comma-separated, e.g. "20000:3:256,60000:2:128"',
+        matches(r"\d+:\d+:\d+(,\d+:\d+:\d+)*"),
+    ),
+]
+BenchLabel = Annotated[
+    str, Rule("1 to 40 letters, digits, dots, dashes or underscores, e.g. FP8-KV", matches(r"[A-Za-z0-9._-]{1,40}"))
+]

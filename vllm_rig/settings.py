@@ -28,23 +28,33 @@ from vllm_rig.known import (
     upstream_releases,
 )
 from vllm_rig.setting_types import (
+    BenchLabel,
+    BenchSizes,
     BoxPath,
     Commit,
     CompileSources,
     ComputeCapability,
     ControlPath,
     DnsOrIp,
+    DriverVersion,
     FetchSources,
     FlashInferPatches,
+    GitRef,
     GitUrl,
+    HfToken,
+    HostName,
     InventoryName,
     IpAddress,
     KeyName,
+    MirrorPrefix,
+    MokPassword,
     Networks,
     NumberAsText,
     Pep440,
     Port,
     PositiveInt,
+    ReleaseLine,
+    RepoId,
     RequirementOverrides,
     Rule,
     ServedName,
@@ -53,11 +63,12 @@ from vllm_rig.setting_types import (
     Switch,
     UnitName,
     Url,
+    UserPassword,
     artifact_store_problem,
-    check_url,
+    between,
     distinct,
     locks_dir_problem,
-    matches,
+    pinned_in,
     refusing,
 )
 
@@ -147,11 +158,11 @@ class Settings(BaseModel):
     ssh_tcp_nodelay: Switch = _setting("TCP_NODELAY on SSH sockets: no ~40 ms stall per remote command")
 
     # ---- preflight: what the box must have
-    gpu_count: Annotated[int, Field(ge=1, le=8)] = _setting(
-        "GPUs the box must show (lspci before the driver, nvidia-smi after)", "an integer from 1 to 8"
+    gpu_count: Annotated[int, between(1, 8)] = _setting(
+        "GPUs the box must show (lspci before the driver, nvidia-smi after)"
     )
-    gpu_min_memory_mib: Annotated[int, Field(ge=1024)] = _setting(
-        "least memory per GPU in MiB (a 22 GB 2080 Ti reports 22528)", "an integer of MiB, at least 1024"
+    gpu_min_memory_mib: Annotated[int, between(1024, None, "an integer of MiB")] = _setting(
+        "least memory per GPU in MiB (a 22 GB 2080 Ti reports 22528)"
     )
     gpu_compute_capability: Annotated[ComputeCapability, NumberAsText] = _setting(
         "compute capability every GPU must report (Turing = 7.5)", 'one of "7.0", "7.5", "8.0", "8.6", "8.9", "9.0"'
@@ -172,9 +183,7 @@ class Settings(BaseModel):
         "NVIDIA's CUDA apt repository: the driver and the toolkit come from it",
         "an http(s) URL; {distro} is replaced by e.g. ubuntu2404",
     )
-    nvidia_driver_version: Annotated[
-        str, Rule("an exact driver version such as 580.159.03", matches(r"\d{3}\.\d{2,3}(\.\d{2})?"))
-    ] = _setting("exact driver version, pinned and held (the reference setup's)")
+    nvidia_driver_version: DriverVersion = _setting("exact driver version, pinned and held (the reference setup's)")
     nvidia_driver_flavor: Literal["proprietary", "open"] = _setting(
         "kernel module flavour: proprietary, or open (Turing+ only)", '"proprietary" or "open"'
     )
@@ -184,8 +193,7 @@ class Settings(BaseModel):
     secure_boot_mok_enrollment: Literal["by_hand", "deploy_stages"] = _setting(
         "Secure Boot, DKMS key not enrolled: by_hand (stop with steps) or deploy_stages", '"by_hand" or "deploy_stages"'
     )
-    # mokutil reads it twice from stdin (PASSWORD_MIN 1, PASSWORD_MAX 256); one line, as every setting.
-    secure_boot_mok_password: Annotated[str, Field(min_length=1, max_length=256)] | None = _setting(
+    secure_boot_mok_password: MokPassword | None = _setting(
         "one-time MokManager password for deploy_stages; kept secret",
         "null or a one-time MokManager password (1 to 256 characters)",
     )
@@ -202,8 +210,8 @@ class Settings(BaseModel):
     gpu_power_limit_max_w: Annotated[int, Field(ge=1)] = _setting(
         "highest limit the card accepts (stock 2080 Ti FE BIOS)", "whole watts"
     )
-    reboot_timeout_s: Annotated[int, Field(ge=60, le=3600)] = _setting(
-        "how long to wait for a rebooted host to come back", "seconds from 60 to 3600"
+    reboot_timeout_s: Annotated[int, between(60, 3600, "seconds")] = _setting(
+        "how long to wait for a rebooted host to come back"
     )
     driver_reboot: Literal["auto", "ask"] = _setting(
         "auto: reboot the box once when the driver needs it; ask: stop and let the owner reboot it",
@@ -288,11 +296,11 @@ class Settings(BaseModel):
     flashqla_repo: GitUrl = _setting("FlashQLA with the SM70/SM75 GDN kernel")
     flashqla_ref: Commit = _setting("pinned FlashQLA commit")
     cutlass_repo: GitUrl = _setting("CUTLASS sources, fetched before the build")
-    cutlass_ref: str = _setting(
+    cutlass_ref: Annotated[str, pinned_in("NVIDIA/cutlass")] = _setting(
         "CUTLASS v4.4.2 (the fork's build.sh), as a commit", "a 40-character commit SHA (a tag can move)"
     )
     triton_src_repo: GitUrl = _setting("triton_kernels sources, fetched before the build")
-    triton_src_ref: str = _setting(
+    triton_src_ref: Annotated[str, pinned_in("triton-lang/triton")] = _setting(
         "Triton v3.6.0 (the fork's build.sh), as a commit", "a 40-character commit SHA (a tag can move)"
     )
     fetchcontent_sources: FetchSources = _setting(
@@ -306,7 +314,7 @@ class Settings(BaseModel):
         'a mapping FlashInfer version -> {"patch": "pr3621" or "pr3526", "files": {path: {"url": the fixed '
         'file\'s http(s) URL (raw content at a commit), "before": sha256, "after": sha256}}}',
     )
-    git_mirror_prefix: str = _setting(
+    git_mirror_prefix: MirrorPrefix = _setting(
         'put in front of every git URL (e.g. a GitHub proxy); "" for direct',
         '"" or a URL ending in "/" put in front of every git URL',
     )
@@ -328,14 +336,13 @@ class Settings(BaseModel):
     build_max_jobs: Literal["auto"] | Annotated[int, Field(ge=1, le=256)] = _setting(
         "compile jobs: auto = min(8, threads, (RAM GB - 3) / 3)", '"auto" or an integer from 1 to 256'
     )
-    build_timeout_s: Annotated[int, Field(ge=300)] = _setting(
-        "give up on a build after this many seconds", "seconds, at least 300"
+    build_timeout_s: Annotated[int, between(300, None, "seconds")] = _setting(
+        "give up on a build after this many seconds"
     )
     force_rebuild: Switch = _setting("build a new runtime even when the fingerprint matches")
-    fork_release_line: Annotated[
-        str,
-        Rule('a release line of the fork such as "v0.1" (its releases are the tags v0.1.N)', matches(r"v?\d+(\.\d+)*")),
-    ] = _setting("the fork's line fork_ref follows: tasks/fork_releases.py lists its newer v0.1.N tags")
+    fork_release_line: ReleaseLine = _setting(
+        "the fork's line fork_ref follows: tasks/fork_releases.py lists its newer v0.1.N tags"
+    )
     fork_update_margin_pct: Annotated[float, Field(ge=0, le=50)] = _setting(
         "tasks/update_fork.py switches only if decode and prefill are at most this % slower",
         "percent (0 to 50) a new fork release's decode and prefill may be below the running one's and still switch",
@@ -345,7 +352,7 @@ class Settings(BaseModel):
         "control-machine directory (relative to the repo) or http(s) WebDAV URL",
         'a directory on the control machine, or an http(s) URL of a WebDAV PUT store: a host, a path ending in "/"',
     )
-    runtime_artifact_store_auth: Annotated[str, Rule("user:password", lambda v: ":" in v[1:])] | None = _setting(
+    runtime_artifact_store_auth: UserPassword | None = _setting(
         "user:password for the http(s) store; kept secret, None: ~/.netrc or none",
         "null or user:password (one line)",
     )
@@ -361,8 +368,8 @@ class Settings(BaseModel):
         "control-machine ed25519 key signing stored artifacts; made on first use",
         "a path on the control machine (relative to the repo), of a PEM private key or where one is made",
     )
-    runtime_artifacts_keep: Annotated[int, Field(ge=1, le=100)] = _setting(
-        "how many runtime artifacts the store keeps (the newest)", "an integer from 1 to 100"
+    runtime_artifacts_keep: Annotated[int, between(1, 100)] = _setting(
+        "how many runtime artifacts the store keeps (the newest)"
     )
 
     # ---- model
@@ -374,42 +381,27 @@ class Settings(BaseModel):
         "a second endpoint the model's file hashes must match when reachable; None: hf_endpoint only",
         "null or an http(s) URL of a Hugging Face endpoint or mirror",
     )
-    # It goes into an EnvironmentFile= line: whitespace, quotes, $ or \ would change what systemd reads.
-    hf_token: (
-        Annotated[str, Rule("one word of letters, digits and - _ . (hf_...)", matches(r"[A-Za-z0-9_.-]{8,512}"))] | None
-    ) = _setting("Hugging Face token for gated repos; kept secret, None sends none", "null or a Hugging Face token")
+    hf_token: HfToken | None = _setting(
+        "Hugging Face token for gated repos; kept secret, None sends none", "null or a Hugging Face token"
+    )
     hf_disable_xet: Switch = _setting("plain HTTP downloads (mirrors rarely serve Xet)")
-    model_repo: Annotated[
-        str,
-        Rule(
-            "a repo id owner/name, e.g. Qwen/Qwen3.8-27B-FP8",
-            matches(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*"),
-        ),
-    ] = _setting("closest public id to the reference setup's model")
-    model_revision: Annotated[
-        str,
-        Rule(
-            "a branch, tag or 40-character commit SHA", matches(r"(?!/)(?!.*\.\.)(?!.*//)[A-Za-z0-9._/-]{1,200}(?<!/)")
-        ),
-    ] = _setting("branch, tag or commit; the resolved commit is recorded on the host")
+    model_repo: RepoId = _setting("closest public id to the reference setup's model")
+    model_revision: GitRef = _setting("branch, tag or commit; the resolved commit is recorded on the host")
     model_dir: BoxPath = _setting("where the checkpoint lives")
-    download_timeout_s: Annotated[int, Field(ge=60)] = _setting(
-        "give up on the download after this many seconds", "seconds, at least 60"
+    download_timeout_s: Annotated[int, between(60, None, "seconds")] = _setting(
+        "give up on the download after this many seconds"
     )
     model_peers: bool = _setting(
         "fetch the model from another host of the run that holds it (or fetches it first), over the LAN",
         "true (hosts of one run with the same model fetch it from one of them) or false (each from hf_endpoint)",
     )
-    model_peer_address: (
-        Annotated[str, Rule("a host name or an IP address", matches(r"[A-Za-z0-9][A-Za-z0-9.:-]*"))] | None
-    ) = _setting(
+    model_peer_address: HostName | None = _setting(
         "the address the other hosts reach this one at for the model; None: its ssh_hostname",
         "null (the host's ssh_hostname) or a host name or IP address",
     )
     model_peer_port: Port = _setting("the port this host serves its model on while other hosts fetch it")
-    model_peer_wait_s: Annotated[int, Field(ge=10)] = _setting(
-        "how long a host waits for its peer to hold the model (at most half of download_timeout_s)",
-        "seconds, at least 10",
+    model_peer_wait_s: Annotated[int, between(10, None, "seconds")] = _setting(
+        "how long a host waits for its peer to hold the model (at most half of download_timeout_s)"
     )
     model: str = _setting(
         'the model served: "default" (the four settings above) or a name in models',
@@ -429,33 +421,29 @@ class Settings(BaseModel):
     # ---- service: the unit and the server's flags
     service_name: UnitName = _setting("systemd unit name (vllm.service)")
     service_user: UnitName = _setting("system user the server runs as")
-    service_start_timeout_s: Annotated[int, Field(ge=60, le=7200)] = _setting(
-        "TimeoutStartSec: the first start compiles for minutes", "seconds from 60 to 7200"
+    service_start_timeout_s: Annotated[int, between(60, 7200, "seconds")] = _setting(
+        "TimeoutStartSec: the first start compiles for minutes"
     )
-    service_restart_sec: Annotated[int, Field(ge=0, le=600)] = _setting(
-        "RestartSec between restarts", "seconds from 0 to 600"
-    )
+    service_restart_sec: Annotated[int, between(0, 600, "seconds")] = _setting("RestartSec between restarts")
     vllm_log_file: BoxPath | None = _setting(
         "None logs to the journal; a path appends there like the reference setup's unit",
         "null (the journal) or an absolute path (letters, digits, . _ + @ - /)",
     )
-    start_check_attempts: Annotated[int, Field(ge=1, le=10)] = _setting(
-        "starts in a row whose known-answer check may fail before the service stays down",
-        "an integer from 1 to 10",
+    start_check_attempts: Annotated[int, between(1, 10)] = _setting(
+        "starts in a row whose known-answer check may fail before the service stays down"
     )
-    start_check_needle_words: Annotated[int, Field(ge=100, le=60000)] = _setting(
-        "words of the needle check's long prompt (~8K tokens)", "an integer from 100 to 60000"
+    start_check_needle_words: Annotated[int, between(100, 60000)] = _setting(
+        "words of the needle check's long prompt (~8K tokens)"
     )
     start_check_kv_shrink_share: Annotated[float, Field(gt=0, lt=1)] = _setting(
         "a KV cache this share below the recorded one restarts the start once, then warns",
         "a share between 0 and 1",
     )
-    gpu_wait_timeout_s: Annotated[int, Field(ge=0, le=3600)] = _setting(
-        "how long a start waits for free GPUs before it fails naming what holds them", "seconds from 0 to 3600"
+    gpu_wait_timeout_s: Annotated[int, between(0, 3600, "seconds")] = _setting(
+        "how long a start waits for free GPUs before it fails naming what holds them"
     )
-    gpu_wait_max_used_mib: Annotated[int, Field(ge=0, le=65536)] = _setting(
-        "memory a GPU may have in use and still count as free (any compute process holds it)",
-        "MiB from 0 to 65536",
+    gpu_wait_max_used_mib: Annotated[int, between(0, 65536, "MiB")] = _setting(
+        "memory a GPU may have in use and still count as free (any compute process holds it)"
     )
     # A desktop's display server puts graphics contexts on the cards: Xorg and gnome-shell, 4-9 MiB each on
     # 2080 Ti desktops (issue 36), 45 MiB together in tests/unit/fixtures/tool_outputs/desktop-postgres. 64
@@ -468,17 +456,15 @@ class Settings(BaseModel):
     watchdog_enabled: Switch = _setting(
         "a timer asks the server a known-answer question every watchdog_interval_s; false: off"
     )
-    watchdog_interval_s: Annotated[int, Field(ge=30, le=86400)] = _setting(
-        "seconds between watchdog rounds", "seconds from 30 to 86400"
+    watchdog_interval_s: Annotated[int, between(30, 86400, "seconds")] = _setting("seconds between watchdog rounds")
+    watchdog_failures: Annotated[int, between(1, 100)] = _setting(
+        "failed rounds in a row before the watchdog restarts the service"
     )
-    watchdog_failures: Annotated[int, Field(ge=1, le=100)] = _setting(
-        "failed rounds in a row before the watchdog restarts the service", "an integer from 1 to 100"
+    watchdog_max_restarts: Annotated[int, between(0, 100)] = _setting(
+        "watchdog restarts in a row without a passing round before it gives up"
     )
-    watchdog_max_restarts: Annotated[int, Field(ge=0, le=100)] = _setting(
-        "watchdog restarts in a row without a passing round before it gives up", "an integer from 0 to 100"
-    )
-    watchdog_timeout_s: Annotated[int, Field(ge=5, le=3600)] = _setting(
-        "how long a watchdog round waits for its answer", "seconds from 5 to 3600"
+    watchdog_timeout_s: Annotated[int, between(5, 3600, "seconds")] = _setting(
+        "how long a watchdog round waits for its answer"
     )
     served_model_name: ServedName = _setting("model name clients ask for")
     vllm_host: IpAddress | None = _setting(
@@ -512,10 +498,8 @@ class Settings(BaseModel):
     mamba_cache_mode: Literal["align", "all", "none"] | None = _setting(
         "--mamba-cache-mode (align for prefix caching on hybrid models); None omits", 'null, "align", "all" or "none"'
     )
-    max_num_seqs: Annotated[int, Field(ge=1, le=256)] = _setting("concurrent sequences", "an integer from 1 to 256")
-    max_num_batched_tokens: Annotated[int, Field(ge=256)] = _setting(
-        "chunked-prefill chunk size", "an integer, at least 256"
-    )
+    max_num_seqs: Annotated[int, between(1, 256)] = _setting("concurrent sequences")
+    max_num_batched_tokens: Annotated[int, between(256, None, "an integer")] = _setting("chunked-prefill chunk size")
     enable_chunked_prefill: Switch = _setting("chunked prefill (long contexts OOM without it)")
     async_scheduling: bool | None = _setting(
         "False renders --no-async-scheduling; None leaves the server default", "null (server default), true or false"
@@ -621,12 +605,11 @@ class Settings(BaseModel):
         "extra DNS names or IPs in the local CA's certificate (the host's name and addresses always are)",
         "a list of extra DNS names or IP addresses (the host's name and addresses are always in the certificate)",
     )
-    lan_max_body_mb: Annotated[int, Field(ge=1, le=1024)] = _setting(
-        "largest request body: a 262K-token prompt as escaped JSON is a few MB, images more", "MB from 1 to 1024"
+    lan_max_body_mb: Annotated[int, between(1, 1024, "MB")] = _setting(
+        "largest request body: a 262K-token prompt as escaped JSON is a few MB, images more"
     )
-    lan_read_timeout_s: Annotated[int, Field(ge=60, le=86400)] = _setting(
-        "longest silence from the server: a non-streamed answer to a 100K prompt comes at the end",
-        "seconds from 60 to 86400",
+    lan_read_timeout_s: Annotated[int, between(60, 86400, "seconds")] = _setting(
+        "longest silence from the server: a non-streamed answer to a 100K prompt comes at the end"
     )
     front_of: Annotated[list[InventoryName], AfterValidator(distinct)] = _setting(
         "other boxes of the inventory this box also answers for at front_port (one URL; same model on all)",
@@ -652,8 +635,8 @@ class Settings(BaseModel):
         "Open WebUI's own port, on loopback only (nginx serves chat_page_port)",
         "an integer from 1 to 65535, not lan_port, vllm_port or chat_page_port",
     )
-    chat_page_backups_keep: Annotated[int, Field(ge=1, le=365)] = _setting(
-        "daily copies of the chat page's database kept on the box", "an integer from 1 to 365"
+    chat_page_backups_keep: Annotated[int, between(1, 365)] = _setting(
+        "daily copies of the chat page's database kept on the box"
     )
     chat_page_torch_index_url: Url | None = _setting(
         "the chat page's torch index; None: torch_index_url's CPU lane (/cpu/ for /cu128/)",
@@ -670,35 +653,27 @@ class Settings(BaseModel):
         '"fail" (a failed gate stops the host) or "warn"',
     )
     verify_bandwidth: Switch = _setting("measure P2P copy and NCCL all-reduce (needs both GPUs free for a minute)")
-    verify_min_p2p_gbps: Annotated[float, Field(ge=0)] = _setting(
-        "least P2P copy GB/s each way (2 NVLink2 links: ~40 measured, 50 ceiling)", "GB/s, at least 0"
+    verify_min_p2p_gbps: Annotated[float, between(0, None, "GB/s")] = _setting(
+        "least P2P copy GB/s each way (2 NVLink2 links: ~40 measured, 50 ceiling)"
     )
-    verify_min_allreduce_gbps: Annotated[float, Field(ge=0)] = _setting(
-        "least all-reduce bus GB/s (2 ranks: ceiling ~50; calibrate on your box)", "GB/s, at least 0"
+    verify_min_allreduce_gbps: Annotated[float, between(0, None, "GB/s")] = _setting(
+        "least all-reduce bus GB/s (2 ranks: ceiling ~50; calibrate on your box)"
     )
-    bench_sizes: Annotated[
-        str,
-        Rule(
-            'TOKENS:RUNS:MAX_TOKENS, comma-separated, e.g. "20000:3:256,60000:2:128"',
-            matches(r"\d+:\d+:\d+(,\d+:\d+:\d+)*"),
-        ),
-    ] = _setting("the reference setup's runs: TOKENS:RUNS:MAX_TOKENS")
-    bench_label: Annotated[
-        str, Rule("1 to 40 letters, digits, dots, dashes or underscores, e.g. FP8-KV", matches(r"[A-Za-z0-9._-]{1,40}"))
-    ] = _setting("label stored with bench results (e.g. FP8-KV, FP16-KV for an A/B)")
+    bench_sizes: BenchSizes = _setting("the reference setup's runs: TOKENS:RUNS:MAX_TOKENS")
+    bench_label: BenchLabel = _setting("label stored with bench results (e.g. FP8-KV, FP16-KV for an A/B)")
 
     # ---- operating
     status_format: Literal["table", "json"] = _setting(
         "how the status is printed: table, or json (one line per host on stdout)", '"table" or "json"'
     )
-    triage_journal_lines: Annotated[int, Field(ge=10, le=100000)] = _setting(
-        "journal lines of the service and the build in a triage bundle", "10 to 100000 lines"
+    triage_journal_lines: Annotated[int, between(10, 100000, "lines")] = _setting(
+        "journal lines of the service and the build in a triage bundle"
     )
     logs_source: Literal["service", "build", "download", "watchdog"] = _setting(
         "whose log tasks/logs.py shows (bin/rig logs SOURCE)", '"service", "build", "download" or "watchdog"'
     )
-    logs_lines: Annotated[int, Field(ge=1, le=100000)] = _setting(
-        "lines of the log tasks/logs.py shows first (bin/rig logs -n)", "1 to 100000 lines"
+    logs_lines: Annotated[int, between(1, 100000, "lines")] = _setting(
+        "lines of the log tasks/logs.py shows first (bin/rig logs -n)"
     )
     logs_follow: Switch = _setting("tasks/logs.py keeps printing new lines until Ctrl-C (bin/rig logs -f)")
     keys_action: Literal["list", "add", "revoke"] = _setting(
@@ -771,22 +746,6 @@ class Settings(BaseModel):
         if not release.supported:
             raise ValueError(f"vLLM {value} is not supported: {release.reason}")
         return value
-
-    @field_validator("cutlass_ref", "triton_src_ref")
-    @classmethod
-    def _commit(cls, value: str, info: ValidationInfo) -> str:
-        repo = {"cutlass_ref": "NVIDIA/cutlass", "triton_src_ref": "triton-lang/triton"}[str(info.field_name)]
-        problem = git_tags.ref_problem(value, repo)
-        if problem:
-            raise ValueError(problem)
-        return value
-
-    @field_validator("git_mirror_prefix")
-    @classmethod
-    def _mirror_prefix(cls, value: str) -> str:
-        if value and (not value.endswith("/") or not value.startswith(("http://", "https://"))):
-            raise ValueError('must be "" or an http(s) URL ending in "/"')
-        return check_url(value, "git_mirror_prefix") if value else value
 
     @field_validator("kv_cache_dtype")
     @classmethod
