@@ -11,11 +11,23 @@ from __future__ import annotations
 import ipaddress
 import re
 import unicodedata
-from collections.abc import Callable, Mapping
-from typing import Annotated, Any, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, NotRequired
 
 from packaging.version import Version
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+    with_config,
+)
+from typing_extensions import TypedDict
 
 from vllm_rig.known import (
     cuda_toolkit,
@@ -105,7 +117,6 @@ MODEL_ENTRY_KEYS = {
     "dir": "model_dir",
     "served_name": "served_model_name",
 }
-MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 MODEL_FLAG_KEYS = (
     "dtype",
     "quantization",
@@ -135,6 +146,37 @@ MODEL_FLAG_KEYS = (
     "vllm_env",
     "vllm_extra_args",
 )
+ModelName = Annotated[
+    str,
+    Rule(
+        '1-64 letters, digits, dots, dashes or underscores, not "default" (the model of the model_repo, '
+        "model_revision, model_dir and served_model_name settings)",
+        lambda v: v != DEFAULT_MODEL and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", v),
+    ),
+]
+
+
+@with_config(ConfigDict(extra="forbid", strict=True))
+class ModelEntry(TypedDict):
+    """A catalogue entry: its values are checked as the settings they set (validation's catalogue lines)."""
+
+    repo: str
+    revision: NotRequired[str]
+    dir: str
+    served_name: str
+    flags: NotRequired[
+        Annotated[
+            dict[str, Any],
+            Rule(
+                "server settings that go with a model: " + ", ".join(MODEL_FLAG_KEYS),
+                lambda v: set(v) <= set(MODEL_FLAG_KEYS),
+            ),
+        ]
+        | None
+    ]
+
+
+CATALOGUE: TypeAdapter[dict[str, ModelEntry]] = TypeAdapter(dict[ModelName, ModelEntry])
 
 
 def _setting(description: str, allowed: str | None = None) -> Any:
@@ -407,7 +449,7 @@ class Settings(BaseModel):
         'the model served: "default" (the four settings above) or a name in models',
         '"default" (the model_repo, model_revision, model_dir and served_model_name settings) or a name in models',
     )
-    models: dict[str, dict[str, Any]] = _setting(
+    models: dict[ModelName, ModelEntry] = _setting(
         "the catalogue: name -> repo, revision, dir, served name and the server flags that go with the model",
         'a mapping name -> {"repo": owner/name, "revision": a branch, tag or commit (optional, "main"), "dir": an '
         'absolute path, "served_name": a name without spaces, "flags": {setting: value} (optional; the server '
@@ -704,11 +746,6 @@ class Settings(BaseModel):
     def _kind_defaults(cls, data: Any) -> Any:
         return with_kind_defaults(data) if isinstance(data, dict) else data
 
-    @field_validator("models")
-    @classmethod
-    def _models(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        return _each_entry(value, _model_entry_problem)
-
     # ---- field checks: formats a type alone cannot say
 
     @field_validator("*", mode="before")
@@ -911,8 +948,9 @@ def catalogue_values(data: Mapping[str, Any]) -> dict[str, Any]:
     models = data.get("models")
     if name == DEFAULT_MODEL or not isinstance(models, dict) or not isinstance(name, str):
         return {}
-    entry = models.get(name)
-    if not isinstance(entry, dict) or _model_entry_problem(name, entry) is not None:
+    try:
+        entry: dict[str, Any] = dict(CATALOGUE.validate_python({name: models.get(name)})[name])
+    except ValidationError:
         return {}  # the models field reports it
     values = {setting: entry[key] for key, setting in MODEL_ENTRY_KEYS.items() if key in entry}
     values.setdefault("model_revision", "main")
@@ -923,35 +961,6 @@ def catalogue_values(data: Mapping[str, Any]) -> dict[str, Any]:
 def apply_model_choice(data: Mapping[str, Any]) -> dict[str, Any]:
     """Host data with the chosen catalogue entry's values in place of the single-model settings."""
     return {**data, **catalogue_values(data)}
-
-
-def _model_entry_problem(name: str, entry: Any) -> str | None:
-    """What is wrong with one models entry, or None (the values themselves are checked as the settings they set)."""
-    if name == DEFAULT_MODEL:
-        return '"default" is the model of the model_repo, model_revision, model_dir and served_model_name settings'
-    if not MODEL_NAME.match(name):
-        return "the name must be 1-64 letters, digits, dots, dashes or underscores"
-    if not isinstance(entry, dict) or not {"repo", "dir", "served_name"} <= set(entry):
-        return 'must be {"repo": ..., "dir": ..., "served_name": ...} ("revision" and "flags" may be left out)'
-    unknown = set(entry) - set(MODEL_ENTRY_KEYS) - {"flags"}
-    if unknown:
-        return f"{', '.join(sorted(unknown))}: not a key of a model entry (repo, revision, dir, served_name, flags)"
-    flags = entry.get("flags") or {}
-    if not isinstance(flags, dict):
-        return '"flags" must map server settings to their values'
-    foreign = [key for key in flags if key not in MODEL_FLAG_KEYS]
-    if foreign:
-        return f"flags {', '.join(foreign)}: not a server setting that goes with a model ({', '.join(MODEL_FLAG_KEYS)})"
-    return None
-
-
-def _each_entry(value: dict[str, Any], problem_of: Callable[[str, Any], str | None]) -> dict[str, Any]:
-    """A mapping setting is valid when every entry is: the first entry with a problem is the one line."""
-    for key, entry in value.items():
-        problem = problem_of(key, entry)
-        if problem:
-            raise ValueError(f"entry {key!r}: {problem}")
-    return value
 
 
 def _patch_entry(patches: Mapping[str, Mapping[str, Any]], version: str) -> Mapping[str, Any] | None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import difflib
 import json
 import re
+import types
+import typing
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -102,7 +104,7 @@ def _error_lines(err: ValidationError, data: Mapping[str, Any]) -> Iterable[str]
     seen: set[str] = set()
     for error in err.errors():
         key = str(error["loc"][0]) if error["loc"] else ""
-        if key in seen:  # a union type reports once per member; one line per key is enough
+        if key in seen:  # one line per key: the first problem (a union type: its allowed text)
             continue
         seen.add(key)
         cause = error.get("ctx", {}).get("error")
@@ -113,12 +115,24 @@ def _error_lines(err: ValidationError, data: Mapping[str, Any]) -> Iterable[str]
         if error["type"] == "missing" and len(error["loc"]) == 1:
             yield f"settings: {key} is missing; add it to group_data/all.py ({_allowed(key)})"
             continue
-        several = sum(1 for e in err.errors() if e["loc"][:1] == error["loc"][:1]) > 1
-        custom = isinstance(cause, ValueError) and not several
-        message = _inside(error["loc"]) + str(cause) if custom else f"must be {_allowed(key)}"
-        if error["type"] in ENTRY_KEY_ERRORS and not several:  # a key missing from, or foreign to, an entry
-            message = f"{_inside(error['loc'])}{ENTRY_KEY_ERRORS[error['type']]}; the setting {message}"
+        union = _is_union(key)  # pydantic refuses a value once per member of a union: none of them is the line
+        message = (
+            _inside(error["loc"]) + str(cause)
+            if isinstance(cause, ValueError) and not union
+            else f"must be {_allowed(key)}"
+        )
+        if error["type"] in ENTRY_KEY_ERRORS and not union:  # a key missing from, or foreign to, an entry
+            message = f"{_inside(error['loc'])[:-2]} {ENTRY_KEY_ERRORS[error['type']]}; the setting {message}"
         yield _line(key, data.get(key), message) + origin.get(key, "") + _number_hint(key, data.get(key))
+
+
+def _is_union(key: str) -> bool:
+    """Whether the setting's type is a union of two types or more (X | None is not: pydantic says it once)."""
+    field = Settings.model_fields.get(key)
+    members = [arg for arg in typing.get_args(field.annotation) if arg is not type(None)] if field else []
+    return (
+        typing.get_origin(field.annotation if field else None) in (typing.Union, types.UnionType) and len(members) > 1
+    )
 
 
 def _inside(loc: tuple[int | str, ...]) -> str:
