@@ -172,7 +172,7 @@ DNS_NAME = re.compile(
 )
 
 Switch = Annotated[bool, Rule("true or false")]
-Port = Annotated[int, Field(ge=1, le=65535), Rule("an integer from 1 to 65535")]
+Port = Annotated[int, between(1, 65535)]
 PositiveInt = Annotated[int, Field(ge=1)]
 # Names that arrive as numbers from --data (12.9, 7.5): kept as the text the owner typed.
 NumberAsText = BeforeValidator(_as_text)
