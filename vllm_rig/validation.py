@@ -160,9 +160,9 @@ def _line(key: str, value: Any, message: str) -> str:
 def _show(value: Any) -> str:
     if isinstance(value, dict):  # a secret-looking environment name's value (vllm_env) never reaches the line
         value = {k: "<hidden>" if isinstance(k, str) and SECRET_ENV_NAME.search(k) else v for k, v in value.items()}
-    if isinstance(value, str):  # a URL's user:password never reaches the line
-        value = re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@", r"\1<hidden>@", value)
     text = repr(value) if isinstance(value, str) else str(value)
+    # A URL's user:password never reaches the line, a mapping entry's URL (fetchcontent_sources' repo) included.
+    text = re.sub(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s'\"]*@", r"\1<hidden>@", text)
     text = re.sub(r"(--api-key[= ])[^'\",\]\s]+", r"\1<hidden>", text)  # a key in vllm_extra_args
     return text if len(text) <= 80 else text[:77] + "..."
 
