@@ -746,7 +746,7 @@ class Settings(BaseModel):
     def _kind_defaults(cls, data: Any) -> Any:
         return with_kind_defaults(data) if isinstance(data, dict) else data
 
-    # ---- field checks: formats a type alone cannot say
+    # ---- field checks: rules a type alone cannot say (the formats are types: vllm_rig/setting_types.py)
 
     @field_validator("*", mode="before")
     @classmethod
