@@ -11,15 +11,23 @@ from __future__ import annotations
 import ipaddress
 import re
 import unicodedata
-import urllib.parse
-from collections.abc import Callable, Mapping
-from pathlib import Path
-from typing import Annotated, Any, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, NotRequired
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from packaging.version import Version
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+    with_config,
+)
+from typing_extensions import TypedDict
 
 from vllm_rig.known import (
     cuda_toolkit,
@@ -31,32 +39,53 @@ from vllm_rig.known import (
     upstream_compile,
     upstream_releases,
 )
-
-SHA40 = re.compile(r"^[0-9a-f]{40}$")
-REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
-DRIVER_VERSION = re.compile(r"^\d{3}\.\d{2,3}(\.\d{2})?$")
-CUDA_VERSION = re.compile(r"^\d{2}\.\d$")
-GIT_REF = re.compile(r"^(?!/)(?!.*\.\.)(?!.*//)[A-Za-z0-9._/-]{1,200}(?<!/)$")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-UNIT_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
-KEY_NAME = re.compile(r"^[a-z][a-z0-9-]{0,31}$")  # the host program lan_keys's NAME: a file name and a log word
-HF_TOKEN = re.compile(r"^[A-Za-z0-9_.-]{8,512}$")
-FLAG = re.compile(r"^--[a-z0-9][a-z0-9-]*(=.*)?$")
-RELEASE_LINE = re.compile(r"^v?\d+(\.\d+)*$")
-SHA256 = re.compile(r"^[0-9a-f]{64}$")
-SM75_PATCH_NAMES = ("flashqla", "vllm")
-FLASHINFER_PATCHES = ("pr3621", "pr3526")
-DNS_NAME = re.compile(
-    r"^(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
+from vllm_rig.setting_types import (
+    BenchLabel,
+    BenchSizes,
+    BoxPath,
+    Commit,
+    CompileSources,
+    ComputeCapability,
+    ControlPath,
+    DnsOrIp,
+    DriverVersion,
+    FetchSources,
+    FlashInferPatches,
+    GitRef,
+    GitUrl,
+    HfToken,
+    HostName,
+    InventoryName,
+    IpAddress,
+    KeyName,
+    MirrorPrefix,
+    MokPassword,
+    Networks,
+    NumberAsText,
+    Pep440,
+    Port,
+    PositiveInt,
+    ReleaseLine,
+    RepoId,
+    RequirementOverrides,
+    Rule,
+    ServedName,
+    Sha256,
+    Sm75PatchFiles,
+    Switch,
+    UnitName,
+    Url,
+    UserPassword,
+    artifact_store_problem,
+    between,
+    distinct,
+    locks_dir_problem,
+    pinned_in,
+    refusing,
 )
-# An inventory host's name as front_of lists it (it names files and nginx sockets on the front).
-INVENTORY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
 
-# Paths on the box: they are spliced into commands, units, PATH and the rollback script, so they hold only
-# characters no consumer reads specially (no space, quote, $, %, ;, :, backslash or control character).
-SAFE_PATH = re.compile(r"/[A-Za-z0-9._+@/-]*")
-# What clients ask for: vLLM's --served-model-name, the unit's Description=, bench and probe commands.
-SERVED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+FLAG = re.compile(r"^--[a-z0-9][a-z0-9-]*(=.*)?$")
 # Settings rendered as JSON (json.dumps escapes every control character): a stop string may hold a newline.
 JSON_SETTINGS = frozenset(
     {"reasoning_config", "default_chat_template_kwargs", "additional_config", "override_generation_config"}
@@ -76,10 +105,6 @@ MIN_DRIVER_FOR_CUDA = {"12.8": Version("570.26"), "12.9": Version("575.51.03")}
 # What vLLM applies of --override-generation-config (ModelConfig.get_diff_sampling_param's available_params).
 GENERATION_OVERRIDE_KEPT = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_new_tokens")
 
-CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
-KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "int8")
-
-PositiveInt = Annotated[int, Field(ge=1)]
 
 # The model catalogue (`models`, chosen by `model`): what an entry names, and the server settings that may go
 # with a model in its "flags" (those of the service's flags that depend on the checkpoint, not on the box).
@@ -90,7 +115,6 @@ MODEL_ENTRY_KEYS = {
     "dir": "model_dir",
     "served_name": "served_model_name",
 }
-MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 MODEL_FLAG_KEYS = (
     "dtype",
     "quantization",
@@ -120,13 +144,45 @@ MODEL_FLAG_KEYS = (
     "vllm_env",
     "vllm_extra_args",
 )
+ModelName = Annotated[
+    str,
+    Rule(
+        '1-64 letters, digits, dots, dashes or underscores, not "default" (the model of the model_repo, '
+        "model_revision, model_dir and served_model_name settings)",
+        lambda v: v != DEFAULT_MODEL and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", v),
+    ),
+]
 
 
-def _setting(description: str, allowed: str) -> Any:
+@with_config(ConfigDict(extra="forbid", strict=True))
+class ModelEntry(TypedDict):
+    """A catalogue entry: its values are checked as the settings they set (validation's catalogue lines)."""
+
+    repo: str
+    revision: NotRequired[str]
+    dir: str
+    served_name: str
+    flags: NotRequired[
+        Annotated[
+            dict[str, Any],
+            Rule(
+                "server settings that go with a model: " + ", ".join(MODEL_FLAG_KEYS),
+                lambda v: set(v) <= set(MODEL_FLAG_KEYS),
+            ),
+        ]
+        | None
+    ]
+
+
+CATALOGUE: TypeAdapter[dict[str, ModelEntry]] = TypeAdapter(dict[ModelName, ModelEntry])
+
+
+def _setting(description: str, allowed: str | None = None) -> Any:
     """Field metadata, the one place a setting is described: `description` is the line that says what it
     is (group_data/all.py's comment on its default, the settings table's "what it is" (docs/settings.md)), `allowed` the
-    sentence that says what it accepts (error lines, the table's "allowed")."""
-    return Field(description=description, json_schema_extra={"allowed": allowed})
+    sentence that says what it accepts (error lines, the table's "allowed") where its type's (setting_types) is not
+    the whole story."""
+    return Field(description=description, json_schema_extra={"allowed": allowed} if allowed else None)
 
 
 class Settings(BaseModel):
@@ -139,16 +195,16 @@ class Settings(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
 
     # ---- connection
-    ssh_tcp_nodelay: bool = _setting("TCP_NODELAY on SSH sockets: no ~40 ms stall per remote command", "true or false")
+    ssh_tcp_nodelay: Switch = _setting("TCP_NODELAY on SSH sockets: no ~40 ms stall per remote command")
 
     # ---- preflight: what the box must have
-    gpu_count: Annotated[int, Field(ge=1, le=8)] = _setting(
-        "GPUs the box must show (lspci before the driver, nvidia-smi after)", "an integer from 1 to 8"
+    gpu_count: Annotated[int, between(1, 8)] = _setting(
+        "GPUs the box must show (lspci before the driver, nvidia-smi after)"
     )
-    gpu_min_memory_mib: Annotated[int, Field(ge=1024)] = _setting(
-        "least memory per GPU in MiB (a 22 GB 2080 Ti reports 22528)", "an integer of MiB, at least 1024"
+    gpu_min_memory_mib: Annotated[int, between(1024, None, "an integer of MiB")] = _setting(
+        "least memory per GPU in MiB (a 22 GB 2080 Ti reports 22528)"
     )
-    gpu_compute_capability: Literal["7.0", "7.5", "8.0", "8.6", "8.9", "9.0"] = _setting(
+    gpu_compute_capability: Annotated[ComputeCapability, NumberAsText] = _setting(
         "compute capability every GPU must report (Turing = 7.5)", 'one of "7.0", "7.5", "8.0", "8.6", "8.9", "9.0"'
     )
     min_free_disk_gb: Annotated[int, Field(ge=1)] | None = _setting(
@@ -163,28 +219,26 @@ class Settings(BaseModel):
     )
 
     # ---- driver
-    nvidia_repo_url: str = _setting(
+    nvidia_repo_url: Url = _setting(
         "NVIDIA's CUDA apt repository: the driver and the toolkit come from it",
         "an http(s) URL; {distro} is replaced by e.g. ubuntu2404",
     )
-    nvidia_driver_version: str = _setting(
-        "exact driver version, pinned and held (the reference setup's)", "an exact driver version such as 580.159.03"
-    )
+    nvidia_driver_version: DriverVersion = _setting("exact driver version, pinned and held (the reference setup's)")
     nvidia_driver_flavor: Literal["proprietary", "open"] = _setting(
         "kernel module flavour: proprietary, or open (Turing+ only)", '"proprietary" or "open"'
     )
-    nvidia_driver_replace_existing: bool = _setting(
-        "replace an installed driver of another version (never by default)", "true or false"
+    nvidia_driver_replace_existing: Switch = _setting(
+        "replace an installed driver of another version (never by default)"
     )
     secure_boot_mok_enrollment: Literal["by_hand", "deploy_stages"] = _setting(
         "Secure Boot, DKMS key not enrolled: by_hand (stop with steps) or deploy_stages", '"by_hand" or "deploy_stages"'
     )
-    secure_boot_mok_password: str | None = _setting(
+    secure_boot_mok_password: MokPassword | None = _setting(
         "one-time MokManager password for deploy_stages; kept secret",
         "null or a one-time MokManager password (1 to 256 characters)",
     )
-    nvidia_keep_archive_driver: bool = _setting(
-        "keep Ubuntu's archive driver and Canonical's signed modules: no DKMS swap", "true or false"
+    nvidia_keep_archive_driver: Switch = _setting(
+        "keep Ubuntu's archive driver and Canonical's signed modules: no DKMS swap"
     )
     gpu_power_limit_w: int | None = _setting(
         "power limit in W set at every boot; None keeps the card's default",
@@ -196,8 +250,8 @@ class Settings(BaseModel):
     gpu_power_limit_max_w: Annotated[int, Field(ge=1)] = _setting(
         "highest limit the card accepts (stock 2080 Ti FE BIOS)", "whole watts"
     )
-    reboot_timeout_s: Annotated[int, Field(ge=60, le=3600)] = _setting(
-        "how long to wait for a rebooted host to come back", "seconds from 60 to 3600"
+    reboot_timeout_s: Annotated[int, between(60, 3600, "seconds")] = _setting(
+        "how long to wait for a rebooted host to come back"
     )
     driver_reboot: Literal["auto", "ask"] = _setting(
         "auto: reboot the box once when the driver needs it; ask: stop and let the owner reboot it",
@@ -205,14 +259,13 @@ class Settings(BaseModel):
     )
 
     # ---- cuda
-    cuda_version: str = _setting(
-        "CUDA toolkit major.minor, pinned (cuda-toolkit-12-9)", "a CUDA toolkit major.minor such as 12.9"
+    cuda_version: Annotated[Literal["12.8", "12.9"], NumberAsText] = _setting(
+        "CUDA toolkit major.minor, pinned (cuda-toolkit-12-9)",
+        '"12.8" or "12.9": the fork\'s v0.1.x line builds against torch cu128 and FlashInfer needs CUDA >= 12.8',
     )
 
     # ---- runtime
-    install_root: str = _setting(
-        "venvs, sources and runtimes live under here", "an absolute path (letters, digits, . _ + @ - /)"
-    )
+    install_root: BoxPath = _setting("venvs, sources and runtimes live under here")
     runtime_kind: Literal["upstream", "fork"] = _setting(
         "upstream: vLLM's release + its first owner's SM75 patch; fork: weicj's fork",
         '"upstream" (vLLM\'s release with zyYuc\'s SM75 patch) or "fork" (weicj/vLLM-2080Ti-Definitive, compiled)',
@@ -227,50 +280,50 @@ class Settings(BaseModel):
         "a supported release in vllm_rig/known/upstream_releases.py: "
         + ", ".join(upstream_releases.supported_versions()),
     )
-    vllm_wheel_sha256: str | None = _setting(
+    vllm_wheel_sha256: Sha256 | None = _setting(
         "upstream: sha256 of the release's wheel; None: PyPI's, as the table records it",
         "null (PyPI's file, from vllm_rig/known/upstream_releases.py) or a 64-hex-digit sha256",
     )
-    vllm_sdist_sha256: str | None = _setting(
+    vllm_sdist_sha256: Sha256 | None = _setting(
         "upstream compile: sha256 of the release's source archive; None: PyPI's, as recorded",
         "null (PyPI's file, from vllm_rig/known/upstream_compile.py) or a 64-hex-digit sha256",
     )
-    upstream_compile_sources: dict[str, dict[str, Any]] | None = _setting(
+    upstream_compile_sources: CompileSources | None = _setting(
         "upstream compile: what the release's CMake fetches; None: its own pins",
         "null (the release's CMake pins, vllm_rig/known/upstream_compile.py) or a mapping as fetchcontent_sources "
         'that names "cutlass" and "triton_kernels"',
     )
-    sm75_patch_files: dict[str, dict[str, str]] | None = _setting(
+    sm75_patch_files: Sm75PatchFiles | None = _setting(
         "upstream: the SM75 patches' URLs and sha256; None: zyYuc's at aa935db (raw content)",
         'null (zyYuc/qwen3-8-27b-dual-2080ti-vllm@aa935db, git_mirror_prefix in front) or {"vllm": {"url": an '
         'http(s) URL, "sha256": 64 hex digits}, "flashqla": {...}}',
     )
-    python_version: Literal["3.10", "3.11", "3.12", "3.13"] = _setting(
+    python_version: Annotated[Literal["3.10", "3.11", "3.12", "3.13"], NumberAsText] = _setting(
         "Python of the venv (Ubuntu 24.04's python3)", 'one of "3.10" to "3.13"'
     )
-    torch_version: str = _setting(
+    torch_version: Pep440 = _setting(
         "torch; None: the kind's (upstream: the release's pin, PyPI CUDA 13.0; fork: 2.11.0+cu128)",
         "null (the runtime kind's own) or a PEP 440 version such as 2.13.0",
     )
-    torchvision_version: str = _setting(
+    torchvision_version: Pep440 = _setting(
         "torchvision (Qwen3.x processors need it); None: the kind's (release pin; fork 0.26.0)",
         "null (the runtime kind's own) or a PEP 440 version",
     )
-    torchaudio_version: str = _setting(
+    torchaudio_version: Pep440 = _setting(
         "torchaudio; None: the kind's (the release's pin; fork 2.11.0)",
         "null (the runtime kind's own) or a PEP 440 version",
     )
-    triton_version: str = _setting(
+    triton_version: Pep440 = _setting(
         "triton; None: the kind's (the pin of the release's torch; fork 3.6.0, the reference setup's)",
         "null (the runtime kind's own) or a PEP 440 version",
     )
-    transformers_version: str = _setting("transformers, pinned to the reference setup's", "a PEP 440 version")
-    numpy_version: str = _setting("numpy, pinned to the reference setup's", "a PEP 440 version")
-    flashinfer_version: str = _setting(
+    transformers_version: Pep440 = _setting("transformers, pinned to the reference setup's")
+    numpy_version: Pep440 = _setting("numpy, pinned to the reference setup's")
+    flashinfer_version: Pep440 = _setting(
         "flashinfer-python; None: the kind's (the release's pin; fork 0.6.16, SM75 fix merged)",
         "null (the runtime kind's own) or a FlashInfer release listed in flashinfer_requirement_overrides",
     )
-    flashinfer_requirement_overrides: dict[str, dict[str, str]] = _setting(
+    flashinfer_requirement_overrides: RequirementOverrides = _setting(
         "per FlashInfer release: fork requirements replaced for pip (others refused)",
         "a mapping FlashInfer version -> {package: PEP 440 specifier} that replaces the fork's requirement "
         'for that package, e.g. {"0.6.14": {"nvidia-cutlass-dsl": "==4.5.2"}}',
@@ -278,40 +331,40 @@ class Settings(BaseModel):
     flashinfer_sm75_fix: Literal["auto", "pr3621", "upstream", "none"] = _setting(
         "SM75 fix: auto (by version), pr3621, upstream (PR 3526) or none", '"auto", "pr3621", "upstream" or "none"'
     )
-    fork_repo: str = _setting("the vLLM SM75 fork", "a git URL (https://...)")
-    fork_ref: str = _setting("pinned commit on the fork's v0.1.x line", "a full 40-character commit SHA")
-    flashqla_repo: str = _setting("FlashQLA with the SM70/SM75 GDN kernel", "a git URL (https://...)")
-    flashqla_ref: str = _setting("pinned FlashQLA commit", "a full 40-character commit SHA")
-    cutlass_repo: str = _setting("CUTLASS sources, fetched before the build", "a git URL (https://...)")
-    cutlass_ref: str = _setting(
+    fork_repo: GitUrl = _setting("the vLLM SM75 fork")
+    fork_ref: Commit = _setting("pinned commit on the fork's v0.1.x line")
+    flashqla_repo: GitUrl = _setting("FlashQLA with the SM70/SM75 GDN kernel")
+    flashqla_ref: Commit = _setting("pinned FlashQLA commit")
+    cutlass_repo: GitUrl = _setting("CUTLASS sources, fetched before the build")
+    cutlass_ref: Annotated[str, pinned_in("NVIDIA/cutlass")] = _setting(
         "CUTLASS v4.4.2 (the fork's build.sh), as a commit", "a 40-character commit SHA (a tag can move)"
     )
-    triton_src_repo: str = _setting("triton_kernels sources, fetched before the build", "a git URL (https://...)")
-    triton_src_ref: str = _setting(
+    triton_src_repo: GitUrl = _setting("triton_kernels sources, fetched before the build")
+    triton_src_ref: Annotated[str, pinned_in("triton-lang/triton")] = _setting(
         "Triton v3.6.0 (the fork's build.sh), as a commit", "a 40-character commit SHA (a tag can move)"
     )
-    fetchcontent_sources: dict[str, dict[str, Any]] = _setting(
+    fetchcontent_sources: FetchSources = _setting(
         "what the fork's CMake fetches in the compile: fetched ahead via the git cache, by variable",
         'a mapping name -> {"repo": a git URL, "ref": a 40-character commit SHA (a tag can move), "env": the '
         'variable the fork\'s CMake reads for a local source, "min_arch": null or the lowest compute capability '
         "the fork's CMake fetches it for}",
     )
-    flashinfer_sm75_patches: dict[str, dict[str, Any]] = _setting(
+    flashinfer_sm75_patches: FlashInferPatches = _setting(
         "per FlashInfer release: its SM75 fix as fixed headers (raw URL, sha256 before/after)",
         'a mapping FlashInfer version -> {"patch": "pr3621" or "pr3526", "files": {path: {"url": the fixed '
         'file\'s http(s) URL (raw content at a commit), "before": sha256, "after": sha256}}}',
     )
-    git_mirror_prefix: str = _setting(
+    git_mirror_prefix: MirrorPrefix = _setting(
         'put in front of every git URL (e.g. a GitHub proxy); "" for direct',
         '"" or a URL ending in "/" put in front of every git URL',
     )
-    pip_index_url: str | None = _setting(
+    pip_index_url: Url | None = _setting(
         "Python package index for pip; None uses pip's default (PyPI)", "null (pip's default index) or an http(s) URL"
     )
-    torch_index_url: str = _setting(
+    torch_index_url: Url = _setting(
         "torch wheel index, CUDA 12.8 lane", "an http(s) URL of a torch wheel index (e.g. the cu128 lane)"
     )
-    locks_dir: str = _setting(
+    locks_dir: Annotated[str, refusing(locks_dir_problem)] = _setting(
         "hashed locks of every pip install on a box (bin/locks; a missing one: written on first use)",
         "a directory on the control machine (relative to the repo), not a file or a URL",
     )
@@ -323,31 +376,27 @@ class Settings(BaseModel):
     build_max_jobs: Literal["auto"] | Annotated[int, Field(ge=1, le=256)] = _setting(
         "compile jobs: auto = min(8, threads, (RAM GB - 3) / 3)", '"auto" or an integer from 1 to 256'
     )
-    build_timeout_s: Annotated[int, Field(ge=300)] = _setting(
-        "give up on a build after this many seconds", "seconds, at least 300"
+    build_timeout_s: Annotated[int, between(300, None, "seconds")] = _setting(
+        "give up on a build after this many seconds"
     )
-    force_rebuild: bool = _setting("build a new runtime even when the fingerprint matches", "true or false")
-    fork_release_line: str = _setting(
-        "the fork's line fork_ref follows: tasks/fork_releases.py lists its newer v0.1.N tags",
-        'a release line of the fork such as "v0.1" (its releases are the tags v0.1.N)',
+    force_rebuild: Switch = _setting("build a new runtime even when the fingerprint matches")
+    fork_release_line: ReleaseLine = _setting(
+        "the fork's line fork_ref follows: tasks/fork_releases.py lists its newer v0.1.N tags"
     )
     fork_update_margin_pct: Annotated[float, Field(ge=0, le=50)] = _setting(
         "tasks/update_fork.py switches only if decode and prefill are at most this % slower",
         "percent (0 to 50) a new fork release's decode and prefill may be below the running one's and still switch",
     )
-    runtime_artifacts: bool = _setting(
-        "keep each compiled runtime by fingerprint; same-fingerprint hosts install it",
-        "true or false",
-    )
-    runtime_artifact_store: str = _setting(
+    runtime_artifacts: Switch = _setting("keep each compiled runtime by fingerprint; same-fingerprint hosts install it")
+    runtime_artifact_store: Annotated[str, refusing(artifact_store_problem)] = _setting(
         "control-machine directory (relative to the repo) or http(s) WebDAV URL",
         'a directory on the control machine, or an http(s) URL of a WebDAV PUT store: a host, a path ending in "/"',
     )
-    runtime_artifact_store_auth: str | None = _setting(
+    runtime_artifact_store_auth: UserPassword | None = _setting(
         "user:password for the http(s) store; kept secret, None: ~/.netrc or none",
         "null or user:password (one line)",
     )
-    runtime_artifact_store_ca: str | None = _setting(
+    runtime_artifact_store_ca: ControlPath | None = _setting(
         "PEM CA bundle for an https store's certificate; None: the system's CAs",
         "null or the path, on the control machine, of a PEM CA bundle",
     )
@@ -355,55 +404,50 @@ class Settings(BaseModel):
         "accept an http:// store (password in clear, artifacts changeable); warns",
         "true or false (false: an http:// runtime_artifact_store is refused; use https://)",
     )
-    runtime_artifact_key: str = _setting(
+    runtime_artifact_key: ControlPath = _setting(
         "control-machine ed25519 key signing stored artifacts; made on first use",
         "a path on the control machine (relative to the repo), of a PEM private key or where one is made",
     )
-    runtime_artifacts_keep: Annotated[int, Field(ge=1, le=100)] = _setting(
-        "how many runtime artifacts the store keeps (the newest)", "an integer from 1 to 100"
+    runtime_artifacts_keep: Annotated[int, between(1, 100)] = _setting(
+        "how many runtime artifacts the store keeps (the newest)"
     )
 
     # ---- model
-    hf_endpoint: str = _setting(
+    hf_endpoint: Url = _setting(
         "Hugging Face endpoint or mirror (the reference setup's mirror)",
         "an http(s) URL of a Hugging Face endpoint or mirror",
     )
-    hf_verify_endpoint: str | None = _setting(
+    hf_verify_endpoint: Url | None = _setting(
         "a second endpoint the model's file hashes must match when reachable; None: hf_endpoint only",
         "null or an http(s) URL of a Hugging Face endpoint or mirror",
     )
-    hf_token: str | None = _setting(
+    hf_token: HfToken | None = _setting(
         "Hugging Face token for gated repos; kept secret, None sends none", "null or a Hugging Face token"
     )
-    hf_disable_xet: bool = _setting("plain HTTP downloads (mirrors rarely serve Xet)", "true or false")
-    model_repo: str = _setting("closest public id to the reference setup's model", "a repo id owner/name")
-    model_revision: str = _setting(
-        "branch, tag or commit; the resolved commit is recorded on the host", "a branch, tag or 40-character commit SHA"
-    )
-    model_dir: str = _setting("where the checkpoint lives", "an absolute path (letters, digits, . _ + @ - /)")
-    download_timeout_s: Annotated[int, Field(ge=60)] = _setting(
-        "give up on the download after this many seconds", "seconds, at least 60"
+    hf_disable_xet: Switch = _setting("plain HTTP downloads (mirrors rarely serve Xet)")
+    model_repo: RepoId = _setting("closest public id to the reference setup's model")
+    model_revision: GitRef = _setting("branch, tag or commit; the resolved commit is recorded on the host")
+    model_dir: BoxPath = _setting("where the checkpoint lives")
+    download_timeout_s: Annotated[int, between(60, None, "seconds")] = _setting(
+        "give up on the download after this many seconds"
     )
     model_peers: bool = _setting(
         "fetch the model from another host of the run that holds it (or fetches it first), over the LAN",
         "true (hosts of one run with the same model fetch it from one of them) or false (each from hf_endpoint)",
     )
-    model_peer_address: str | None = _setting(
+    model_peer_address: HostName | None = _setting(
         "the address the other hosts reach this one at for the model; None: its ssh_hostname",
         "null (the host's ssh_hostname) or a host name or IP address",
     )
-    model_peer_port: Annotated[int, Field(ge=1, le=65535)] = _setting(
-        "the port this host serves its model on while other hosts fetch it", "an integer from 1 to 65535"
-    )
-    model_peer_wait_s: Annotated[int, Field(ge=10)] = _setting(
-        "how long a host waits for its peer to hold the model (at most half of download_timeout_s)",
-        "seconds, at least 10",
+    model_peer_port: Port = _setting("the port this host serves its model on while other hosts fetch it")
+    model_peer_wait_s: Annotated[int, between(10, None, "seconds")] = _setting(
+        "how long a host waits for its peer to hold the model (at most half of download_timeout_s)"
     )
     model: str = _setting(
         'the model served: "default" (the four settings above) or a name in models',
         '"default" (the model_repo, model_revision, model_dir and served_model_name settings) or a name in models',
     )
-    models: dict[str, dict[str, Any]] = _setting(
+    models: dict[ModelName, ModelEntry] = _setting(
         "the catalogue: name -> repo, revision, dir, served name and the server flags that go with the model",
         'a mapping name -> {"repo": owner/name, "revision": a branch, tag or commit (optional, "main"), "dir": an '
         'absolute path, "served_name": a name without spaces, "flags": {setting: value} (optional; the server '
@@ -415,37 +459,31 @@ class Settings(BaseModel):
     )
 
     # ---- service: the unit and the server's flags
-    service_name: str = _setting(
-        "systemd unit name (vllm.service)", "a lower-case unit name (letters, digits, - and _)"
+    service_name: UnitName = _setting("systemd unit name (vllm.service)")
+    service_user: UnitName = _setting("system user the server runs as")
+    service_start_timeout_s: Annotated[int, between(60, 7200, "seconds")] = _setting(
+        "TimeoutStartSec: the first start compiles for minutes"
     )
-    service_user: str = _setting("system user the server runs as", "a lower-case user name")
-    service_start_timeout_s: Annotated[int, Field(ge=60, le=7200)] = _setting(
-        "TimeoutStartSec: the first start compiles for minutes", "seconds from 60 to 7200"
-    )
-    service_restart_sec: Annotated[int, Field(ge=0, le=600)] = _setting(
-        "RestartSec between restarts", "seconds from 0 to 600"
-    )
-    vllm_log_file: str | None = _setting(
+    service_restart_sec: Annotated[int, between(0, 600, "seconds")] = _setting("RestartSec between restarts")
+    vllm_log_file: BoxPath | None = _setting(
         "None logs to the journal; a path appends there like the reference setup's unit",
         "null (the journal) or an absolute path (letters, digits, . _ + @ - /)",
     )
-    start_check_attempts: Annotated[int, Field(ge=1, le=10)] = _setting(
-        "starts in a row whose known-answer check may fail before the service stays down",
-        "an integer from 1 to 10",
+    start_check_attempts: Annotated[int, between(1, 10)] = _setting(
+        "starts in a row whose known-answer check may fail before the service stays down"
     )
-    start_check_needle_words: Annotated[int, Field(ge=100, le=60000)] = _setting(
-        "words of the needle check's long prompt (~8K tokens)", "an integer from 100 to 60000"
+    start_check_needle_words: Annotated[int, between(100, 60000)] = _setting(
+        "words of the needle check's long prompt (~8K tokens)"
     )
     start_check_kv_shrink_share: Annotated[float, Field(gt=0, lt=1)] = _setting(
         "a KV cache this share below the recorded one restarts the start once, then warns",
         "a share between 0 and 1",
     )
-    gpu_wait_timeout_s: Annotated[int, Field(ge=0, le=3600)] = _setting(
-        "how long a start waits for free GPUs before it fails naming what holds them", "seconds from 0 to 3600"
+    gpu_wait_timeout_s: Annotated[int, between(0, 3600, "seconds")] = _setting(
+        "how long a start waits for free GPUs before it fails naming what holds them"
     )
-    gpu_wait_max_used_mib: Annotated[int, Field(ge=0, le=65536)] = _setting(
-        "memory a GPU may have in use and still count as free (any compute process holds it)",
-        "MiB from 0 to 65536",
+    gpu_wait_max_used_mib: Annotated[int, between(0, 65536, "MiB")] = _setting(
+        "memory a GPU may have in use and still count as free (any compute process holds it)"
     )
     # A desktop's display server puts graphics contexts on the cards: Xorg and gnome-shell, 4-9 MiB each on
     # 2080 Ti desktops (issue 36), 45 MiB together in tests/unit/fixtures/tool_outputs/desktop-postgres. 64
@@ -455,27 +493,25 @@ class Settings(BaseModel):
         "MiB a desktop's graphics may hold per GPU (Xorg, gnome-shell: display, not compute)",
         "MiB from 0 (none) to 4096",
     )
-    watchdog_enabled: bool = _setting(
-        "a timer asks the server a known-answer question every watchdog_interval_s; false: off", "true or false"
+    watchdog_enabled: Switch = _setting(
+        "a timer asks the server a known-answer question every watchdog_interval_s; false: off"
     )
-    watchdog_interval_s: Annotated[int, Field(ge=30, le=86400)] = _setting(
-        "seconds between watchdog rounds", "seconds from 30 to 86400"
+    watchdog_interval_s: Annotated[int, between(30, 86400, "seconds")] = _setting("seconds between watchdog rounds")
+    watchdog_failures: Annotated[int, between(1, 100)] = _setting(
+        "failed rounds in a row before the watchdog restarts the service"
     )
-    watchdog_failures: Annotated[int, Field(ge=1, le=100)] = _setting(
-        "failed rounds in a row before the watchdog restarts the service", "an integer from 1 to 100"
+    watchdog_max_restarts: Annotated[int, between(0, 100)] = _setting(
+        "watchdog restarts in a row without a passing round before it gives up"
     )
-    watchdog_max_restarts: Annotated[int, Field(ge=0, le=100)] = _setting(
-        "watchdog restarts in a row without a passing round before it gives up", "an integer from 0 to 100"
+    watchdog_timeout_s: Annotated[int, between(5, 3600, "seconds")] = _setting(
+        "how long a watchdog round waits for its answer"
     )
-    watchdog_timeout_s: Annotated[int, Field(ge=5, le=3600)] = _setting(
-        "how long a watchdog round waits for its answer", "seconds from 5 to 3600"
-    )
-    served_model_name: str = _setting("model name clients ask for", "a name of letters, digits and . _ : / @ + -")
-    vllm_host: str | None = _setting(
+    served_model_name: ServedName = _setting("model name clients ask for")
+    vllm_host: IpAddress | None = _setting(
         'bind address; None: 127.0.0.1 behind the proxy, 0.0.0.0 with lan_serving = "direct"',
         "null (127.0.0.1 behind the proxy, 0.0.0.0 with lan_serving: direct) or an IP address to bind",
     )
-    vllm_port: Annotated[int, Field(ge=1, le=65535)] = _setting("API port", "an integer from 1 to 65535")
+    vllm_port: Port = _setting("API port")
     vllm_api_key: Literal["auto", "none"] = _setting(
         "auto: a key made once on the host; none: serve without a key", '"auto" (made on the host) or "none"'
     )
@@ -490,26 +526,26 @@ class Settings(BaseModel):
         "compute dtype; SM75 has no BF16 tensor cores", '"half", "float16", "bfloat16" or "auto"'
     )
     quantization: Literal["fp8"] | None = _setting("weight quantization (FP8 through Marlin on SM75)", '"fp8" or null')
-    kv_cache_dtype: str = _setting(
+    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = _setting(
         "KV cache dtype; auto = FP16 (INT8 is refused)",
-        "one of " + ", ".join(d for d in KV_CACHE_DTYPES if d != "int8") + " (int8 is refused)",
+        '"auto" (FP16), "fp8", "fp8_e4m3" or "fp8_e5m2"; not int8: an INT8 KV cache collapses MTP acceptance at long '
+        "context on SM75 (second setup: 16K -> 12 tok/s)",
     )
-    max_model_len: Annotated[int, Field(ge=1024)] = _setting(
-        "context length in tokens", f"an integer from 1024 to {MODEL_CONTEXT_LIMIT}"
+    max_model_len: Annotated[int, Field(ge=1024, le=MODEL_CONTEXT_LIMIT)] = _setting(
+        "context length in tokens",
+        f"an integer from 1024 to {MODEL_CONTEXT_LIMIT} (the model's max_position_embeddings)",
     )
-    enable_prefix_caching: bool = _setting("reuse cached prefixes", "true or false")
+    enable_prefix_caching: Switch = _setting("reuse cached prefixes")
     mamba_cache_mode: Literal["align", "all", "none"] | None = _setting(
         "--mamba-cache-mode (align for prefix caching on hybrid models); None omits", 'null, "align", "all" or "none"'
     )
-    max_num_seqs: Annotated[int, Field(ge=1, le=256)] = _setting("concurrent sequences", "an integer from 1 to 256")
-    max_num_batched_tokens: Annotated[int, Field(ge=256)] = _setting(
-        "chunked-prefill chunk size", "an integer, at least 256"
-    )
-    enable_chunked_prefill: bool = _setting("chunked prefill (long contexts OOM without it)", "true or false")
+    max_num_seqs: Annotated[int, between(1, 256)] = _setting("concurrent sequences")
+    max_num_batched_tokens: Annotated[int, between(256, None, "an integer")] = _setting("chunked-prefill chunk size")
+    enable_chunked_prefill: Switch = _setting("chunked prefill (long contexts OOM without it)")
     async_scheduling: bool | None = _setting(
         "False renders --no-async-scheduling; None leaves the server default", "null (server default), true or false"
     )
-    skip_mm_profiling: bool = _setting("skip multimodal memory profiling", "true or false")
+    skip_mm_profiling: Switch = _setting("skip multimodal memory profiling")
     reasoning_parser: str | None = _setting(
         "reasoning parser for <think> blocks", "null or a parser name such as qwen3"
     )
@@ -517,14 +553,14 @@ class Settings(BaseModel):
         "--reasoning-config: the think-tag markers (the budget is default_thinking_token_budget)",
         "null or a JSON object with the keys " + ", ".join(fork_interface.REASONING_CONFIG_KEYS),
     )
-    default_thinking_token_budget: int | None = _setting(
+    default_thinking_token_budget: PositiveInt | None = _setting(
         "server-side thinking budget: in --reasoning-config (upstream), an env var (fork)",
         "null (no server-side default) or a positive integer such as 4000 (the reference setup's)",
     )
     default_chat_template_kwargs: dict[str, Any] | None = _setting(
         "--default-chat-template-kwargs", "null or a JSON object"
     )
-    enable_auto_tool_choice: bool = _setting("let the model call tools on its own", "true or false")
+    enable_auto_tool_choice: Switch = _setting("let the model call tools on its own")
     tool_call_parser: str = _setting(
         "tool-call parser; None: the kind's (upstream qwen3_coder as the first setup, fork qwen3_xml)",
         "null (the runtime kind's own) or a parser name such as qwen3_coder or qwen3_xml",
@@ -538,16 +574,20 @@ class Settings(BaseModel):
     additional_config: dict[str, Any] | None = _setting(
         "--additional-config (FlashQLA GDN prefill)", "null or a JSON object"
     )
-    num_speculative_tokens: Annotated[int, Field(ge=0, le=8)] = _setting(
-        "MTP draft tokens (MTP is required on this stack)", "an integer from 1 to 8 (MTP)"
+    num_speculative_tokens: Annotated[int, Field(ge=1, le=8)] = _setting(
+        "MTP draft tokens (MTP is required on this stack)",
+        "an integer from 1 to 8: without MTP this hybrid GDN model degrades into garbage output",
     )
-    cudagraph_mode: str = _setting(
+    cudagraph_mode: Literal["PIECEWISE"] = _setting(
         "CUDA graph mode (PIECEWISE is the only safe one with MTP here)",
-        '"PIECEWISE" (' + ", ".join(m for m in CUDAGRAPH_MODES if m != "PIECEWISE") + " are refused with MTP)",
+        '"PIECEWISE": with MTP on this stack FULL cudagraphs (FULL, FULL_DECODE_ONLY, FULL_AND_PIECEWISE) corrupt the '
+        "output and NONE (eager) is too slow to serve",
     )
-    cudagraph_capture_sizes: list[int] = _setting(
-        "graph sizes; largest = max_num_seqs x (1 + num_speculative_tokens)", "a list of positive integers, e.g. [4]"
-    )
+    cudagraph_capture_sizes: Annotated[
+        list[PositiveInt],
+        Field(min_length=1),
+        Rule("a non-empty list of distinct positive integers, e.g. [4]", lambda v: len(set(v)) == len(v)),
+    ] = _setting("graph sizes; largest = max_num_seqs x (1 + num_speculative_tokens)")
     generation_config: Literal["auto", "vllm"] | None = _setting(
         "--generation-config (auto or vllm); None omits", 'null, "auto" or "vllm"'
     )
@@ -558,7 +598,7 @@ class Settings(BaseModel):
     cpu_offload_gb: Annotated[float, Field(ge=0)] | None = _setting(
         "--cpu-offload-gb; None omits", "null or a number of GB, at least 0"
     )
-    disable_uvicorn_access_log: bool = _setting("no per-request access log lines", "true or false")
+    disable_uvicorn_access_log: Switch = _setting("no per-request access log lines")
     omp_num_threads: Annotated[int, Field(ge=1, le=256)] | None = _setting(
         "OMP_NUM_THREADS for the server; None leaves it unset", "null or an integer from 1 to 256"
     )
@@ -577,13 +617,13 @@ class Settings(BaseModel):
         "itself on vllm_host, 0.0.0.0 unless set: its key guards /v1, /v2, /inference, /cohere only; /invocations, "
         "/generative_scoring and the rest are open)",
     )
-    lan_port: Annotated[int, Field(ge=1, le=65535)] = _setting(
+    lan_port: Port = _setting(
         "the proxy's HTTPS port on every address of the box", "an integer from 1 to 65535, not vllm_port"
     )
-    lan_allow: list[str] = _setting(
+    lan_allow: Networks = _setting(
         "client networks; loopback always", 'a list of client networks in CIDR form, e.g. ["192.168.1.0/24"]'
     )
-    lan_metrics_allow: list[str] = _setting(
+    lan_metrics_allow: Networks = _setting(
         "who may read /metrics through the proxy besides loopback (a Prometheus host: x.x.x.x/32)",
         'a list of networks in CIDR form that may read /metrics besides loopback, e.g. ["192.168.1.10/32"]',
     )
@@ -595,33 +635,32 @@ class Settings(BaseModel):
         "local_ca: a CA made on the host signs the certificate; own: lan_tls_cert_file + lan_tls_key_file",
         '"local_ca" (a CA made on the host signs the certificate) or "own" (lan_tls_cert_file and lan_tls_key_file)',
     )
-    lan_tls_cert_file: str | None = _setting(
+    lan_tls_cert_file: ControlPath | None = _setting(
         'lan_tls = "own": your PEM certificate (chain), a path on the control machine',
         "null or the path, on the control machine, of a PEM certificate (chain) for lan_tls: own",
     )
-    lan_tls_key_file: str | None = _setting(
+    lan_tls_key_file: ControlPath | None = _setting(
         'lan_tls = "own": its PEM private key on the control machine (kept secret; chmod 600)',
         "null or the path, on the control machine, of the certificate's PEM private key for lan_tls: own",
     )
-    lan_tls_names: list[str] = _setting(
+    lan_tls_names: list[DnsOrIp] = _setting(
         "extra DNS names or IPs in the local CA's certificate (the host's name and addresses always are)",
         "a list of extra DNS names or IP addresses (the host's name and addresses are always in the certificate)",
     )
-    lan_max_body_mb: Annotated[int, Field(ge=1, le=1024)] = _setting(
-        "largest request body: a 262K-token prompt as escaped JSON is a few MB, images more", "MB from 1 to 1024"
+    lan_max_body_mb: Annotated[int, between(1, 1024, "MB")] = _setting(
+        "largest request body: a 262K-token prompt as escaped JSON is a few MB, images more"
     )
-    lan_read_timeout_s: Annotated[int, Field(ge=60, le=86400)] = _setting(
-        "longest silence from the server: a non-streamed answer to a 100K prompt comes at the end",
-        "seconds from 60 to 86400",
+    lan_read_timeout_s: Annotated[int, between(60, 86400, "seconds")] = _setting(
+        "longest silence from the server: a non-streamed answer to a 100K prompt comes at the end"
     )
-    front_of: list[str] = _setting(
+    front_of: Annotated[list[InventoryName], AfterValidator(distinct)] = _setting(
         "other boxes of the inventory this box also answers for at front_port (one URL; same model on all)",
         "a list of other hosts' inventory names, each serving the same model behind its own proxy",
     )
-    front_port: Annotated[int, Field(ge=1, le=65535)] = _setting(
+    front_port: Port = _setting(
         "front_of: the one URL's HTTPS port on this box", "an integer from 1 to 65535, not lan_port or vllm_port"
     )
-    api_keys: list[str] = _setting(
+    api_keys: Annotated[list[KeyName], AfterValidator(distinct)] = _setting(
         "clients' own keys, one per name, each made on the box (sudo cat /etc/vllm-rig/keys/NAME)",
         "a list of distinct key names, each a short lowercase word (a-z first, then a-z, 0-9 or -, up to 32; not "
         '"server"), e.g. ["laptop", "agent", "chat-page"]',
@@ -630,22 +669,22 @@ class Settings(BaseModel):
         "True: Open WebUI, a chat page for the household, on chat_page_port (docs/chat-page.md)",
         "true (Open WebUI on chat_page_port, behind nginx with the LAN's TLS) or false",
     )
-    chat_page_port: Annotated[int, Field(ge=1, le=65535)] = _setting(
+    chat_page_port: Port = _setting(
         "the chat page's HTTPS port (its own: Open WebUI cannot live under a path)",
         "an integer from 1 to 65535, not lan_port, vllm_port, front_port or chat_page_backend_port",
     )
-    chat_page_backend_port: Annotated[int, Field(ge=1, le=65535)] = _setting(
+    chat_page_backend_port: Port = _setting(
         "Open WebUI's own port, on loopback only (nginx serves chat_page_port)",
         "an integer from 1 to 65535, not lan_port, vllm_port or chat_page_port",
     )
-    chat_page_backups_keep: Annotated[int, Field(ge=1, le=365)] = _setting(
-        "daily copies of the chat page's database kept on the box", "an integer from 1 to 365"
+    chat_page_backups_keep: Annotated[int, between(1, 365)] = _setting(
+        "daily copies of the chat page's database kept on the box"
     )
-    chat_page_torch_index_url: str | None = _setting(
+    chat_page_torch_index_url: Url | None = _setting(
         "the chat page's torch index; None: torch_index_url's CPU lane (/cpu/ for /cu128/)",
         "null (torch_index_url with its lane replaced by cpu) or an http(s) URL of a torch wheel index",
     )
-    chat_page_index_url: str | None = _setting(
+    chat_page_index_url: Url | None = _setting(
         "index for Open WebUI and its hash-locked dependencies; None: pip_index_url",
         "null (pip_index_url) or an http(s) URL of a Python package index",
     )
@@ -655,56 +694,44 @@ class Settings(BaseModel):
         "a failed verdict gate stops the host (fail) or only warns (warn)",
         '"fail" (a failed gate stops the host) or "warn"',
     )
-    verify_bandwidth: bool = _setting(
-        "measure P2P copy and NCCL all-reduce (needs both GPUs free for a minute)", "true or false"
+    verify_bandwidth: Switch = _setting("measure P2P copy and NCCL all-reduce (needs both GPUs free for a minute)")
+    verify_min_p2p_gbps: Annotated[float, between(0, None, "GB/s")] = _setting(
+        "least P2P copy GB/s each way (2 NVLink2 links: ~40 measured, 50 ceiling)"
     )
-    verify_min_p2p_gbps: Annotated[float, Field(ge=0)] = _setting(
-        "least P2P copy GB/s each way (2 NVLink2 links: ~40 measured, 50 ceiling)", "GB/s, at least 0"
+    verify_min_allreduce_gbps: Annotated[float, between(0, None, "GB/s")] = _setting(
+        "least all-reduce bus GB/s (2 ranks: ceiling ~50; calibrate on your box)"
     )
-    verify_min_allreduce_gbps: Annotated[float, Field(ge=0)] = _setting(
-        "least all-reduce bus GB/s (2 ranks: ceiling ~50; calibrate on your box)", "GB/s, at least 0"
-    )
-    bench_sizes: str = _setting(
-        "the reference setup's runs: TOKENS:RUNS:MAX_TOKENS",
-        'runs as TOKENS:RUNS:MAX_TOKENS, comma-separated, e.g. "20000:3:256,60000:2:128"',
-    )
-    bench_label: str = _setting(
-        "label stored with bench results (e.g. FP8-KV, FP16-KV for an A/B)",
-        "a short label for the results, e.g. FP8-KV",
-    )
+    bench_sizes: BenchSizes = _setting("the reference setup's runs: TOKENS:RUNS:MAX_TOKENS")
+    bench_label: BenchLabel = _setting("label stored with bench results (e.g. FP8-KV, FP16-KV for an A/B)")
 
     # ---- operating
     status_format: Literal["table", "json"] = _setting(
         "how the status is printed: table, or json (one line per host on stdout)", '"table" or "json"'
     )
-    triage_journal_lines: Annotated[int, Field(ge=10, le=100000)] = _setting(
-        "journal lines of the service and the build in a triage bundle", "10 to 100000 lines"
+    triage_journal_lines: Annotated[int, between(10, 100000, "lines")] = _setting(
+        "journal lines of the service and the build in a triage bundle"
     )
     logs_source: Literal["service", "build", "download", "watchdog"] = _setting(
         "whose log tasks/logs.py shows (bin/rig logs SOURCE)", '"service", "build", "download" or "watchdog"'
     )
-    logs_lines: Annotated[int, Field(ge=1, le=100000)] = _setting(
-        "lines of the log tasks/logs.py shows first (bin/rig logs -n)", "1 to 100000 lines"
+    logs_lines: Annotated[int, between(1, 100000, "lines")] = _setting(
+        "lines of the log tasks/logs.py shows first (bin/rig logs -n)"
     )
-    logs_follow: bool = _setting(
-        "tasks/logs.py keeps printing new lines until Ctrl-C (bin/rig logs -f)", "true or false"
-    )
+    logs_follow: Switch = _setting("tasks/logs.py keeps printing new lines until Ctrl-C (bin/rig logs -f)")
     keys_action: Literal["list", "add", "revoke"] = _setting(
         "what tasks/keys.py does: list the client keys, add or revoke one (bin/rig keys ACTION)",
         '"list", "add" or "revoke"',
     )
-    keys_name: str | None = _setting(
+    keys_name: KeyName | None = _setting(
         "the key tasks/keys.py adds or revokes (bin/rig keys add NAME)",
         "null or a key name: a short lowercase word (a-z first, then a-z, 0-9 or -, up to 32)",
     )
-    remove_model: bool = _setting(
-        "tasks/remove.py also deletes the model directories (bin/rig remove --with-model)", "true or false"
+    remove_model: Switch = _setting("tasks/remove.py also deletes the model directories (bin/rig remove --with-model)")
+    remove_driver: Switch = _setting(
+        "tasks/remove.py also removes the NVIDIA driver and CUDA (bin/rig remove --with-driver)"
     )
-    remove_driver: bool = _setting(
-        "tasks/remove.py also removes the NVIDIA driver and CUDA (bin/rig remove --with-driver)", "true or false"
-    )
-    remove_chat_data: bool = _setting(
-        "tasks/remove.py also deletes the chat page's data (bin/rig remove --with-chat-data)", "true or false"
+    remove_chat_data: Switch = _setting(
+        "tasks/remove.py also deletes the chat page's data (bin/rig remove --with-chat-data)"
     )
 
     # The model catalogue: the chosen entry becomes the model and server settings.
@@ -719,12 +746,7 @@ class Settings(BaseModel):
     def _kind_defaults(cls, data: Any) -> Any:
         return with_kind_defaults(data) if isinstance(data, dict) else data
 
-    @field_validator("models")
-    @classmethod
-    def _models(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        return _each_entry(value, _model_entry_problem)
-
-    # ---- field checks: formats a type alone cannot say
+    # ---- field checks: rules a type alone cannot say (the formats are types: vllm_rig/setting_types.py)
 
     @field_validator("*", mode="before")
     @classmethod
@@ -736,29 +758,6 @@ class Settings(BaseModel):
             bad = control_character(value)
             if bad is not None:
                 raise ValueError(f"holds the control character {bad!r} (a line break, tab, NUL...): one line of text")
-        return value
-
-    @field_validator("gpu_compute_capability", "cuda_version", "python_version", mode="before")
-    @classmethod
-    def _number_as_text(cls, value: Any) -> Any:
-        """`--data cuda_version=12.9` arrives as the float 12.9 (pyinfra parses JSON); these are names."""
-        return str(value) if isinstance(value, float) else value
-
-    @field_validator(
-        "torch_version",
-        "torchvision_version",
-        "torchaudio_version",
-        "triton_version",
-        "transformers_version",
-        "numpy_version",
-        "flashinfer_version",
-    )
-    @classmethod
-    def _pep440(cls, value: str) -> str:
-        try:
-            Version(value)
-        except InvalidVersion:
-            raise ValueError("must be a PEP 440 version such as 2.11.0") from None
         return value
 
     @field_validator("override_generation_config")
@@ -777,320 +776,12 @@ class Settings(BaseModel):
             )
         return value
 
-    @field_validator("nvidia_driver_version")
-    @classmethod
-    def _driver_version(cls, value: str) -> str:
-        if not DRIVER_VERSION.match(value):
-            raise ValueError("must be an exact driver version such as 580.159.03")
-        return value
-
-    @field_validator("cuda_version")
-    @classmethod
-    def _cuda_version(cls, value: str) -> str:
-        if not CUDA_VERSION.match(value):
-            raise ValueError("must be a CUDA toolkit major.minor such as 12.9")
-        if value not in MIN_DRIVER_FOR_CUDA:
-            raise ValueError(
-                "must be 12.8 or 12.9: the fork's v0.1.x line builds against torch cu128 "
-                "and FlashInfer needs CUDA >= 12.8"
-            )
-        return value
-
-    @field_validator("fork_ref", "flashqla_ref")
-    @classmethod
-    def _pinned_commit(cls, value: str) -> str:
-        if not SHA40.match(value):
-            raise ValueError("must be a full 40-character lower-case commit SHA (a branch or tag can move)")
-        return value
-
     @field_validator("vllm_version")
     @classmethod
     def _vllm_version(cls, value: str) -> str:
         release = upstream_releases.release(value)  # ValueError: not in the table, with the supported ones
         if not release.supported:
             raise ValueError(f"vLLM {value} is not supported: {release.reason}")
-        return value
-
-    @field_validator("vllm_wheel_sha256", "vllm_sdist_sha256")
-    @classmethod
-    def _wheel_sha256(cls, value: str | None) -> str | None:
-        if value is not None and not SHA256.match(value):
-            raise ValueError("must be null or a 64-hex-digit lower-case sha256")
-        return value
-
-    @field_validator("sm75_patch_files")
-    @classmethod
-    def _patch_files(cls, value: dict[str, dict[str, str]] | None) -> dict[str, dict[str, str]] | None:
-        if value is None:
-            return value
-        if set(value) != set(SM75_PATCH_NAMES):
-            raise ValueError(
-                f"must name exactly {', '.join(SM75_PATCH_NAMES)}, got {', '.join(sorted(value)) or 'none'}"
-            )
-        for name, entry in value.items():
-            if not isinstance(entry, dict) or set(entry) != {"url", "sha256"}:
-                raise ValueError(f'{name}: must be {{"url": ..., "sha256": ...}}')
-            _check_url(entry["url"], f"sm75_patch_files.{name}.url")
-            if not SHA256.match(entry["sha256"]):
-                raise ValueError(f"{name}: sha256 must be 64 lower-case hex digits")
-        return value
-
-    @field_validator("cutlass_ref", "triton_src_ref")
-    @classmethod
-    def _commit(cls, value: str, info: ValidationInfo) -> str:
-        repo = {"cutlass_ref": "NVIDIA/cutlass", "triton_src_ref": "triton-lang/triton"}[str(info.field_name)]
-        problem = git_tags.ref_problem(value, repo)
-        if problem:
-            raise ValueError(problem)
-        return value
-
-    @field_validator("flashinfer_requirement_overrides")
-    @classmethod
-    def _overrides(cls, value: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
-        return _each_entry(value, _override_entry_problem)
-
-    @field_validator("flashinfer_sm75_patches")
-    @classmethod
-    def _patches(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        return _each_entry(value, _patch_entry_problem)
-
-    @field_validator("fetchcontent_sources")
-    @classmethod
-    def _fetchcontent(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        return _each_entry(value, lambda _name, entry: _fetchcontent_problem(entry))
-
-    @field_validator("upstream_compile_sources")
-    @classmethod
-    def _compile_sources(cls, value: dict[str, dict[str, Any]] | None) -> dict[str, dict[str, Any]] | None:
-        if value is None:
-            return value
-        missing = [name for name in upstream_compile.REQUIRED_SOURCES if name not in value]
-        if missing:
-            raise ValueError(f"must name {', '.join(upstream_compile.REQUIRED_SOURCES)}; missing: {', '.join(missing)}")
-        return _each_entry(value, lambda _name, entry: _fetchcontent_problem(entry))
-
-    @field_validator("fork_release_line")
-    @classmethod
-    def _release_line(cls, value: str) -> str:
-        if not RELEASE_LINE.match(value):
-            raise ValueError('must be a release line such as "v0.1" (v, then numbers joined by dots)')
-        return value
-
-    @field_validator("model_revision")
-    @classmethod
-    def _git_ref(cls, value: str) -> str:
-        if not GIT_REF.match(value):
-            raise ValueError("must be a branch, tag or 40-character commit SHA")
-        return value
-
-    @field_validator("hf_token")
-    @classmethod
-    def _token(cls, value: str | None) -> str | None:
-        # It goes into an EnvironmentFile= line: whitespace, quotes, $ or \ would change what systemd reads.
-        if value is not None and not HF_TOKEN.match(value):
-            raise ValueError("must be null or one word of letters, digits and - _ . (a Hugging Face token: hf_...)")
-        return value
-
-    @field_validator("secure_boot_mok_password")
-    @classmethod
-    def _mok_password(cls, value: str | None) -> str | None:
-        # mokutil reads it twice from stdin (PASSWORD_MIN 1, PASSWORD_MAX 256): one line, no line break.
-        if value is not None and not (1 <= len(value) <= 256 and "\n" not in value and "\r" not in value):
-            raise ValueError("must be null or one line of 1 to 256 characters")
-        return value
-
-    @field_validator("model_repo")
-    @classmethod
-    def _repo_id(cls, value: str) -> str:
-        if not REPO_ID.match(value):
-            raise ValueError("must be a repo id owner/name, e.g. Qwen/Qwen3.8-27B-FP8")
-        return value
-
-    @field_validator(
-        "fork_repo",
-        "flashqla_repo",
-        "cutlass_repo",
-        "triton_src_repo",
-        "hf_endpoint",
-        "torch_index_url",
-        "nvidia_repo_url",
-    )
-    @classmethod
-    def _url(cls, value: str, info: ValidationInfo) -> str:
-        return _check_url(value, info.field_name)
-
-    @field_validator("pip_index_url", "hf_verify_endpoint", "chat_page_torch_index_url", "chat_page_index_url")
-    @classmethod
-    def _optional_url(cls, value: str | None, info: ValidationInfo) -> str | None:
-        return None if value is None else _check_url(value, info.field_name)
-
-    @field_validator("git_mirror_prefix")
-    @classmethod
-    def _mirror_prefix(cls, value: str) -> str:
-        if value and (not value.endswith("/") or not value.startswith(("http://", "https://"))):
-            raise ValueError('must be "" or an http(s) URL ending in "/"')
-        return _check_url(value, "git_mirror_prefix") if value else value
-
-    @field_validator("install_root", "model_dir")
-    @classmethod
-    def _absolute(cls, value: str) -> str:
-        return _check_absolute(value)
-
-    @field_validator("vllm_log_file")
-    @classmethod
-    def _optional_absolute(cls, value: str | None) -> str | None:
-        return None if value is None else _check_absolute(value)
-
-    @field_validator("service_name", "service_user")
-    @classmethod
-    def _unit_name(cls, value: str) -> str:
-        if not UNIT_NAME.match(value):
-            raise ValueError("must start with a lower-case letter and hold only a-z, 0-9, - and _ (max 32)")
-        return value
-
-    @field_validator("model_peer_address")
-    @classmethod
-    def _peer_address(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.:-]*", value):
-            raise ValueError("must be null, a host name or an IP address")
-        return value
-
-    @field_validator("served_model_name")
-    @classmethod
-    def _served_name(cls, value: str) -> str:
-        if not SERVED_NAME.fullmatch(value):
-            raise ValueError("must be a name of up to 128 letters, digits and . _ : / @ + -")
-        return value
-
-    @field_validator("vllm_host")
-    @classmethod
-    def _bind_address(cls, value: str | None) -> str | None:
-        if value is None:
-            return value
-        try:
-            ipaddress.ip_address(value)
-        except ValueError:
-            raise ValueError("must be an IP address to bind, e.g. 0.0.0.0 (all) or 127.0.0.1 (local only)") from None
-        return value
-
-    @field_validator("lan_allow", "lan_metrics_allow")
-    @classmethod
-    def _networks(cls, value: list[str]) -> list[str]:
-        for entry in value:
-            problem = _network_problem(entry)
-            if problem:
-                raise ValueError(problem)
-        return value
-
-    @field_validator("front_of")
-    @classmethod
-    def _front_of(cls, value: list[str]) -> list[str]:
-        for name in value:
-            if not INVENTORY_NAME.match(name):
-                raise ValueError(f"{name!r} is not an inventory host name (letters, digits and . _ : @ -)")
-        repeated = sorted({name for name in value if value.count(name) > 1})
-        if repeated:
-            raise ValueError(f"names {', '.join(repeated)} more than once")
-        return value
-
-    @field_validator("lan_tls_names")
-    @classmethod
-    def _tls_names(cls, value: list[str]) -> list[str]:
-        for name in value:
-            if not (_is_ip(name) or DNS_NAME.match(name)):
-                raise ValueError(f"{name!r} is neither a DNS name (letters, digits, - and dots) nor an IP address")
-        return value
-
-    @field_validator("api_keys")
-    @classmethod
-    def _api_keys(cls, value: list[str]) -> list[str]:
-        for name in value:
-            _key_name_problem(name)
-        repeated = sorted({n for n in value if value.count(n) > 1})
-        if repeated:
-            raise ValueError(f"names {repeated[0]!r} twice: each key name once")
-        return value
-
-    @field_validator("keys_name")
-    @classmethod
-    def _keys_name(cls, value: str | None) -> str | None:
-        if value is not None:
-            _key_name_problem(value)
-        return value
-
-    @field_validator("runtime_artifact_store")
-    @classmethod
-    def _artifact_store(cls, value: str) -> str:
-        problem = artifact_store_problem(value)
-        if problem:
-            raise ValueError(problem)
-        return value
-
-    @field_validator("runtime_artifact_store_auth")
-    @classmethod
-    def _artifact_store_auth(cls, value: str | None) -> str | None:
-        if value is not None and (":" not in value or value.startswith(":") or "\n" in value or "\r" in value):
-            raise ValueError("must be null or user:password on one line")
-        return value
-
-    @field_validator("lan_tls_cert_file", "lan_tls_key_file", "runtime_artifact_store_ca", "runtime_artifact_key")
-    @classmethod
-    def _control_path(cls, value: str | None) -> str | None:
-        if value is not None and (not value.strip() or "\n" in value):
-            raise ValueError("must be null or a path on the control machine")
-        return value
-
-    @field_validator("locks_dir")
-    @classmethod
-    def _locks_dir(cls, value: str) -> str:
-        problem = locks_dir_problem(value)
-        if problem:
-            raise ValueError(problem)
-        return value
-
-    @field_validator("kv_cache_dtype")
-    @classmethod
-    def _kv_cache_dtype(cls, value: str) -> str:
-        if value not in KV_CACHE_DTYPES:
-            raise ValueError("must be one of " + ", ".join(KV_CACHE_DTYPES))
-        if value == "int8":
-            raise ValueError(
-                "INT8 KV cache collapses MTP acceptance at long context on SM75 (second setup: 16K -> 12 tok/s); "
-                "use auto (FP16) or fp8_e4m3"
-            )
-        return value
-
-    @field_validator("cudagraph_mode")
-    @classmethod
-    def _cudagraph_mode(cls, value: str) -> str:
-        if value not in CUDAGRAPH_MODES:
-            raise ValueError("must be one of " + ", ".join(CUDAGRAPH_MODES))
-        if value != "PIECEWISE":
-            raise ValueError(
-                "must be PIECEWISE: with MTP on this stack FULL cudagraphs corrupt the output "
-                "and NONE (eager) is too slow to serve"
-            )
-        return value
-
-    @field_validator("max_model_len")
-    @classmethod
-    def _context_limit(cls, value: int) -> int:
-        if value > MODEL_CONTEXT_LIMIT:
-            raise ValueError(f"must be at most {MODEL_CONTEXT_LIMIT} (the model's max_position_embeddings)")
-        return value
-
-    @field_validator("num_speculative_tokens")
-    @classmethod
-    def _mtp_on(cls, value: int) -> int:
-        if value < 1:
-            raise ValueError("must be at least 1: without MTP this hybrid GDN model degrades into garbage output")
-        return value
-
-    @field_validator("cudagraph_capture_sizes")
-    @classmethod
-    def _capture_sizes(cls, value: list[int]) -> list[int]:
-        if not value or any(size < 1 for size in value) or len(set(value)) != len(value):
-            raise ValueError("must be a non-empty list of distinct positive integers, e.g. [4]")
         return value
 
     @field_validator("vllm_env")
@@ -1108,20 +799,6 @@ class Settings(BaseModel):
                     f"{name} looks like a secret, and vllm_env is in hosts.yml and the deploy's output: give it to "
                     "the server in a root-only EnvironmentFile= drop-in of your own"
                 )
-        return value
-
-    @field_validator("bench_sizes")
-    @classmethod
-    def _bench_sizes(cls, value: str) -> str:
-        if not re.fullmatch(r"\d+:\d+:\d+(,\d+:\d+:\d+)*", value):
-            raise ValueError('must be TOKENS:RUNS:MAX_TOKENS, comma-separated, e.g. "20000:3:256,60000:2:128"')
-        return value
-
-    @field_validator("bench_label")
-    @classmethod
-    def _bench_label(cls, value: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9._-]{1,40}", value):
-            raise ValueError("must be 1-40 letters, digits, dots, dashes or underscores")
         return value
 
     @field_validator("vllm_extra_args")
@@ -1158,18 +835,6 @@ class Settings(BaseModel):
             raise ValueError(
                 f"key {', '.join(unknown)} is not accepted by {server.line}: its ReasoningConfig takes only "
                 f"{', '.join(server.reasoning_keys)} and its server would exit with code 2"
-            )
-        return value
-
-    @field_validator("default_thinking_token_budget", mode="before")
-    @classmethod
-    def _thinking_budget(cls, value: Any) -> Any:
-        # bool is an int to Python; 0 or less would end every answer's thinking before it starts.
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ValueError(
-                f"must be null or a positive integer (thinking tokens), got {value!r}; the fork reads it "
-                f"as {fork_interface.THINKING_BUDGET_ENV} (ignoring anything int() refuses), the patched release "
-                "in --reasoning-config"
             )
         return value
 
@@ -1216,8 +881,12 @@ class Settings(BaseModel):
     def sm75_patches(self) -> dict[str, dict[str, str]]:
         """{"vllm": {"url", "sha256"}, "flashqla": ...}: the setting, else the known files at their commit
         through git_mirror_prefix."""
-        if self.sm75_patch_files is not None:
-            return {name: dict(entry) for name, entry in self.sm75_patch_files.items()}
+        files = self.sm75_patch_files
+        if files is not None:
+            return {
+                name: {"url": f["url"], "sha256": f["sha256"]}
+                for name, f in (("vllm", files["vllm"]), ("flashqla", files["flashqla"]))
+            }
         known = {"vllm": sm75_patch.VLLM_PATCH, "flashqla": sm75_patch.FLASHQLA_PATCH}
         return {name: {"url": f.url(self.git_mirror_prefix), "sha256": f.sha256} for name, f in known.items()}
 
@@ -1237,7 +906,8 @@ class Settings(BaseModel):
         """The flashinfer_sm75_patches entry for flashinfer_version (None when no patch applies)."""
         if self.flashinfer_patch() is None:
             return None
-        return _patch_entry(self.flashinfer_sm75_patches, self.flashinfer_version)
+        entry = _patch_entry(self.flashinfer_sm75_patches, self.flashinfer_version)
+        return None if entry is None else dict(entry)
 
 
 class CrossRuleErrors(ValueError):
@@ -1254,8 +924,9 @@ def catalogue_values(data: Mapping[str, Any]) -> dict[str, Any]:
     models = data.get("models")
     if name == DEFAULT_MODEL or not isinstance(models, dict) or not isinstance(name, str):
         return {}
-    entry = models.get(name)
-    if not isinstance(entry, dict) or _model_entry_problem(name, entry) is not None:
+    try:
+        entry: dict[str, Any] = dict(CATALOGUE.validate_python({name: models.get(name)})[name])
+    except ValidationError:
         return {}  # the models field reports it
     values = {setting: entry[key] for key, setting in MODEL_ENTRY_KEYS.items() if key in entry}
     values.setdefault("model_revision", "main")
@@ -1268,159 +939,10 @@ def apply_model_choice(data: Mapping[str, Any]) -> dict[str, Any]:
     return {**data, **catalogue_values(data)}
 
 
-def _model_entry_problem(name: str, entry: Any) -> str | None:
-    """What is wrong with one models entry, or None (the values themselves are checked as the settings they set)."""
-    if name == DEFAULT_MODEL:
-        return '"default" is the model of the model_repo, model_revision, model_dir and served_model_name settings'
-    if not MODEL_NAME.match(name):
-        return "the name must be 1-64 letters, digits, dots, dashes or underscores"
-    if not isinstance(entry, dict) or not {"repo", "dir", "served_name"} <= set(entry):
-        return 'must be {"repo": ..., "dir": ..., "served_name": ...} ("revision" and "flags" may be left out)'
-    unknown = set(entry) - set(MODEL_ENTRY_KEYS) - {"flags"}
-    if unknown:
-        return f"{', '.join(sorted(unknown))}: not a key of a model entry (repo, revision, dir, served_name, flags)"
-    flags = entry.get("flags") or {}
-    if not isinstance(flags, dict):
-        return '"flags" must map server settings to their values'
-    foreign = [key for key in flags if key not in MODEL_FLAG_KEYS]
-    if foreign:
-        return f"flags {', '.join(foreign)}: not a server setting that goes with a model ({', '.join(MODEL_FLAG_KEYS)})"
-    return None
-
-
-def _each_entry(value: dict[str, Any], problem_of: Callable[[str, Any], str | None]) -> dict[str, Any]:
-    """A mapping setting is valid when every entry is: the first entry with a problem is the one line."""
-    for key, entry in value.items():
-        problem = problem_of(key, entry)
-        if problem:
-            raise ValueError(f"entry {key!r}: {problem}")
-    return value
-
-
-def locks_dir_problem(value: str) -> str | None:
-    """What is wrong with locks_dir, or None: a directory on the control machine (relative ones from the project's
-    root), there already or to be made by the first lock written into it."""
-    if not value.strip() or value != value.strip():
-        return "must be a directory on the control machine, e.g. locks"
-    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", value):
-        return "must be a directory on the control machine, not a URL: the locks are read and written here"
-    path = Path(value)
-    found = path if path.is_absolute() else Path(__file__).resolve().parents[1] / path
-    if found.exists() and not found.is_dir():
-        return f"must be a directory on the control machine; {found} is a file"
-    return None
-
-
-def artifact_store_problem(value: str) -> str | None:
-    """What is wrong with runtime_artifact_store, or None: a directory, or an http(s) URL of a directory."""
-    if not value.strip() or "\n" in value:
-        return "must be a directory on the control machine or an http(s) URL"
-    if not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", value):
-        return None  # a path (a colon only after a slash is a path too)
-    url = urllib.parse.urlsplit(value)
-    if url.scheme not in ("http", "https"):
-        return f"a URL store must be http:// or https://, not {url.scheme}:"
-    if "@" in url.netloc:
-        return "must not hold credentials: put user:password in runtime_artifact_store_auth"
-    if not url.hostname:
-        return "must name a host, e.g. https://store.lan/vllm-rig/"
-    if url.query or url.fragment or not url.path.endswith("/"):
-        return 'must be the store\'s directory: a path ending in "/", no ?query or #fragment'
-    return None
-
-
-# Where a URL setting's credentials belong instead: a URL is on command lines (ps), in units and in logs.
-URL_SECRET_HINT = {"hf_endpoint": "put the token in hf_token (kept in a root-only file on the host)"}
-
-
-def _check_url(value: str, key: str | None = None) -> str:
-    if not re.match(r"^https?://[^\s/]+(/\S*)?$", value):
-        raise ValueError("must be an http:// or https:// URL")
-    if "@" in urllib.parse.urlsplit(value).netloc:
-        hint = URL_SECRET_HINT.get(key or "", "use a mirror the hosts reach without credentials")
-        raise ValueError(f"must not hold credentials (user:password@ ends up in ps, units and logs): {hint}")
-    return value
-
-
-def _patch_entry(patches: dict[str, dict[str, Any]], version: str) -> dict[str, Any] | None:
+def _patch_entry(patches: Mapping[str, Mapping[str, Any]], version: str) -> Mapping[str, Any] | None:
     """The entry for `version`, matched as a PEP 440 version ("0.6.14" and "0.6.14.0" are one release)."""
     wanted = Version(version)
     return next((entry for key, entry in patches.items() if Version(key) == wanted), None)
-
-
-def _patch_entry_problem(version: str, entry: Any) -> str | None:
-    """What is wrong with one flashinfer_sm75_patches entry, or None."""
-    try:
-        Version(version)
-    except InvalidVersion:
-        return "the key must be a FlashInfer version such as 0.6.14"
-    if isinstance(entry, dict) and "url" in entry:
-        return 'has a diff "url": the fix is now each fixed header\'s own "url" under "files" (raw content at a commit)'
-    if not isinstance(entry, dict) or set(entry) != {"patch", "files"}:
-        return 'must be {"patch": ..., "files": {path: {"url": ..., "before": ..., "after": ...}}}'
-    if entry["patch"] not in FLASHINFER_PATCHES:
-        return 'patch must be "pr3621" or "pr3526"'
-    files = entry["files"]
-    if not isinstance(files, dict) or not files:
-        return "files must map at least one header path to its fixed file's URL and its sha256 before and after"
-    for path, fixed in files.items():
-        if path.startswith("/") or ".." in path.split("/"):
-            return f"{path!r} must be a path inside FlashInfer's source tree (include/...)"
-        if not isinstance(fixed, dict) or set(fixed) != {"url", "before", "after"}:
-            return f'{path!r} must be {{"url": the fixed file\'s URL, "before": sha256, "after": sha256}}'
-        if not isinstance(fixed["url"], str) or not re.match(r"^https?://\S+$", fixed["url"]):
-            return f"{path!r}: url must be an http(s) URL of the fixed file (raw content at a commit)"
-        if not fixed["url"].endswith("/" + path):
-            return f"{path!r}: url must be the fixed file itself, ending in /{path} (not a diff)"
-        if not all(isinstance(fixed[k], str) and SHA256.match(fixed[k]) for k in ("before", "after")):
-            return f"{path!r}: before and after must be 64 lower-case hex digits (sha256)"
-    return None
-
-
-def _override_entry_problem(version: str, packages: Any) -> str | None:
-    """What is wrong with one flashinfer_requirement_overrides entry, or None."""
-    try:
-        Version(version)
-    except InvalidVersion:
-        return "the key must be a FlashInfer version such as 0.6.14"
-    if not isinstance(packages, dict):
-        return "must map package names to PEP 440 specifiers"
-    for name, spec in packages.items():
-        try:
-            requirement = Requirement(f"{name}{spec}")
-            SpecifierSet(spec)
-        except (InvalidRequirement, InvalidSpecifier, TypeError):
-            return f"{name!r}: {spec!r} is not a package name with a PEP 440 specifier such as ==4.5.2"
-        if requirement.name != name or not spec:
-            return f"{name!r}: {spec!r} must be a specifier such as ==4.5.2 or >=1.25"
-    return None
-
-
-def _is_ip(value: str) -> bool:
-    try:
-        ipaddress.ip_address(value)
-    except ValueError:
-        return False
-    return True
-
-
-def _network_problem(entry: str) -> str | None:
-    """Why `entry` is not a network in CIDR form (nginx's allow takes it as written), or None."""
-    try:
-        ipaddress.ip_network(entry, strict=True)
-    except ValueError:
-        try:
-            loose = ipaddress.ip_network(entry, strict=False)
-        except ValueError:
-            return f"{entry!r} is not a network in CIDR form such as 192.168.1.0/24"
-        return f"{entry!r} has host bits set: the network is {loose}"
-    return None
-
-
-def _check_absolute(value: str) -> str:
-    if not SAFE_PATH.fullmatch(value):
-        raise ValueError("must be an absolute path of letters, digits and . _ + @ - / (no spaces, quotes, $, % or ;)")
-    return value
 
 
 def control_character(value: Any) -> str | None:
@@ -1708,14 +1230,6 @@ def _keys_task_problems(s: Settings):
         yield "keys_name", f"must name the key to {s.keys_action} (bin/rig keys {s.keys_action} NAME)"
 
 
-def _key_name_problem(name: str) -> None:
-    if not KEY_NAME.match(name) or name == "server":
-        raise ValueError(
-            f"{name!r} is not a key name: a short lowercase word (a-z first, then a-z, 0-9 or -, up to 32), "
-            'not "server" (the server\'s own key)'
-        )
-
-
 def _chat_page_problems(s: Settings):
     """chat_page and what it needs: nginx in front, a Python Open WebUI runs on, a port of its own."""
     if not s.chat_page:
@@ -1853,26 +1367,3 @@ def _patch_data_problems(s: Settings):
             "flashinfer_sm75_patches",
             f"entry for {s.flashinfer_version} names {entry['patch']}, but that release takes {patch}",
         )
-
-
-FETCHCONTENT_KEYS = {"repo", "ref", "env", "min_arch"}
-CMAKE_VARIABLE = re.compile(r"^[A-Z][A-Z0-9_]*$")
-
-
-def _fetchcontent_problem(entry: Any) -> str | None:
-    """What is wrong with one fetchcontent_sources entry, or None."""
-    if not isinstance(entry, dict) or not {"repo", "ref", "env"} <= set(entry) or set(entry) - FETCHCONTENT_KEYS:
-        return 'must be {"repo": ..., "ref": ..., "env": ..., "min_arch": ...} ("min_arch" may be left out)'
-    try:
-        _check_url(str(entry["repo"]))
-    except ValueError:
-        return '"repo" must be an http:// or https:// git URL'
-    problem = git_tags.ref_problem(str(entry["ref"]), str(entry["repo"]))
-    if problem:
-        return f'"ref": {problem}'
-    if not CMAKE_VARIABLE.match(str(entry["env"])):
-        return '"env" must be a variable name such as FLASH_MLA_SRC_DIR'
-    min_arch = entry.get("min_arch")
-    if min_arch is not None and not re.match(r"^\d+\.\d$", str(min_arch)):
-        return '"min_arch" must be null or a compute capability such as "8.0"'
-    return None

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_rig import settings as settings_module
+from vllm_rig.setting_types import allowed_of
 from vllm_rig.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,8 +78,7 @@ def description(key: str) -> str:
 
 
 def allowed(key: str) -> str:
-    extra = Settings.model_fields[key].json_schema_extra
-    return str(extra.get("allowed", "")) if isinstance(extra, dict) else ""
+    return allowed_of(Settings.model_fields[key])
 
 
 def defaults(path: Path = ALL_PY) -> dict[str, Any]:

@@ -7,12 +7,16 @@ must be at most 262144 (...)`. Secrets are never echoed.
 from __future__ import annotations
 
 import difflib
+import json
 import re
+import types
+import typing
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
 
+from vllm_rig.setting_types import allowed_of
 from vllm_rig.settings import SECRET_ENV_NAME, SECRET_KEYS, CrossRuleErrors, Settings, catalogue_values
 from vllm_rig.stages.lan.certificate import own_certificate_problem
 from vllm_rig.stages.service.command import settings_args
@@ -20,6 +24,10 @@ from vllm_rig.stages.service.command import settings_args
 # Host data keys that belong to pyinfra, its connectors or our inventory, not to the settings.
 FOREIGN_PREFIXES = ("_", "ssh_", "fake_", "local_", "chroot_", "docker_", "podman_", "vagrant_", "terraform_")
 INVENTORY_KEYS = frozenset({"profile"})
+
+
+# pydantic's errors for a mapping setting's entry (setting_types' TypedDicts), in the line's words.
+ENTRY_KEY_ERRORS = {"missing": "is missing", "extra_forbidden": "is not a key of this entry"}
 
 
 class SettingsError(Exception):
@@ -96,7 +104,7 @@ def _error_lines(err: ValidationError, data: Mapping[str, Any]) -> Iterable[str]
     seen: set[str] = set()
     for error in err.errors():
         key = str(error["loc"][0]) if error["loc"] else ""
-        if key in seen:  # a union type reports once per member; one line per key is enough
+        if key in seen:  # one line per key: the first problem (a union type: its allowed text)
             continue
         seen.add(key)
         cause = error.get("ctx", {}).get("error")
@@ -104,13 +112,37 @@ def _error_lines(err: ValidationError, data: Mapping[str, Any]) -> Iterable[str]
             for key, message in cause.problems:
                 yield _line(key, data.get(key), message) + origin.get(key, "")
             continue
-        if error["type"] == "missing":
+        if error["type"] == "missing" and len(error["loc"]) == 1:
             yield f"settings: {key} is missing; add it to group_data/all.py ({_allowed(key)})"
             continue
-        several = sum(1 for e in err.errors() if e["loc"][:1] == error["loc"][:1]) > 1
-        custom = isinstance(cause, ValueError) and not several
-        message = str(cause) if custom else f"must be {_allowed(key)}"
+        union = _is_union(key)  # pydantic refuses a value once per member of a union: none of them is the line
+        message = (
+            _inside(error["loc"]) + str(cause)
+            if isinstance(cause, ValueError) and not union
+            else f"must be {_allowed(key)}"
+        )
+        if error["type"] in ENTRY_KEY_ERRORS and not union:  # a key missing from, or foreign to, an entry
+            message = f"{_inside(error['loc'])[:-2]} {ENTRY_KEY_ERRORS[error['type']]}; the setting {message}"
         yield _line(key, data.get(key), message) + origin.get(key, "") + _number_hint(key, data.get(key))
+
+
+def _is_union(key: str) -> bool:
+    """Whether the setting's type is a union of two types or more (X | None is not: pydantic says it once)."""
+    field = Settings.model_fields.get(key)
+    members = [arg for arg in typing.get_args(field.annotation) if arg is not type(None)] if field else []
+    return (
+        typing.get_origin(field.annotation if field else None) in (typing.Union, types.UnionType) and len(members) > 1
+    )
+
+
+def _inside(loc: tuple[int | str, ...]) -> str:
+    """Where in a mapping or list setting its type refused a value ("entry 'x': "ref": "), "" for the setting."""
+    words = [
+        f"item {p}" if isinstance(p, int) else f"entry {p!r}" if at == 1 else json.dumps(p) for at, p in enumerate(loc)
+    ]
+    if loc[-1:] == ("[key]",):  # a mapping's key itself
+        words[-2:] = [f"key {loc[-2]!r}"]
+    return "".join(f"{word}: " for word in words[1:])
 
 
 def _number_hint(key: str, value: Any) -> str:
@@ -128,16 +160,13 @@ def _line(key: str, value: Any, message: str) -> str:
 def _show(value: Any) -> str:
     if isinstance(value, dict):  # a secret-looking environment name's value (vllm_env) never reaches the line
         value = {k: "<hidden>" if isinstance(k, str) and SECRET_ENV_NAME.search(k) else v for k, v in value.items()}
-    if isinstance(value, str):  # a URL's user:password never reaches the line
-        value = re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@", r"\1<hidden>@", value)
     text = repr(value) if isinstance(value, str) else str(value)
+    # A URL's user:password never reaches the line, a mapping entry's URL (fetchcontent_sources' repo) included.
+    text = re.sub(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s'\"]*@", r"\1<hidden>@", text)
     text = re.sub(r"(--api-key[= ])[^'\",\]\s]+", r"\1<hidden>", text)  # a key in vllm_extra_args
     return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _allowed(key: str) -> str:
     field = Settings.model_fields.get(key)
-    extra = field.json_schema_extra if field is not None else None
-    if isinstance(extra, dict) and "allowed" in extra:
-        return str(extra["allowed"])
-    return "a valid value"
+    return allowed_of(field) if field is not None else "a valid value"

@@ -76,7 +76,7 @@ def test_the_front_box_itself_must_be_a_proxy_with_a_local_ca_and_its_own_port()
     assert _refused(front_of=["b"], front_port=8443) == (
         "settings: front_port=8443 is not allowed: must differ from lan_port (8443) and vllm_port (8000)"
     )
-    assert "is not an inventory host name" in _refused(front_of=["b; rm -rf /"])
+    assert "must be an inventory host name" in _refused(front_of=["b; rm -rf /"])
     assert "names b more than once" in _refused(front_of=["b", "b"])
 
 

@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("stages", ("vllm_rig.stages",)),
     ("generic", ("vllm_rig.core",)),
     ("paths", ("vllm_rig.paths",)),
-    ("settings", ("vllm_rig.settings", "vllm_rig.host_settings")),
+    ("settings", ("vllm_rig.settings", "vllm_rig.setting_types", "vllm_rig.host_settings")),
     ("known", ("vllm_rig.known",)),
     ("host", ("vllm_rig.host",)),
 ]

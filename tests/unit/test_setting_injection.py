@@ -38,8 +38,12 @@ SHELL_SPECIAL = set("$`\"\\;'\n\r\x00 ")
 
 
 def _is_str(annotation: Any) -> bool:
+    """str, a type on str (Annotated[str, ...], setting_types) or either of them or None."""
     args = typing.get_args(annotation)
-    return annotation is str or (isinstance(annotation, types.UnionType) and str in args)
+    if typing.get_origin(annotation) is typing.Annotated:
+        return _is_str(args[0])
+    union = isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union
+    return annotation is str or (union and any(_is_str(arg) for arg in args))
 
 
 STR_FIELDS = sorted(name for name, field in Settings.model_fields.items() if _is_str(field.annotation))

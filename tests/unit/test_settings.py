@@ -423,9 +423,10 @@ def test_an_api_key_in_the_extra_args_is_refused_without_echoing_it() -> None:
         ("torch_index_url", "https://tok3n-s3cret@download.example/whl/cu128", "without credentials"),
         ("fork_repo", "https://me:s3cret@github.com/weicj/vLLM-2080Ti-Definitive.git", "without credentials"),
         ("git_mirror_prefix", "https://me:s3cret@mirror.example/", "without credentials"),
+        ("fetchcontent_sources", {"x": {**_FC, "repo": "https://me:s3cret@github.com/o/r.git"}}, "without credentials"),
     ],
 )
-def test_credentials_in_a_url_setting_are_refused_without_echoing_them(key: str, url: str, hint: str) -> None:
+def test_credentials_in_a_url_setting_are_refused_without_echoing_them(key: str, url: Any, hint: str) -> None:
     with pytest.raises(SettingsError) as err:
         load_settings(_with(**{key: url}))
     assert len(err.value.lines) == 1 and "s3cret" not in err.value.lines[0], err.value.lines
@@ -473,8 +474,8 @@ def test_a_bad_flag_in_the_chosen_entry_is_named_with_its_entry() -> None:
     with pytest.raises(SettingsError) as err:
         load_settings(_with(model="small", models={"small": bad}))
     assert err.value.lines == [
-        "settings: max_model_len=300000 is not allowed: must be at most 262144 (the model's max_position_embeddings)"
-        " (from models['small'])"
+        "settings: max_model_len=300000 is not allowed: must be an integer from 1024 to 262144 "
+        "(the model's max_position_embeddings) (from models['small'])"
     ]
 
 

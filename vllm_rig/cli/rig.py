@@ -381,7 +381,7 @@ def _fail(line: str) -> int:
 # ---- keys
 
 
-KEY_NAME = re.compile(r"^[a-z][a-z0-9-]{0,31}$")  # settings.KEY_NAME (this file runs before the venv exists)
+KEY_NAME = re.compile(r"^[a-z][a-z0-9-]{0,31}$")  # setting_types.KEY_NAME (this file runs before the venv exists)
 
 
 def keys_problem(ns: argparse.Namespace) -> str | None:

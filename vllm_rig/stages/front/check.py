@@ -7,18 +7,10 @@ name; each box is reached through its own proxy, whose certificate the front che
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Callable, Iterable
 
-from vllm_rig.settings import DNS_NAME, Settings
-
-
-def _is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
+from vllm_rig.setting_types import DNS_NAME, is_ip
+from vllm_rig.settings import Settings
 
 
 def model_of(s: Settings) -> str:
@@ -47,7 +39,7 @@ def problems(
             lines.append(f"{said} is not a host of the inventory (the others: {others})")
             continue
         box, address = settings_of(name), address_of(name)
-        if not (DNS_NAME.match(address) or _is_ip(address)):
+        if not (DNS_NAME.match(address) or is_ip(address)):
             lines.append(f"{said} is reached at {address!r}, neither a DNS name nor an IP address (its ssh_hostname)")
         elif isinstance(box, str):
             lines.append(f"{said}'s own settings are not valid: {box}")

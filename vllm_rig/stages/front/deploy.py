@@ -23,7 +23,8 @@ from vllm_rig.core.checks import require
 from vllm_rig.core.files import config_files, rendered
 from vllm_rig.core.run import host_failed
 from vllm_rig.paths import Layout
-from vllm_rig.settings import DNS_NAME, Settings
+from vllm_rig.setting_types import DNS_NAME
+from vllm_rig.settings import Settings
 from vllm_rig.stages.front.operations import box_files
 from vllm_rig.stages.lan.facts import LanHost
 from vllm_rig.stages.lan.operations import nginx_loaded, site_absent

@@ -4,6 +4,7 @@ which CMake sources a build for an arch list fetches."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from packaging.version import Version
@@ -35,7 +36,7 @@ def torch_exact_versions(s: Settings) -> dict[str, str]:
     return {name: f"{public[name]}+{lane}" for name in LOCAL_VERSION_PACKAGES}
 
 
-def fetched_for(entry: dict[str, Any], arch: str) -> bool:
+def fetched_for(entry: Mapping[str, Any], arch: str) -> bool:
     """Whether a CMake source entry ({"min_arch": ...}) is fetched by a build for `arch`."""
     min_arch = entry.get("min_arch")
     return min_arch is None or Version(arch) >= Version(str(min_arch))

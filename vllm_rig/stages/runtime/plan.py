@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -191,7 +192,7 @@ def git_sources(s: Settings, dirs: RuntimeDirs) -> list[tuple[str, str, str, str
     ]
 
 
-def fetchcontent_deps(s: Settings) -> dict[str, dict[str, Any]]:
+def fetchcontent_deps(s: Settings) -> dict[str, Mapping[str, Any]]:
     """The fetchcontent_sources entries the compile for s.gpu_compute_capability needs."""
     return {n: e for n, e in sorted(s.fetchcontent_sources.items()) if fetched_for(e, s.gpu_compute_capability)}
 
