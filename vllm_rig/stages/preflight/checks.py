@@ -379,12 +379,6 @@ def check_driver_gpus(
     return checks
 
 
-def _runtime_named(s: Settings) -> str:
-    """The runtime the settings ask for, as the compute-capability line names it: the default profile runs
-    upstream vLLM, not the fork."""
-    return kinds.of(s).capability_line(s)
-
-
 def _gpu_checks(gpu: GpuInfo, s: Settings) -> list[Check]:
     """One GPU's line(s), by the rules the verdict shares (vllm_rig/host/gpu_rules.py). nvidia-smi says N/A for
     what it cannot read (a riser's link width): that value is None here and is said, never compared."""
@@ -394,7 +388,7 @@ def _gpu_checks(gpu: GpuInfo, s: Settings) -> list[Check]:
     if short := gpu_rules.memory_problem(gpu, s.gpu_min_memory_mib):
         checks.append(fail(name, short, f"need {s.gpu_min_memory_mib} MiB (a 22 GB card)"))
     if off := gpu_rules.capability_problem(gpu, s.gpu_compute_capability):
-        checks.append(fail(name, off, f"{_runtime_named(s)} {s.gpu_compute_capability}"))
+        checks.append(fail(name, off, f"{kinds.of(s).capability_line(s)} {s.gpu_compute_capability}"))
     bar1 = gpu.get("bar1_mib")
     if s.nvidia_driver_flavor == "open" and bar1 is not None and memory is not None and bar1 < memory:
         checks.append(
