@@ -11,7 +11,8 @@ from __future__ import annotations
 import ipaddress
 import re
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal, NotRequired
 
 from packaging.version import Version
@@ -861,6 +862,13 @@ class Settings(BaseModel):
         return max(self.cudagraph_capture_sizes)
 
     @property
+    def runtime(self) -> str:
+        """The runtime kind these settings build: "fork", "upstream-wheel" or "upstream-compile". The one place that
+        reads runtime_kind and upstream_build together: KIND_RULES below and vllm_rig/stages/runtime/kinds/ go by
+        it."""
+        return "fork" if self.runtime_kind == "fork" else f"upstream-{self.upstream_build}"
+
+    @property
     def cuda_home(self) -> str:
         return f"/usr/local/cuda-{self.cuda_version}"
 
@@ -1064,7 +1072,7 @@ def plain_http_warnings(by_host: Mapping[str, Settings]) -> list[str]:
 def _unpinned_sources(s: Settings):
     """A release's CMake source this compile would check out that is known only by its tag, with no commit
     recorded for it (the commit goes in upstream_compile_sources; a tag is never checked out)."""
-    if s.runtime_kind == "upstream" and s.upstream_build == "compile" and s.upstream_compile_sources is None:
+    if s.upstream_compile_sources is None:
         try:
             sources = s.vllm_sdist().sources
         except ValueError:
@@ -1080,10 +1088,9 @@ def _unpinned_sources(s: Settings):
                 return
 
 
-def _upstream_problems(s: Settings):
-    """The upstream kind installs the release's own pins: the torch and FlashInfer settings must be them."""
-    if s.runtime_kind != "upstream":
-        return
+def _upstream_problems(s: Settings, build_rules: Callable[[Settings], Iterator[tuple[str, str]]] | None = None):
+    """The upstream kind installs the release's own pins: the torch and FlashInfer settings must be them.
+    `build_rules`: the compile's own, said after the release's."""
     try:
         server_interface.upstream(s.vllm_version)
     except ValueError as err:
@@ -1091,7 +1098,8 @@ def _upstream_problems(s: Settings):
     r = upstream_releases.release(s.vllm_version)
     if r.torch not in cuda_toolkit.FOR_TORCH:
         yield "vllm_version", f"vLLM {r.version} pins torch {r.torch}, whose CUDA toolkit the rig does not know"
-    yield from _compile_problems(s)
+    if build_rules is not None:
+        yield from build_rules(s)
     for key, pin in upstream_release_pins(r.version).items():
         if getattr(s, key) != pin:
             yield (
@@ -1118,8 +1126,6 @@ CUDA12_LANE = re.compile(r"/cu12\d+/?$")
 def _compile_problems(s: Settings):
     """upstream_build compile: a release whose source archive is recorded, and a torch lane the card's CUDA 12
     toolkit can compile extensions for (torch's cpp_extension refuses an nvcc of another major version)."""
-    if s.upstream_build != "compile":
-        return
     try:
         upstream_compile.sdist(s.vllm_version)
     except ValueError as err:
@@ -1130,6 +1136,45 @@ def _compile_problems(s: Settings):
             f"must name a CUDA 12 lane (.../cu128/) with upstream_build compile: the card's CUDA {s.cuda_version} "
             f"compiles vLLM and its extensions, and PyPI's torch is a CUDA 13 build; got {s.torch_index_url}",
         )
+
+
+def _fork_fp8_kv_line(s: Settings, why: str) -> tuple[str, str]:
+    return (
+        "flashinfer_version",
+        f"cannot serve an FP8 KV cache on a 2080 Ti: {why}; use a FlashInfer from 0.6.16 (the merged SM75 fix, "
+        "null for the fork's default), or kv_cache_dtype auto (FP16 KV)",
+    )
+
+
+def _upstream_fp8_kv_line(s: Settings, why: str) -> tuple[str, str]:
+    return (
+        "vllm_version",
+        f"{s.vllm_version} cannot serve an FP8 KV cache on a 2080 Ti: its pin, {why}; use vllm_version "
+        f"{upstream_releases.DEFAULT} (FlashInfer with the merged SM75 fix), or kv_cache_dtype auto (FP16 KV)",
+    )
+
+
+def _compile_kind_problems(s: Settings) -> Iterator[tuple[str, str]]:
+    yield from _unpinned_sources(s)
+    yield from _upstream_problems(s, _compile_problems)
+
+
+@dataclass(frozen=True)
+class KindRules:
+    """The settings rules that differ by runtime kind (Settings.runtime; vllm_rig/stages/runtime/kinds/ holds the
+    rest of each kind: settings are checked here, before any stage is imported)."""
+
+    own: Callable[[Settings], Iterator[tuple[str, str]]]  # said before FlashInfer's rules
+    fp8_kv_line: Callable[[Settings, str], tuple[str, str]]  # refuses an FP8 KV cache: the setting to change
+    # FlashInfer needs a flashinfer_requirement_overrides entry: pip resolves it beside the source tree's own set
+    flashinfer_listed: bool = False
+
+
+KIND_RULES = {
+    "fork": KindRules(lambda s: iter(()), _fork_fp8_kv_line, flashinfer_listed=True),
+    "upstream-wheel": KindRules(_upstream_problems, _upstream_fp8_kv_line),
+    "upstream-compile": KindRules(_compile_kind_problems, _upstream_fp8_kv_line),
+}
 
 
 def _cross_rule_problems(s: Settings):
@@ -1190,10 +1235,10 @@ def _cross_rule_problems(s: Settings):
             "gpu_power_limit_w",
             f"must be null or from {s.gpu_power_limit_min_w} to {s.gpu_power_limit_max_w} W (the card's range)",
         )
-    yield from _unpinned_sources(s)
-    upstream_lines = list(_upstream_problems(s))
-    yield from upstream_lines
-    fix_problem = any(key == "flashinfer_version" for key, _ in upstream_lines)  # one line: the pin it must be
+    rules = KIND_RULES[s.runtime]
+    kind_lines = list(rules.own(s))
+    yield from kind_lines
+    fix_problem = any(key == "flashinfer_version" for key, _ in kind_lines)  # one line: the pin it must be
     try:
         if not fix_problem:
             flashinfer_fix.resolve(s.flashinfer_version, s.flashinfer_sm75_fix)
@@ -1206,10 +1251,10 @@ def _cross_rule_problems(s: Settings):
         yield ("flashinfer_version" if unfixable else "flashinfer_sm75_fix"), str(err)
     yield from _patch_data_problems(s)
     if not fix_problem:
-        yield from _fp8_kv_problems(s)
+        yield from _fp8_kv_problems(s, rules)
     known = s.flashinfer_requirement_overrides
     listed = any(Version(key) == Version(s.flashinfer_version) for key in known)
-    if s.runtime_kind == "fork" and not fix_problem and not listed:
+    if rules.flashinfer_listed and not fix_problem and not listed:
         yield (
             "flashinfer_version",
             f"has no entry in flashinfer_requirement_overrides (releases whose requirement set pip resolves beside "
@@ -1324,7 +1369,7 @@ def _front_problems(s: Settings):
         yield "front_port", f"must differ from lan_port ({s.lan_port}) and vllm_port ({s.vllm_port})"
 
 
-def _fp8_kv_problems(s: Settings):
+def _fp8_kv_problems(s: Settings, rules: KindRules):
     """An FP8 KV cache needs a FlashInfer whose head-size-256 prefill fits SM75 with 1-byte KV (flashinfer_fix)."""
     if not s.kv_cache_dtype.startswith("fp8") or flashinfer_fix.fp8_kv_fits(s.flashinfer_version, s.flashinfer_patch()):
         return
@@ -1333,18 +1378,7 @@ def _fp8_kv_problems(s: Settings):
         f"FP8 KV cache (kv_cache_dtype {s.kv_cache_dtype}): PR 3621 shrinks its tile to one the release refuses for "
         "FP8 KV"
     )
-    if s.runtime_kind == "upstream":
-        yield (
-            "vllm_version",
-            f"{s.vllm_version} cannot serve an FP8 KV cache on a 2080 Ti: its pin, {why}; use vllm_version "
-            f"{upstream_releases.DEFAULT} (FlashInfer with the merged SM75 fix), or kv_cache_dtype auto (FP16 KV)",
-        )
-    else:
-        yield (
-            "flashinfer_version",
-            f"cannot serve an FP8 KV cache on a 2080 Ti: {why}; use a FlashInfer from 0.6.16 (the merged SM75 fix, "
-            "null for the fork's default), or kv_cache_dtype auto (FP16 KV)",
-        )
+    yield rules.fp8_kv_line(s, why)
 
 
 def _patch_data_problems(s: Settings):

@@ -16,7 +16,7 @@ from tests.real import real_pip
 from tests.unit.groupdata import profile_data
 from vllm_rig.known import flashinfer_fix
 from vllm_rig.settings import Settings
-from vllm_rig.stages.runtime import plan as runtime
+from vllm_rig.stages.runtime.kinds import fork
 from vllm_rig.validation import load_settings
 
 PROFILES = (None, "qwen38", "fork_validated")
@@ -61,8 +61,8 @@ def test_every_profile_and_release_resolves_to_our_pins(
     result = resolved[_key(s)]
     assert result.ok, f"pip cannot install the runtime for FlashInfer {release}:\n{result.output[-3000:]}"
     got = result.installs
-    assert runtime.runtime_pins(s)["flashinfer-python"] == release
-    for name, version in runtime.runtime_pins(s).items():
+    assert fork.runtime_pins(s)["flashinfer-python"] == release
+    for name, version in fork.runtime_pins(s).items():
         assert got.get(name) == version, f"{name}: resolved {got.get(name)}, pinned {version}"
     for name, spec in s.requirement_overrides().items():
         assert name in got, f"override {name}{spec} is not in the resolved set"

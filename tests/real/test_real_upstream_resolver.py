@@ -14,6 +14,7 @@ from vllm_rig.known import flashinfer_fix, upstream_releases
 from vllm_rig.paths import RuntimeDirs
 from vllm_rig.settings import Settings
 from vllm_rig.stages.runtime import plan
+from vllm_rig.stages.runtime.kinds import upstream_wheel
 from vllm_rig.validation import SettingsError, load_settings
 
 
@@ -74,5 +75,5 @@ def test_every_accepted_release_resolves_to_its_own_pins(version: str) -> None:
         assert got.get(name) == pin, f"{name}: resolved {got.get(name)}, pinned {pin}"
     # The CUDA lane is one lane: torch's own cuda-toolkit pin is the one the build adds for the JIT.
     # PEP 440 equality: PyPI's file for the "==13.0.3" pin is named 13.0.3.0 (seen 2026-12-04).
-    assert Version(got["cuda-toolkit"]) == Version(plan.upstream.cuda_toolkit_version(release.torch))
+    assert Version(got["cuda-toolkit"]) == Version(upstream_wheel.cuda_toolkit_version(release.torch))
     assert "nvidia-cuda-nvcc" in got and got["nvidia-cuda-nvcc"].startswith("13.0.")

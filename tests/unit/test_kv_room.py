@@ -109,7 +109,7 @@ def test_the_entry_renders_without_quantization_and_with_its_flags() -> None:
 def test_the_known_sizes_fit_the_model_share_of_the_disk_check() -> None:
     """The disk floor counts ~80 GB of build and ~29 GB of model for a compile (110), ~4 GB of wheels and ~29 GB of
     model for the upstream wheels (40); the int4 checkpoint is ~21.0 GB."""
-    from vllm_rig.stages.preflight.checks import COMPILE_DISK_GB, WHEEL_DISK_GB
+    from vllm_rig.stages.runtime.kinds.base import COMPILE_DISK_GB, WHEEL_DISK_GB
 
     assert len(AWQ.files) == 5 and AWQ.total_bytes == 21_018_000_000
     assert profile_data()["min_free_disk_gb"] is None  # by the runtime kind

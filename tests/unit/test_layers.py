@@ -4,6 +4,7 @@ Every import counts, also one inside a function or under TYPE_CHECKING: a late i
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -171,3 +172,50 @@ def test_the_cycle_check_sees_a_ring() -> None:
     finally:
         for p in probes:
             p.unlink()
+
+
+# A dispatch on the runtime kind's settings; Settings.runtime is the one place that reads them, every other module
+# asks vllm_rig/stages/runtime/kinds/ (the control side) or settings.KIND_RULES (the settings' own rules).
+KIND_DISPATCH = re.compile(r"\b(runtime_kind|upstream_build)\s*(==|!=|\bin\b|\bnot in\b)")
+
+
+def kind_dispatches(files: list[Path]) -> list[str]:
+    return [
+        f"{path.relative_to(REPO)}:{number}: {line.strip()}"
+        for path in files
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if KIND_DISPATCH.search(line)
+    ]
+
+
+def test_the_runtime_kind_is_picked_in_one_place() -> None:
+    found = kind_dispatches(project_files())
+    assert len(found) == 1 and found[0].startswith("vllm_rig/settings.py:"), found
+    assert '"fork" if self.runtime_kind == "fork" else f"upstream-{self.upstream_build}"' in found[0]
+
+
+def test_the_dispatch_check_sees_one() -> None:
+    probe = REPO / "vllm_rig" / "known" / "_kind_probe.py"
+    probe.write_text('def f(s):\n    return s.upstream_build != "wheel"\n')
+    try:
+        assert any("_kind_probe" in line for line in kind_dispatches(project_files()))
+    finally:
+        probe.unlink()
+
+
+def test_every_kind_the_settings_name_has_a_module_and_rules() -> None:
+    from types import SimpleNamespace
+
+    from vllm_rig.settings import KIND_RULES, Settings
+    from vllm_rig.stages.runtime.kinds import KINDS
+
+    host = (REPO / "vllm_rig" / "host" / "build_runtime.py").read_text()
+    assert set(KINDS) == set(KIND_RULES)
+    picked = {
+        Settings.runtime.fget(SimpleNamespace(runtime_kind=kind, upstream_build=build))  # type: ignore[attr-defined]
+        for kind in ("fork", "upstream")
+        for build in ("wheel", "compile")
+    }
+    assert picked == set(KINDS)
+    for name in KINDS:
+        assert f'"{name}":' in host, f"vllm_rig/host/build_runtime.py's KINDS has no {name}"

@@ -471,7 +471,8 @@ def test_a_venv_whose_pip_was_cut_short_is_made_again(tmp_path: Path) -> None:
 
 def _torch_build(tmp_path: Path, installed: dict[str, str]) -> tuple[rb.Build, list]:
     from tests.unit.groupdata import profile_data
-    from vllm_rig.stages.runtime.plan import TORCH_LANE_PACKAGES, runtime_pins, torch_exact_versions
+    from vllm_rig.stages.runtime.kinds.fork import runtime_pins
+    from vllm_rig.stages.runtime.lanes import TORCH_LANE_PACKAGES, torch_exact_versions
     from vllm_rig.validation import load_settings
 
     s = load_settings({**profile_data(), "runtime_kind": "fork"})  # the fork's torch step: the torch index's lane

@@ -21,6 +21,8 @@ from vllm_rig.stages.runtime.facts import (
     parse_runtime_state,
     restart_needed,
 )
+from vllm_rig.stages.runtime.kinds import fork
+from vllm_rig.stages.runtime.lanes import torch_lane
 from vllm_rig.stages.runtime.operations import _worth_showing, start_command
 from vllm_rig.validation import load_settings
 
@@ -101,9 +103,9 @@ def test_sources_and_mirrors_do_not_change_the_fingerprint() -> None:
 
 
 def test_torch_lane_comes_from_the_index_url() -> None:
-    assert runtime.torch_lane("https://download.pytorch.org/whl/cu128") == "cu128"
-    assert runtime.torch_lane("http://127.0.0.1:18081/whl/cu128/") == "cu128"
-    assert runtime.torch_lane("https://example/simple/") == "https://example/simple/"
+    assert torch_lane("https://download.pytorch.org/whl/cu128") == "cu128"
+    assert torch_lane("http://127.0.0.1:18081/whl/cu128/") == "cu128"
+    assert torch_lane("https://example/simple/") == "https://example/simple/"
 
 
 # ---- MAX_JOBS -----------------------------------------------------------------------------------------
@@ -347,7 +349,7 @@ def test_an_sm75_compile_gets_flash_attention_whatever_the_pinned_cmake_does() -
     ends the build on ninja's "unknown target '_vllm_fa2_C'": the deploy supplies it (DeepGEMM, whose absence
     only warns, stays SM90+). The FetchContent variables reach the compile as the build spec's environment."""
     s = _settings()
-    needed = runtime.fetchcontent_deps(s)
+    needed = fork.fetchcontent_deps(s)
     assert sorted(needed) == ["flashmla", "qutlass", "vllm-flash-attn"]
-    spec = runtime.fetchcontent_spec(s, runtime.RuntimeDirs("/r", "x"))
+    spec = fork.fetchcontent_spec(s, runtime.RuntimeDirs("/r", "x"))
     assert spec["vllm-flash-attn"]["env"] == "VLLM_FLASH_ATTN_SRC_DIR"

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_rig.settings import Settings
-from vllm_rig.stages.runtime.lanes import torch_lane
 
 REPO = Path(__file__).resolve().parents[3]
 DEFAULT_DIR = "locks"
@@ -79,15 +78,6 @@ def read(s: Settings, name: str, what: str) -> Lock:
         said = f"{', '.join(bare[:3])} without --hash" if bare else "no locked requirement"
         raise LockMissing(f"locks_dir: {path} has {said}: run `{COMMAND}` to write it again")
     return Lock(name, text)
-
-
-def runtime_what(s: Settings) -> str:
-    if s.runtime_kind == "upstream" and s.upstream_build == "wheel":
-        return f"vLLM {s.vllm_version}'s release wheel on Python {s.python_version}"
-    lane = torch_lane(s.torch_index_url)
-    if s.runtime_kind == "upstream":
-        return f"vLLM {s.vllm_version} compiled on the torch lane {lane}, Python {s.python_version}"
-    return f"the fork at {s.fork_ref[:12]} on the torch lane {lane}, Python {s.python_version}"
 
 
 def tools_what(s: Settings) -> str:

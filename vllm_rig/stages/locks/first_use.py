@@ -15,7 +15,7 @@ from vllm_rig.host.runtime_build import redact
 from vllm_rig.settings import Settings
 from vllm_rig.stages import locks
 from vllm_rig.stages.locks import make
-from vllm_rig.stages.runtime import plan
+from vllm_rig.stages.runtime import kinds, plan
 
 
 @dataclass
@@ -51,7 +51,7 @@ def ensure(hosts: Mapping[str, Settings]) -> Outcome:
     for host, s in hosts.items():
         for name, what in (
             (locks.tools_name(s), locks.tools_what(s)),
-            (plan.runtime_lock_name(s), locks.runtime_what(s)),
+            (plan.runtime_lock_name(s), kinds.of(s).lock_what(s)),
         ):
             path = locks.directory(s) / name
             if not path.exists() and path not in failed:

@@ -26,9 +26,10 @@ from pathlib import Path
 from vllm_rig.host import runtime_build
 from vllm_rig.paths import RuntimeDirs
 from vllm_rig.settings import Settings
-from vllm_rig.stages.locks import Lock, runtime_what, tools_name, tools_what
+from vllm_rig.stages.locks import Lock, tools_name, tools_what
 from vllm_rig.stages.model.start import HF_HUB_VERSION
-from vllm_rig.stages.runtime import plan
+from vllm_rig.stages.runtime import kinds, plan
+from vllm_rig.stages.runtime.kinds.base import DROPPED_PACKAGES
 
 PLATFORM = "x86_64-manylinux_2_39"  # the boxes' Ubuntu 24.04 (glibc 2.39); older manylinux tags fit it too
 UV = "uv"  # requirements.txt pins it: a deploy writes a missing lock on first use
@@ -72,25 +73,13 @@ def runtime_requirements(s: Settings, tree_lines: list[str]) -> list[str]:
     """What the runtime build installs for `s`: the spec's pins and, for the compiled kinds, the source tree's own
     requirement lines merged with them as the host build merges them."""
     spec = plan.build_spec(s, RuntimeDirs(s.install_root, "lock"), "0" * 64, {}, 1)
-    pins = spec["pins"]
-    if spec["kind"] == "upstream-wheel":
-        toolkit = spec["cuda_toolkit"]
-        names = ["vllm", *spec["torch_packages"], "flashinfer-python"]
-        parts = ",".join(toolkit["parts"])
-        return [*(f"{n}=={pins[n]}" for n in names), f"cuda-toolkit[{parts}]=={toolkit['version']}"]
-    exact = spec["torch_exact"]
-    lane = [f"{n}=={exact.get(n, pins[n])}" for n in spec["torch_packages"]]
-    build = list(spec.get("build_requires", []))
-    lines = runtime_build.relane(tree_lines, spec.get("lane_extras", {}))
-    merged = runtime_build.merge_requirements(lines, pins, spec["overrides"], spec["replace"], spec["drop"])
-    return lane + build + merged
+    return kinds.of(s).lock_requirements(spec, tree_lines)
 
 
 def runtime_target(s: Settings, tree_lines: list[str]) -> Target:
-    wheel = s.runtime_kind == "upstream" and s.upstream_build == "wheel"
     reqs = tuple(runtime_requirements(s, tree_lines))
-    extra = None if wheel else s.torch_index_url
-    return Target(plan.runtime_lock_name(s), runtime_what(s), reqs, s.pip_index_url or pypi(), extra)
+    extra = kinds.of(s).lock_extra_index(s)
+    return Target(plan.runtime_lock_name(s), kinds.of(s).lock_what(s), reqs, s.pip_index_url or pypi(), extra)
 
 
 def tools_target(s: Settings) -> Target:
@@ -100,7 +89,7 @@ def tools_target(s: Settings) -> Target:
 
 
 def needs_tree(s: Settings) -> bool:
-    return not (s.runtime_kind == "upstream" and s.upstream_build == "wheel")
+    return kinds.of(s).lock_tree is not None
 
 
 # ---- the source tree's requirement files ------------------------------------------------------------
@@ -170,16 +159,19 @@ def sdist_tree(s: Settings, dest: Path) -> Path:
     return dest / top
 
 
+# Each kind's lock_tree: where its requirement files come from.
+TREES = {"fork": lambda s, tmp: fork_tree(s, tmp / "fork"), "sdist": sdist_tree}
+
+
 def source_lines(s: Settings, fork: Path | None = None) -> list[str]:
     """The source tree's requirement lines for a compiled kind ([] for the release wheel)."""
-    if not needs_tree(s):
+    tree = kinds.of(s).lock_tree
+    if tree is None:
         return []
     if fork is not None:
         return tree_lines(fork)
     with tempfile.TemporaryDirectory(prefix="vllm-rig-lock-") as tmp:
-        if s.runtime_kind == "upstream":
-            return tree_lines(sdist_tree(s, Path(tmp)))
-        return tree_lines(fork_tree(s, Path(tmp) / "fork"))
+        return tree_lines(TREES[tree](s, Path(tmp)))
 
 
 # ---- the resolver -----------------------------------------------------------------------------------
@@ -214,7 +206,7 @@ def compile_lock(t: Target, python: str, platform: str) -> str:
         if t.extra_index:
             # pip on the box takes the best match across both indexes (the torch lane's +cu128 builds win by version)
             cmd += ["--extra-index-url", t.extra_index, "--index-strategy", "unsafe-best-match"]
-        for name in plan.DROPPED_PACKAGES:  # never installed on a box (plan.DROPPED_PACKAGES says why)
+        for name in DROPPED_PACKAGES:  # never installed on a box (kinds/base.py says why)
             cmd += ["--no-emit-package", name]
         cmd += ["-o", str(out), str(reqs)]
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}

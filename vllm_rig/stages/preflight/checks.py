@@ -16,6 +16,7 @@ from vllm_rig.settings import Settings
 from vllm_rig.stages.driver.packages import archive_driver, archive_modules
 from vllm_rig.stages.preflight.facts import Host
 from vllm_rig.stages.preflight.gpu_facts import GpuInfo, GpusResult, TopologyResult
+from vllm_rig.stages.runtime import kinds
 
 # PCI device ids of TU102 (RTX 2080 Ti, TITAN RTX, Quadro RTX 6000/8000).
 TU102_IDS = frozenset({"1e02", "1e04", "1e07", "1e30", "1e36", "1e78"})
@@ -93,17 +94,11 @@ def check_ram(host: Host, s: Settings) -> Check:
     return fail("ram", f"{host['ram_gb']} GB, need {s.min_ram_gb}", "add RAM or lower min_ram_gb and build_max_jobs")
 
 
-COMPILE_DISK_GB = 110  # a compile's tree and caches (~80) and the model (~29)
-WHEEL_DISK_GB = 40  # the upstream kind's wheels (~4), the model (~29) and room for a second runtime's wheels
-
-
 def disk_floor(s: Settings) -> tuple[int, str]:
     """(free GB the box needs, for what): min_free_disk_gb when set, else by what the runtime kind builds."""
     if s.min_free_disk_gb is not None:
         return s.min_free_disk_gb, "min_free_disk_gb"
-    if s.runtime_kind == "fork" or s.upstream_build == "compile":
-        return COMPILE_DISK_GB, "a compile (~80) and the model (~29)"
-    return WHEEL_DISK_GB, "the upstream wheels (~4) and the model (~29)"
+    return kinds.of(s).disk
 
 
 def check_disk(host: Host, s: Settings) -> Check:
@@ -384,14 +379,6 @@ def check_driver_gpus(
     return checks
 
 
-def _runtime_named(s: Settings) -> str:
-    """The runtime the settings ask for, as the compute-capability line names it: the default profile runs
-    upstream vLLM, not the fork."""
-    if s.runtime_kind == "fork":
-        return f"runtime_kind fork (the SM75 fork, {s.fork_ref[:12]}) is built for compute capability"
-    return f"runtime_kind upstream (vLLM {s.vllm_version}) is set up here for compute capability"
-
-
 def _gpu_checks(gpu: GpuInfo, s: Settings) -> list[Check]:
     """One GPU's line(s), by the rules the verdict shares (vllm_rig/host/gpu_rules.py). nvidia-smi says N/A for
     what it cannot read (a riser's link width): that value is None here and is said, never compared."""
@@ -401,7 +388,7 @@ def _gpu_checks(gpu: GpuInfo, s: Settings) -> list[Check]:
     if short := gpu_rules.memory_problem(gpu, s.gpu_min_memory_mib):
         checks.append(fail(name, short, f"need {s.gpu_min_memory_mib} MiB (a 22 GB card)"))
     if off := gpu_rules.capability_problem(gpu, s.gpu_compute_capability):
-        checks.append(fail(name, off, f"{_runtime_named(s)} {s.gpu_compute_capability}"))
+        checks.append(fail(name, off, f"{kinds.of(s).capability_line(s)} {s.gpu_compute_capability}"))
     bar1 = gpu.get("bar1_mib")
     if s.nvidia_driver_flavor == "open" and bar1 is not None and memory is not None and bar1 < memory:
         checks.append(

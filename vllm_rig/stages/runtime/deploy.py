@@ -32,7 +32,7 @@ from vllm_rig.core.users import service_user
 from vllm_rig.paths import STATE_DIR, Layout
 from vllm_rig.settings import Settings
 from vllm_rig.stages.preflight.host_state import host_state
-from vllm_rig.stages.runtime import artifacts, served_with
+from vllm_rig.stages.runtime import artifacts, kinds, served_with
 from vllm_rig.stages.runtime import plan as runtime
 from vllm_rig.stages.runtime.artifact_store import StoreSetting
 from vllm_rig.stages.runtime.facts import RuntimeState
@@ -43,7 +43,7 @@ from vllm_rig.stages.runtime.operations import (
     directories,
     switch_runtime,
 )
-from vllm_rig.stages.service.unit import environment, working_directory
+from vllm_rig.stages.service.unit import environment
 
 # What the fork's build and FlashQLA's extension need from the distribution (Python.h, a C/C++
 # compiler, git for the sources, ccache so a re-run recompiles only what changed).
@@ -71,7 +71,7 @@ def flashqla_warm_command(s: Settings, layout: Layout, either_kind: bool = False
     `either_kind`: for the rollback script, which may land on a runtime of the other kind (no src/vllm in an
     upstream one: the settings' working directory would be a shell "cd:" error); the one that is there."""
     env = " ".join(shlex.quote(f"{name}={value}") for name, value in environment(s, layout))
-    cd = f"cd {shlex.quote(working_directory(s, layout))}"
+    cd = f"cd {shlex.quote(kinds.of(s).working_directory(layout))}"
     if either_kind:
         cd = f"{{ cd {shlex.quote(layout.fork_src)} 2>/dev/null || cd {shlex.quote(layout.current)}; }}"
     return (
@@ -115,6 +115,7 @@ def install_runtime(s: Settings, retry_rolled_back: bool = False) -> None:
     dirs = runtime.RuntimeDirs(s.install_root, choice.name)
     jobs = runtime.max_jobs(s.build_max_jobs, box["cpus"], box["ram_gb"])
     user = s.service_user
+    kind = kinds.of(s)
 
     distro_packages(
         name="Build tools and Python headers from the distribution", packages=build_packages(s.python_version)
@@ -144,7 +145,7 @@ def install_runtime(s: Settings, retry_rolled_back: bool = False) -> None:
     )
     config_files(name=f"Runtime {choice.name}", files=(text(dirs.fingerprint_file, fp + "\n"),))
     git_checkouts(
-        name=_sources_label(s),
+        name=kind.sources_label(s),
         sources=tuple(
             GitSource(label, url, ref, dest, f"{dirs.cache}/git/{runtime.cache_name(url)}.git")
             for label, url, ref, dest in runtime.git_sources(s, dirs)
@@ -196,7 +197,7 @@ def install_runtime(s: Settings, retry_rolled_back: bool = False) -> None:
 
     shared = artifacts.shares_a_compile(fp, dirs.dir, dirs.unit, use_artifact, artifact_store)
     offer("Runtime artifact of this fingerprint from the store, when it has one", use_artifact)
-    build(_build_label(s, choice.name, jobs), shared=fp if shared else None)
+    build(kind.build_label(s, choice.name, jobs), shared=fp if shared else None)
     store("Runtime artifact of a compiled runtime kept in the store")
     if shared:  # fresh hosts of one fingerprint in this run: one compiles, the others install its artifact
         offer(f"Runtime artifact {choice.name} another host of this run compiled", True, after_peer=True)
@@ -221,25 +222,6 @@ def install_runtime(s: Settings, retry_rolled_back: bool = False) -> None:
         stamp=paths.FLASHQLA_STAMP,
         key=dirs.dir,  # what `current` points at once switched; clearing the caches drops the stamp
     )
-
-
-def _sources_label(s: Settings) -> str:
-    if s.runtime_kind == "upstream" and s.upstream_build == "compile":
-        return f"SM75 patch set, FlashQLA and vLLM {s.vllm_version}'s CMake sources at their pins"
-    if s.runtime_kind == "upstream":
-        return "SM75 patch set and FlashQLA at their pins"
-    return "Fork, FlashQLA, CUTLASS, Triton and the FetchContent sources at their pins"
-
-
-def _build_label(s: Settings, name: str, jobs: int) -> str:
-    if s.runtime_kind == "upstream" and s.upstream_build == "compile":
-        return (
-            f"Build runtime {name}: vLLM {s.vllm_version}'s source archive with the SM75 patch "
-            f"(MAX_JOBS={jobs}, TORCH_CUDA_ARCH_LIST={s.gpu_compute_capability}, CUDA {s.cuda_version})"
-        )
-    if s.runtime_kind == "upstream":
-        return f"Runtime {name}: vLLM {s.vllm_version}'s release wheel with the SM75 patch (no compile)"
-    return f"Build runtime {name} (MAX_JOBS={jobs}, TORCH_CUDA_ARCH_LIST={s.gpu_compute_capability})"
 
 
 def _rolled_back(s: Settings, inputs: dict, choice: runtime.Choice) -> str | None:

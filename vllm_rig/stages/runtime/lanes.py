@@ -26,6 +26,11 @@ def torch_lane(index_url: str) -> str:
     return match.group(1) if match else index_url
 
 
+def lane_word(s: Settings) -> str:
+    """The torch lane as a lock file's name word."""
+    return torch_lane(s.torch_index_url).replace("/", "_").replace(":", "_")
+
+
 def torch_exact_versions(s: Settings) -> dict[str, str]:
     """The exact versions the torch step installs and checks ("torch" -> "2.11.0+cu128"), as the fork's
     build.sh pins them; {} for an index URL that names no lane (then only the public version is known)."""

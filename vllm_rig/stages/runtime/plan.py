@@ -12,22 +12,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from vllm_rig.paths import Layout, RuntimeDirs
 from vllm_rig.settings import Settings
 from vllm_rig.stages import locks
-from vllm_rig.stages.runtime import upstream
+from vllm_rig.stages.runtime import kinds
 from vllm_rig.stages.runtime.facts import Runtimes
-from vllm_rig.stages.runtime.lanes import (  # noqa: F401 - the plan's names, where callers find them
-    LOCAL_VERSION_PACKAGES,
-    TORCH_LANE_PACKAGES,
-    fetched_for,
-    torch_exact_versions,
-    torch_lane,
-)
+from vllm_rig.stages.runtime.kinds.base import DROPPED_PACKAGES
 
 # Bump when the build script changes what a runtime contains, so every host builds anew.
 BUILD_FORMAT = 3
@@ -35,13 +28,6 @@ NAME_LENGTH = 16  # hex digits of the fingerprint in a runtime's directory name
 JOB_CAP = 8  # the fork's build.sh caps automatic MAX_JOBS at 8
 GB_PER_JOB = 3  # ... and allows about 3 GB of RAM per compile job
 GB_RESERVED = 3  # ... after keeping 3 GB for the system
-
-# Packages the fork's requirements may name that never go into a runtime: flashinfer-jit-cache's AOT
-# kernels bypass the patched headers, and flashinfer-cubin holds no SM75 kernels (and is not published
-# for every FlashInfer release).
-DROPPED_PACKAGES = ("flashinfer-cubin", "flashinfer-jit-cache")
-
-FLASHINFER = "flashinfer-python"
 
 
 def build_inputs(s: Settings) -> dict[str, Any]:
@@ -51,30 +37,7 @@ def build_inputs(s: Settings) -> dict[str, Any]:
     # The lock's bytes: a changed lock (another file hashed, another version) is another runtime.
     lock = runtime_lock_or_none(s)
     locked = {"lock": None if lock is None else lock.sha256}
-    if s.runtime_kind == "upstream":
-        return {"format": BUILD_FORMAT, **upstream.build_inputs(s, fix), **locked}
-    return {
-        "format": BUILD_FORMAT,
-        **locked,
-        "cuda": s.cuda_version,
-        "python": s.python_version,
-        "arch_list": s.gpu_compute_capability,
-        "torch": s.torch_version,
-        "torchvision": s.torchvision_version,
-        "torchaudio": s.torchaudio_version,
-        "torch_lane": torch_lane(s.torch_index_url),
-        "triton": s.triton_version,
-        "transformers": s.transformers_version,
-        "numpy": s.numpy_version,
-        "fork": s.fork_ref,
-        "flashqla": s.flashqla_ref,
-        "cutlass": s.cutlass_ref,
-        "triton_src": s.triton_src_ref,
-        "flashinfer": s.flashinfer_version,
-        "requirement_overrides": s.requirement_overrides(),
-        "flashinfer_fix": fix,
-        "fetchcontent": fetchcontent_inputs(s),
-    }
+    return {"format": BUILD_FORMAT, **locked, **kinds.of(s).build_inputs(s, fix)}
 
 
 def _fix_hashes(patch: dict[str, Any]) -> dict[str, dict[str, str]]:
@@ -86,19 +49,6 @@ def fix_download(s: Settings, patch: dict[str, Any]) -> dict[str, Any]:
     """The fix as the build needs it: each fixed header's URL (mirror prefix in front) and its sha256s."""
     files = {path: {**f, "url": s.git_mirror_prefix + f["url"]} for path, f in patch["files"].items()}
     return {"patch": patch["patch"], "files": files}
-
-
-def runtime_pins(s: Settings) -> dict[str, str]:
-    """Exact versions the runtime must end up with (pip name -> version)."""
-    return {
-        "torch": s.torch_version,
-        "torchvision": s.torchvision_version,
-        "torchaudio": s.torchaudio_version,
-        "triton": s.triton_version,
-        "transformers": s.transformers_version,
-        "numpy": s.numpy_version,
-        FLASHINFER: s.flashinfer_version,
-    }
 
 
 def fingerprint(inputs: dict[str, Any]) -> str:
@@ -180,45 +130,7 @@ def rolled_back_problem(name: str, root: str, differences: list[str]) -> str:
 
 def git_sources(s: Settings, dirs: RuntimeDirs) -> list[tuple[str, str, str, str]]:
     """(label, url, ref, checkout dir) of each source the build needs, mirror prefix applied."""
-    if s.runtime_kind == "upstream":
-        return upstream.git_sources(s, dirs)
-    prefix = s.git_mirror_prefix
-    return [
-        ("vLLM fork", prefix + s.fork_repo, s.fork_ref, dirs.fork),
-        ("FlashQLA", prefix + s.flashqla_repo, s.flashqla_ref, dirs.flashqla),
-        ("CUTLASS", prefix + s.cutlass_repo, s.cutlass_ref, dirs.cutlass),
-        ("Triton (triton_kernels)", prefix + s.triton_src_repo, s.triton_src_ref, dirs.triton),
-        *fetchcontent_git_sources(s, dirs),
-    ]
-
-
-def fetchcontent_deps(s: Settings) -> dict[str, Mapping[str, Any]]:
-    """The fetchcontent_sources entries the compile for s.gpu_compute_capability needs."""
-    return {n: e for n, e in sorted(s.fetchcontent_sources.items()) if fetched_for(e, s.gpu_compute_capability)}
-
-
-def fetchcontent_git_sources(s: Settings, dirs: RuntimeDirs) -> list[tuple[str, str, str, str]]:
-    """(label, url, ref, checkout dir) of each source the fork's CMake would fetch, mirror prefix applied."""
-    return [
-        (f"{name} (FetchContent)", s.git_mirror_prefix + e["repo"], e["ref"], dirs.dep(name))
-        for name, e in fetchcontent_deps(s).items()
-    ]
-
-
-def fetchcontent_spec(s: Settings, dirs: RuntimeDirs) -> dict[str, dict[str, str]]:
-    """For the build script: each fetched-ahead source's variable and checkout directory."""
-    return {name: {"env": e["env"], "dir": dirs.dep(name)} for name, e in fetchcontent_deps(s).items()}
-
-
-def fetchcontent_inputs(s: Settings) -> dict[str, str]:
-    """For the fingerprint: the commit of each source the compile takes."""
-    return {name: e["ref"] for name, e in fetchcontent_deps(s).items()}
-
-
-def validation_waivers() -> list[str]:
-    """Checks of the fork's validate_runtime_components.py that the rig's own choices fail: it requires
-    flashinfer-cubin (the distribution and its module), which never goes into a runtime."""
-    return ["flashinfer-cubin", "flashinfer_cubin"] if "flashinfer-cubin" in DROPPED_PACKAGES else []
+    return kinds.of(s).git_sources(s, dirs)
 
 
 def cache_name(url: str) -> str:
@@ -254,18 +166,12 @@ def runtime_lock_name(s: Settings) -> str:
     a digest of the pins and the rest of the set the build resolves: a changed pin is another lock, never a stale
     one)."""
     digest = hashlib.sha256(json.dumps(lock_inputs(s), sort_keys=True).encode()).hexdigest()[:8]
-    py = f"{digest}-py{s.python_version}"
-    if s.runtime_kind == "upstream" and s.upstream_build == "wheel":
-        return f"upstream-wheel-{s.vllm_version}-{py}.txt"
-    lane = torch_lane(s.torch_index_url).replace("/", "_").replace(":", "_")
-    if s.runtime_kind == "upstream":
-        return f"upstream-compile-{s.vllm_version}-{lane}-{py}.txt"
-    return f"fork-{s.fork_ref[:12]}-{lane}-{py}.txt"
+    return kinds.of(s).lock_name(s, f"{digest}-py{s.python_version}")
 
 
 def runtime_lock(s: Settings) -> locks.Lock:
     """The runtime build's hashed lock (locks.LockMissing when locks_dir has none)."""
-    return locks.read(s, runtime_lock_name(s), locks.runtime_what(s))
+    return locks.read(s, runtime_lock_name(s), kinds.of(s).lock_what(s))
 
 
 def runtime_lock_or_none(s: Settings) -> locks.Lock | None:
@@ -314,21 +220,4 @@ def _spec(s: Settings, dirs: RuntimeDirs, fp: str, inputs: dict[str, Any], jobs:
         "kv_cache_dtype": s.kv_cache_dtype,  # the shared-memory probe judges the tile this KV cache uses
         "drop": list(DROPPED_PACKAGES),
     }
-    if s.runtime_kind == "upstream":
-        return {**common, **upstream.spec_part(s, dirs)}
-    return {
-        **common,
-        "kind": "fork",
-        "cuda_home": s.cuda_home,
-        "arch_list": s.gpu_compute_capability,
-        "pins": runtime_pins(s),
-        "overrides": s.requirement_overrides(),
-        "replace": [FLASHINFER, *s.requirement_overrides()],
-        "torch_packages": list(TORCH_LANE_PACKAGES),
-        "torch_exact": torch_exact_versions(s),
-        "torch_index_url": s.torch_index_url,
-        "sources": {"fork": dirs.fork, "flashqla": dirs.flashqla, "cutlass": dirs.cutlass, "triton": dirs.triton},
-        "fork_ref": s.fork_ref,
-        "fetchcontent": fetchcontent_spec(s, dirs),
-        "validate_waive": validation_waivers(),
-    }
+    return {**common, **kinds.of(s).spec_part(s, dirs)}

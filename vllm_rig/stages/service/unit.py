@@ -27,7 +27,7 @@ from vllm_rig.core.systemd_quote import env_file_text, quote_word
 from vllm_rig.known import fork_interface
 from vllm_rig.paths import GUARD_UNIT, Layout
 from vllm_rig.settings import Settings
-from vllm_rig.stages.runtime import upstream
+from vllm_rig.stages.runtime import kinds
 from vllm_rig.stages.service.command import server_args, thinking_budget_env, visible_devices
 
 TEMPLATE = "service/vllm.service.j2"  # templates/service/
@@ -52,21 +52,9 @@ CLOSED = (
 HARDENING = ("NoNewPrivileges=yes", "PrivateTmp=yes", "ProtectSystem=full", *CLOSED)
 
 
-def toolkit_home(s: Settings, layout: Layout) -> str:
-    """The CUDA toolkit the server's JIT compiles with: the card's (fork, upstream compile: built against it), or
-    the CUDA 13.0 toolkit in the runtime's venv (upstream wheel: the one PyPI's torch is built with)."""
-    return upstream.service_cuda_home(s, layout) if s.runtime_kind == "upstream" else s.cuda_home
-
-
-def working_directory(s: Settings, layout: Layout) -> str:
-    """The fork's source tree (its editable install), or the runtime itself: no vllm/ there to shadow the
-    installed package."""
-    return layout.current if s.runtime_kind == "upstream" else layout.fork_src
-
-
 def environment(s: Settings, layout: Layout) -> list[tuple[str, str]]:
     """Environment= lines in the seed's order: toolchain, FlashQLA, HF endpoint, GPUs, SM75 switches."""
-    cuda = toolkit_home(s, layout)
+    cuda = kinds.of(s).service_cuda_home(s, layout)  # the toolkit the server's JIT compiles with
     env = [
         ("CUDA_HOME", cuda),
         ("PATH", f"{cuda}/bin:{layout.venv_bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
@@ -193,7 +181,7 @@ def unit_context(s: Settings, layout: Layout) -> dict[str, Any]:
         "tensor_parallel_size": s.tensor_parallel_size,
         "guard_unit": GUARD_UNIT,
         "user": s.service_user,
-        "working_directory": working_directory(s, layout),
+        "working_directory": kinds.of(s).working_directory(layout),
         "environment_file": layout.environment_file,
         # The unit changes whenever the environment does: every restart and proof keyed on the unit follows it.
         "environment_sha256": hashlib.sha256(environment_file(s, layout).encode()).hexdigest(),

@@ -33,6 +33,7 @@ from vllm_rig.host import bench as bench_tool
 from vllm_rig.paths import SERVICE_PROVEN, STATE_DIR, Layout, RuntimeDirs
 from vllm_rig.settings import Settings
 from vllm_rig.stages.bench.command import bench_command
+from vllm_rig.stages.runtime import kinds
 from vllm_rig.stages.runtime import plan as runtime
 from vllm_rig.stages.runtime.deploy import install_runtime
 from vllm_rig.stages.runtime.facts import RuntimeState
@@ -59,11 +60,6 @@ def probe_command(s: Settings, layout: Layout) -> str:
     )
 
 
-def _runtime_label(s: Settings) -> str:
-    """What the settings' runtime is, in a label: "fork 63cfe8965bcc" or "vLLM 0.26.0"."""
-    return f"vLLM {s.vllm_version}" if s.runtime_kind == "upstream" else f"fork {s.fork_ref[:12]}"
-
-
 @deploy("Guarded fork update")
 def update_fork(s: Settings) -> None:
     if host_failed():
@@ -74,7 +70,7 @@ def update_fork(s: Settings) -> None:
     running = state["current"]
     info = state["runtimes"].get(running) if running else None
     if info is not None and info["fingerprint"] == fp:
-        logger.info(f"[{host.name}] update: runtime {running} already runs {_runtime_label(s)}; nothing to try")
+        logger.info(f"[{host.name}] update: runtime {running} already runs {kinds.of(s).label(s)}; nothing to try")
         return
     host_programs(layout.host_package)
     streamed(
@@ -88,8 +84,8 @@ def update_fork(s: Settings) -> None:
     stage(verify_gpus)(s, _ignore_errors=True)
     stage(install_service)(s, _ignore_errors=True)
     streamed(
-        name=f"Benchmark the new runtime ({_runtime_label(s)}): {s.bench_sizes}",
-        command=bench_command(s, layout, _runtime_label(s).replace(" ", "-"), AFTER),
+        name=f"Benchmark the new runtime ({kinds.of(s).label(s)}): {s.bench_sizes}",
+        command=bench_command(s, layout, kinds.of(s).label(s).replace(" ", "-"), AFTER),
         _ignore_errors=True,
     )
     kept_if_not_slower(

@@ -19,9 +19,10 @@ from pyinfra.api import FunctionCommand, StringCommand, deploy, operation
 from vllm_rig.core.become import sudo_args
 from vllm_rig.core.host_package import host_programs
 from vllm_rig.core.run import host_failed
-from vllm_rig.known import fork_lines, upstream_releases
+from vllm_rig.known import fork_lines
 from vllm_rig.paths import Layout
 from vllm_rig.settings import Settings
+from vllm_rig.stages.runtime import kinds
 from vllm_rig.stages.runtime.plan import cache_name
 
 
@@ -50,21 +51,9 @@ def release_lines(result: dict) -> list[str]:
 
 def line_notes(s: Settings) -> list[str]:
     """Which line this host's settings are on, and what the fork's newer line would ask of it."""
-    if s.runtime_kind == "upstream":
-        lines = [f"line: upstream vLLM release {s.vllm_version} (runtime_kind upstream), not the fork"]
-    else:
-        ours = fork_lines.LINES.get(s.fork_release_line)
-        if ours is None:
-            lines = [
-                f"line: the fork's {s.fork_release_line} line at fork_ref {s.fork_ref[:12]} (not one the rig knows)"
-            ]
-        else:
-            lines = [
-                f"line: the fork's {ours.line}.x line at fork_ref {s.fork_ref[:12]} ({ours.base} base, CUDA "
-                f"{ours.cuda}, torch {ours.torch}, latest release {ours.latest}): {ours.status}"
-            ]
+    lines = kinds.of(s).line_notes(s)
     newer = fork_lines.V0_2
-    if s.runtime_kind == "fork" and s.fork_release_line == newer.line:
+    if kinds.of(s).fork_line(s) == newer.line:
         return lines
     lines += [
         f"the fork's newer line {newer.line}.x ({newer.latest}, not listed below and not built by the rig): "
@@ -109,13 +98,9 @@ def fork_releases(s: Settings) -> None:
         return
     for line in line_notes(s):
         logger.info(f"[{host.name}] {line}")
-    if s.runtime_kind == "upstream":
-        logger.info(
-            f"[{host.name}] releases: this host runs vLLM {s.vllm_version} (runtime_kind upstream, upstream_build "
-            f"{s.upstream_build}), "
-            f"not the fork; the releases the rig supports: {', '.join(upstream_releases.supported_versions())} "
-            "(try one with tasks/update_fork.py --data vllm_version=V and its torch/FlashInfer pins)"
-        )
+    elsewhere = kinds.of(s).not_the_fork(s)
+    if elsewhere is not None:
+        logger.info(f"[{host.name}] {elsewhere}")
         return
     layout = Layout.of(s)
     host_programs(layout.host_package)
