@@ -17,11 +17,11 @@ import shlex
 
 from pyinfra import host
 from pyinfra.api import deploy
+from pyinfra.facts.files import FileContents
 from pyinfra.operations import files
 
 from vllm_rig import paths
 from vllm_rig.core.checks import require
-from vllm_rig.core.facts import FileText
 from vllm_rig.core.files import config_files, rendered, shipped, text
 from vllm_rig.core.git import GitSource, git_checkouts
 from vllm_rig.core.host_package import host_programs
@@ -247,7 +247,7 @@ def _rolled_back(s: Settings, inputs: dict, choice: runtime.Choice) -> str | Non
     earlier operation of this run: the choice read when the stage was planned holds)."""
     if choice.action != "rolled-back":
         return None
-    record = host.get_fact(FileText, path=f"{s.install_root}/current/runtime.json")
+    record = "\n".join(host.get_fact(FileContents, path=f"{s.install_root}/current/runtime.json") or [])
     try:
         running = json.loads(record or "{}").get("inputs", {})
     except ValueError:
