@@ -34,3 +34,15 @@ def lists_fresh(packages: Sequence[str], max_age_s: int = 86400):
     stamp = shlex.quote(LISTS_STAMP)
     # `|| :` is not there on purpose: a failed refresh (a repo down, a bad signature) stops the host here.
     yield f"apt-get -q -o DPkg::Lock::Timeout=600 update && mkdir -p $(dirname {stamp}) && touch {stamp}"
+
+
+def parse_packages(lines: list[str]) -> dict[str, str]:
+    """Installed packages, name -> version, from dpkg-query's name, version and status columns (the driver's and
+    preflight's batched facts). The status's second letter says installed ("ii", or "hi" when held); "un"/"rc"
+    are packages dpkg knows but that are not there."""
+    installed = {}
+    for line in lines:
+        parts = line.rstrip("\n").split("\t")
+        if len(parts) == 3 and parts[2].strip()[1:2] == "i":
+            installed[parts[0]] = parts[1]
+    return installed

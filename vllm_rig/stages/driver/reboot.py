@@ -167,7 +167,7 @@ def reboot_if_needed(version: str, timeout: int = 600, ask: bool = False):
         yield FunctionCommand(fail_host, (refusal,), {})
         return
     before: list[str] = []
-    yield FunctionCommand(lambda state, host: before.append(_boot_id(host)), (), {})
+    yield FunctionCommand(lambda state, host: before.append(_boot_id(host) or ""), (), {})
     logger.info(f"[{host.name}] rebooting: {why}")
     yield StringCommand(f"mkdir -p {STATE_DIR} && echo '{key}' > {REBOOTED_FOR}")
     yield StringCommand("( sleep 1 && systemctl reboot ) </dev/null >/dev/null 2>&1 &")
