@@ -11,7 +11,6 @@ from __future__ import annotations
 import shlex
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from io import BytesIO
 
 from pyinfra import host, logger, state
@@ -26,7 +25,6 @@ from vllm_rig.stages.runtime import served_with
 from vllm_rig.stages.runtime.artifacts import waits_for
 from vllm_rig.stages.runtime.facts import (
     BuildState,
-    DirsState,
     LoadedHost,
     LogProgress,
     LogTail,
@@ -62,31 +60,6 @@ def start_command(unit: str, runtime: str, package: str, spec: str, log: str, ti
         + " ".join(shlex.quote(p) for p in props)
         + f" /usr/bin/python3 {shlex.quote(package)} build_runtime {shlex.quote(spec)}"
     )
-
-
-@dataclass(frozen=True)
-class Directory:
-    path: str
-    mode: str = "755"  # octal, as stat %a prints it
-    user: str = "root"
-    group: str = "root"
-
-    @property
-    def state(self) -> str:
-        return f"{self.mode} {self.user} {self.group}"
-
-
-@operation()
-def directories(dirs: tuple[Directory, ...]):
-    """Each directory exists with its mode and owner; all read with one command."""
-    found = host.get_fact(DirsState, paths=tuple(d.path for d in dirs))
-    stale = [d for d in dirs if found.get(d.path) != d.state]
-    if not stale:
-        host.noop(f"{len(dirs)} directories in place")
-        return
-    for d in stale:
-        path = shlex.quote(d.path)
-        yield f"mkdir -p {path} && chown {d.user}:{d.group} {path} && chmod {d.mode} {path}"
 
 
 @operation()
