@@ -137,6 +137,8 @@ def _rebooted_for(version: str, kernel: str | None) -> str:
     return f"{version} {kernel or '?'}"
 
 
+# Own operation: pyinfra's server.reboot always reboots and confirms it by uptime, which a container does not reset;
+# this one reboots only for the driver, at most once for it, and confirms by the boot id.
 @operation(is_idempotent=True)
 def reboot_if_needed(version: str, timeout: int = 600, ask: bool = False):
     """Reboot when the installed driver is not the loaded one (or nouveau holds the GPUs), then wait for a

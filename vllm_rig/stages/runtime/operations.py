@@ -152,6 +152,7 @@ def _verdict(host, found: dict, runtime: str, unit: str, log: str) -> bool:
     return False
 
 
+# Own operation: pyinfra's files.link replaces a link in two steps (rm, then ln); the switch is one rename.
 @operation()
 def switch_runtime(root: str, target: str, flashinfer_cache: str, unit_path: str, environment_file: str):
     """Point `current` at runtimes/<target> (atomic rename of a new symlink) and keep the old one as
@@ -201,6 +202,8 @@ def clear_host_caches(caches: Sequence[str]):
     yield from stamp_commands(command, HOST_FINGERPRINT, now)
 
 
+# Own operation: systemd.service(restarted=True) restarts on a change made in this run only; a run cut between
+# the switch and the restart would leave the old runtime serving. Here the unit's start time is compared.
 @operation()
 def restart_if_stale(service: str, stamps_loaded: Sequence[str], when_it_fails: str | None = None):
     """`systemctl try-restart` when the service started before the newest of `stamps_loaded` was written
