@@ -76,6 +76,7 @@ class Units(SectionFact[dict[str, list[str]]]):
         return {k: [line.strip() for line in sections.lines(k) if line.strip()] for k in ("loaded", "files")}
 
 
+# Own operation: which units there are is found on the box by pattern; systemd.service needs their names first.
 @operation()
 def units_removed(patterns: tuple[str, ...]):
     """Every unit matching `patterns` stopped, disabled and its file (and drop-ins) removed."""
@@ -175,6 +176,7 @@ def listing_dirs(candidates: tuple[str, ...], keep: tuple[str, ...]) -> tuple[st
     return tuple(dirs)
 
 
+# Own operation: files.file/files.directory(present=False) take one path each, with a read each; this reads all.
 @operation()
 def paths_removed(candidates: tuple[str, ...], keep: tuple[str, ...] = ()):
     """Each candidate deleted, except the kept paths (and the directories on their way)."""
