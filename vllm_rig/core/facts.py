@@ -1,5 +1,9 @@
-"""Building blocks for facts: one remote command per fact, sections marked by `@@name` lines. A file's text or
-the boot id is pyinfra's own `files.FileContents`.
+"""Building blocks for facts: one remote command per fact, sections marked by `@@name` lines.
+
+pyinfra's own facts are read wherever one gives what a stage needs (FileContents for a file's text or the boot
+id, DebPackages, Users in a removal). A SectionFact reads what no stock fact does: the GPUs and the link, the
+host programs' answers, the model's and the runtime's state, or several things in the one command a re-run
+can afford (pyinfra's facts are one command each, and 3.x keeps none of them across operations).
 
 `SectionFact` is the base every fact of the rig uses. A fact:
 
