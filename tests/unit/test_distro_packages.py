@@ -1,47 +1,43 @@
-"""Distribution packages read with one dpkg query for the names asked, installed only where missing."""
+"""Distribution packages installed only where missing (pyinfra's apt.packages, waiting for the dpkg lock); the
+lists refreshed when they do not know a package about to be installed."""
 
 from __future__ import annotations
 
 import subprocess
 
+from pyinfra.operations import apt
+
 from tests.unit.fake_host import plan
-from vllm_rig.core.packages import PackageVersions, distro_packages
+from vllm_rig.core.packages import LOCK_WAIT
 from vllm_rig.stages.driver.keyring import keyring_deb
 
-
-def test_the_fact_reads_real_dpkg_for_the_names_asked() -> None:
-    fact = PackageVersions()
-    out = subprocess.run(
-        fact.command(packages=("dpkg", "libc6", "no-such-package-vllm-rig")), shell=True, capture_output=True, text=True
-    )
-    found = fact.process(out.stdout.splitlines())
-    version = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "dpkg"], capture_output=True, text=True).stdout
-    assert found["dpkg"] == version
-    assert "libc6" in found  # Multi-Arch: same prints libc6:amd64
-    assert "no-such-package-vllm-rig" not in found
+# What core.packages.distro_packages gives pyinfra's apt.packages.
+INSTALL = {"no_recommends": True, "extra_install_args": LOCK_WAIT}
 
 
-def test_removed_but_configured_packages_count_as_missing() -> None:
-    assert PackageVersions().process(["@@dpkg", "gcc\t4:12.2.0-3\tii ", "dkms\t3.0\trc ", "git\t1:2.39\thi "]) == {
-        "gcc": "4:12.2.0-3",
-        "git": "1:2.39",
-    }
+DPKG_L = [
+    "ii  gcc            4:12.2.0-3   amd64  GNU C compiler",
+    "ii  make           4.3-4.1      amd64  utility for directing compilation",
+    "rc  dkms           3.0          all    Dynamic Kernel Module System",
+    "hi  git            1:2.39       amd64  fast, scalable, distributed revision control system",
+]
 
 
-def test_only_missing_packages_are_installed_without_recommends() -> None:
-    found = {"dpkg-query": ["@@dpkg", "gcc\t4:12.2.0-3\tii ", "make\t4.3-4.1\tii "]}
-    changes, commands = plan(found, distro_packages, packages=["gcc", "make", "ccache", "g++"])
+def test_only_missing_packages_are_installed_without_recommends_waiting_for_the_lock() -> None:
+    found = {"dpkg -l": DPKG_L}
+    changes, commands = plan(found, apt.packages, packages=["gcc", "make", "ccache", "g++"], **INSTALL)
     assert changes and len(commands) == 1
-    assert commands[0].endswith("install --no-install-recommends ccache g++")
-    assert "DPkg::Lock::Timeout=600" in commands[0]
-    assert plan(found, distro_packages, packages=["gcc", "make"]) == (False, [])
-    assert plan({}, distro_packages, packages=["dkms"])[1][0].endswith(" dkms")  # dpkg printed nothing
+    assert "install --no-install-recommends -o DPkg::Lock::Timeout=600 ccache g++" in commands[0]
+    assert plan(found, apt.packages, packages=["gcc", "make", "git"], **INSTALL) == (False, [])
+    assert plan(found, apt.packages, packages=["dkms"], **INSTALL)[1][0].endswith(" dkms")  # removed, config kept
+    assert plan({}, apt.packages, packages=["dkms"], **INSTALL)[1][0].endswith(" dkms")  # dpkg printed nothing
 
 
 def test_the_keyring_is_installed_unless_that_version_is() -> None:
     url = "https://example.invalid/repos/ubuntu2404/x86_64/cuda-keyring_1.1-1_all.deb"
-    assert plan({"dpkg-query": ["@@dpkg", "cuda-keyring\t1.1-1\tii "]}, keyring_deb, url=url) == (False, [])
-    changes, commands = plan({"dpkg-query": ["@@dpkg", "cuda-keyring\t1.0-1\tii "]}, keyring_deb, url=url)
+    installed = "ii  cuda-keyring   {}   all   NVIDIA CUDA keyring"
+    assert plan({"dpkg -l": [installed.format("1.1-1")]}, keyring_deb, url=url) == (False, [])
+    changes, commands = plan({"dpkg -l": [installed.format("1.0-1")]}, keyring_deb, url=url)
     # through apt, which waits for the dpkg lock (dpkg -i fails at once while unattended-upgrades holds it)
     assert changes and "install --no-install-recommends /tmp/vllm-rig-cuda-keyring.deb" in commands[0]
     assert "DPkg::Lock::Timeout=600" in commands[0] and "dpkg -i" not in commands[0]

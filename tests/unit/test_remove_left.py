@@ -54,3 +54,21 @@ def test_a_driver_that_is_not_the_rigs_is_said_as_yours() -> None:
 
 def test_an_empty_box_leaves_nothing() -> None:
     assert left_lines(LeftBehind.default(), _settings()) == []
+
+
+# pyinfra's Users fact prints one line per account: passwd entry|primary group|groups|lastlog|password hash.
+USERS = {
+    "lastlog": [
+        "vllm:x:998:998::/var/lib/vllm:/usr/sbin/nologin|vllm|vllm video||!",
+        "ann:x:1000:1000::/home/ann:/bin/bash|ann|ann||x",
+    ]
+}
+
+
+def test_the_service_user_is_removed_but_a_login_user_of_that_name_is_not() -> None:
+    from tests.unit.fake_host import plan
+    from vllm_rig.stages.remove.deploy import system_user_removed
+
+    assert plan(USERS, system_user_removed, user="vllm") == (True, ["userdel vllm"])
+    assert plan(USERS, system_user_removed, user="ann") == (False, [])
+    assert plan(USERS, system_user_removed, user="nobody-here") == (False, [])

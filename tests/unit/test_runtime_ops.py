@@ -14,10 +14,8 @@ from vllm_rig.core.git import GitCheckouts, GitSource, checkout_matches, checkou
 from vllm_rig.paths import FLASHQLA_STAMP, HOST_FINGERPRINT, SERVED_WITH_DIR, SWITCHED_STAMP
 from vllm_rig.stages.runtime import served_with
 from vllm_rig.stages.runtime.operations import (
-    Directory,
     build_runtime,
     clear_host_caches,
-    directories,
     restart_if_stale,
     switch_runtime,
 )
@@ -158,16 +156,6 @@ def test_switch_removes_runtimes_other_than_current_previous_and_a_running_build
     kept |= _stamps(**{SWITCHED_STAMP: (100, f"{ROOT}/runtimes/new")})
     _, commands = _plan(kept, switch_runtime, **SWITCH)
     assert commands[0] == f"rm -rf {ROOT}/runtimes/c"  # a failed build's runtime, after a re-run that kept current
-
-
-def test_directories_are_made_with_mode_and_owner_in_one_read() -> None:
-    dirs = (Directory("/a"), Directory("/b", user="vllm", group="vllm"))
-    done = {"for p in /a /b": ["@@dirs", "/a\t755 root root", "/b\t755 vllm vllm"]}
-    assert _plan(done, directories, dirs=dirs)[0] is False
-    _, commands = _plan(
-        {"for p in /a /b": ["@@dirs", "/a\t755 root root", "/b\t755 root root"]}, directories, dirs=dirs
-    )
-    assert commands == ["mkdir -p /b && chown vllm:vllm /b && chmod 755 /b"]
 
 
 def test_caches_are_cleared_only_when_kernel_or_driver_changed() -> None:

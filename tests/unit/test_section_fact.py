@@ -12,7 +12,7 @@ from pyinfra.api.connect import connect_all
 from pyinfra.api.facts import get_fact
 from pyinfra.context import ctx_host, ctx_state
 
-from vllm_rig.core.facts import BootId, FactUnreadable, SectionFact, Sections, section_command
+from vllm_rig.core.facts import FactUnreadable, SectionFact, Sections, section_command
 
 
 class Pair(SectionFact[tuple[int, str]]):
@@ -25,6 +25,18 @@ class Pair(SectionFact[tuple[int, str]]):
 
     def parse(self, sections: Sections) -> tuple[int, str]:
         return sections.integer("n"), sections.lines("word")[0]
+
+
+class Required(SectionFact[str | None]):
+    @staticmethod
+    def default() -> str | None:
+        return None
+
+    def command(self) -> str:
+        return section_command({"id": "cat /proc/sys/kernel/random/boot_id"})
+
+    def parse(self, sections: Sections) -> str | None:
+        return sections.required("id")
 
 
 def test_every_section_is_there_when_a_snippet_fails_or_its_tool_is_missing() -> None:
@@ -47,8 +59,8 @@ def test_what_a_parser_cannot_read_is_named_with_its_value() -> None:
         Pair().process(["@@n", "[N/A]", "@@word", "w"])
     with pytest.raises(FactUnreadable, match=r"^Pair could not read its output \(IndexError: list index"):
         Pair().process(["@@n", "3", "@@word"])
-    with pytest.raises(FactUnreadable, match=r"^BootId could not read boot_id \(missing\)$"):
-        BootId().process(["@@other"])
+    with pytest.raises(FactUnreadable, match=r"^Required could not read id \(missing\)$"):
+        Required().process(["@@other"])
 
 
 def _state(outputs: dict[str, list[str]]) -> State:

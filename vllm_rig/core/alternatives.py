@@ -33,6 +33,7 @@ class Alternative(SectionFact[AlternativeState]):
         return {"mode": sections.first("mode"), "target": sections.first("target")}
 
 
+# Own operation: pyinfra has no operation or fact for Debian's alternatives.
 @operation()
 def alternative(link_name: str, path: str):
     """`update-alternatives --set` unless the alternative is already manual and pointing at `path`

@@ -8,6 +8,7 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
 
 
+# Own operation: pyinfra has none that fails a host with a line for the owner at execute time.
 @operation(is_idempotent=True)
 def require(problem: Callable[[], str | None]):
     """`problem()` is evaluated when the operation runs; a non-empty answer fails this host with it."""

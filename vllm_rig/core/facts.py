@@ -1,5 +1,9 @@
-"""Building blocks for facts: one remote command per fact, sections marked by `@@name` lines, and small
-facts every stage reads (a file's text, the boot id).
+"""Building blocks for facts: one remote command per fact, sections marked by `@@name` lines.
+
+pyinfra's own facts are read wherever one gives what a stage needs (FileContents for a file's text or the boot
+id, DebPackages, Users in a removal). A SectionFact reads what no stock fact does: the GPUs and the link, the
+host programs' answers, the model's and the runtime's state, or several things in the one command a re-run
+can afford (pyinfra's facts are one command each, and 3.x keeps none of them across operations).
 
 `SectionFact` is the base every fact of the rig uses. A fact:
 
@@ -169,31 +173,3 @@ def fail_host(fact: str, what: str, default: T) -> T:
     if state.is_executing:
         return default
     raise FactUnreadable(line)
-
-
-class BootId(SectionFact[str | None]):
-    """The kernel's boot id (a new one after every boot); None when it cannot be read (a failed host)."""
-
-    @staticmethod
-    def default() -> str | None:
-        return None
-
-    def command(self) -> str:
-        return section_command({"boot_id": "cat /proc/sys/kernel/random/boot_id"})
-
-    def parse(self, sections: Sections) -> str | None:
-        return sections.required("boot_id")
-
-
-class FileText(FactBase):
-    """A small file's text, or None when it does not exist (stamps, markers)."""
-
-    def command(self, path: str) -> str:
-        return f"cat {shlex.quote(path)} 2>/dev/null || true"
-
-    def process(self, output: list[str]) -> str | None:
-        return "\n".join(output) if output else None
-
-    @staticmethod
-    def default() -> None:
-        return None

@@ -1,4 +1,5 @@
-"""Distribution packages installed by name, read with one dpkg query for just those names."""
+"""Distribution packages: pyinfra's apt.packages, told to wait for the dpkg lock; the lists refreshed when a
+package about to be installed is not in them."""
 
 from __future__ import annotations
 
@@ -7,23 +8,19 @@ from collections.abc import Sequence
 
 from pyinfra import host
 from pyinfra.api import operation
+from pyinfra.operations import apt
 
-from vllm_rig.core.facts import SectionFact, Sections, section_command
+LOCK_WAIT = "-o DPkg::Lock::Timeout=600"  # unattended-upgrades holds the lock for minutes on a fresh box
+APT_INSTALL = f"DEBIAN_FRONTEND=noninteractive apt-get -y -q {LOCK_WAIT} install --no-install-recommends"
 
-APT_INSTALL = "DEBIAN_FRONTEND=noninteractive apt-get -y -q -o DPkg::Lock::Timeout=600 install --no-install-recommends"
 
-
-@operation()
-def distro_packages(packages: Sequence[str]):
+def distro_packages(name: str, packages: Sequence[str]) -> None:
     """Install the packages that are missing, without recommends; never upgrades one that is there."""
-    found = host.get_fact(PackageVersions, packages=tuple(packages))
-    missing = [p for p in packages if p not in found]
-    if not missing:
-        host.noop(f"{len(packages)} package(s) installed: {', '.join(packages)}")
-        return
-    yield f"{APT_INSTALL} {shlex.join(missing)}"
+    apt.packages(name=name, packages=list(packages), no_recommends=True, extra_install_args=LOCK_WAIT)
 
 
+# Own operation: pyinfra's apt.update refreshes on age alone (cache_time); a package published after the last
+# refresh, or a repository just added, needs a refresh however young the lists are.
 @operation()
 def lists_fresh(packages: Sequence[str], max_age_s: int = 86400):
     """`apt-get update` when a package about to be installed is not in the lists (a version published after
@@ -39,26 +36,10 @@ def lists_fresh(packages: Sequence[str], max_age_s: int = 86400):
     yield f"apt-get -q -o DPkg::Lock::Timeout=600 update && mkdir -p $(dirname {stamp}) && touch {stamp}"
 
 
-# The installed versions of named distribution packages, in one short command.
-class PackageVersions(SectionFact[dict[str, str]]):
-    """name -> version for each of `packages` that is installed (absent ones are missing from the dict)."""
-
-    @staticmethod
-    def default() -> dict[str, str]:
-        return {}
-
-    def command(self, packages: tuple[str, ...]) -> str:
-        fmt = "${binary:Package}\\t${Version}\\t${db:Status-Abbrev}\\n"
-        return section_command({"dpkg": f"dpkg-query -W -f={shlex.quote(fmt)} {shlex.join(packages)} 2>/dev/null"})
-
-    def parse(self, sections: Sections) -> dict[str, str]:
-        # Multi-Arch: same packages print as name:arch.
-        return {name.split(":")[0]: version for name, version in parse_packages(sections.lines("dpkg")).items()}
-
-
 def parse_packages(lines: list[str]) -> dict[str, str]:
-    """Installed packages, name -> version. The status's second letter says installed ("ii", or "hi" when
-    held); "un"/"rc" are packages dpkg knows but that are not there."""
+    """Installed packages, name -> version, from dpkg-query's name, version and status columns (the driver's and
+    preflight's batched facts). The status's second letter says installed ("ii", or "hi" when held); "un"/"rc"
+    are packages dpkg knows but that are not there."""
     installed = {}
     for line in lines:
         parts = line.rstrip("\n").split("\t")

@@ -90,6 +90,7 @@ class KeyFile(SectionFact[KeyFileState]):
 GENERATE = "python3 -c 'import secrets; print(\"VLLM_API_KEY=\" + secrets.token_urlsafe(32))'"
 
 
+# Own operation: pyinfra has none that makes a value on the host once and keeps it.
 @operation()
 def api_key_file(path: str, group: str, enabled: bool):
     """With `enabled`, the file holds a VLLM_API_KEY made once (kept across runs); without, none."""
@@ -137,6 +138,8 @@ class PrivateFile(SectionFact["PrivateFileState | None"]):
         return {"mode": mode, "owner": owner, "sha256": digest.split()[0]}
 
 
+# Own operation: pyinfra's files.put prints the content with --diff and uploads it before its chmod (readable
+# by others for a moment); this one writes it 0600 from stdin and compares digests only.
 @operation()
 def secret_file(path: str, content: Secret):
     """`content` in a root-only 0600 file. It travels on stdin (never on a command line or in pyinfra's output)

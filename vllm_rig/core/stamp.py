@@ -113,6 +113,8 @@ def with_key_of(prefix: str, stamp: str) -> Callable[[Mapping[str, Stamp]], str]
     return lambda found: f"{prefix}:{found.get(stamp, ABSENT).key}"
 
 
+# Own operation: pyinfra has no "once per key"; server.shell with an `_if` on each stamp's FileContents would cost
+# one command per stamp on every re-run, where Stamps reads them all with one.
 @operation(is_idempotent=True)
 def stamped(command: str, stamp: str, key: Key, streamed: bool = False):
     """Run `command` once per `key`: nothing when `stamp` already holds it. `key` may be a function of the
@@ -125,6 +127,7 @@ def stamped(command: str, stamp: str, key: Key, streamed: bool = False):
     yield from commands(command, stamp, want, streamed)
 
 
+# Own operation: server.shell prints a command's output only after it ended.
 @operation(is_idempotent=False)
 def streamed(command: str):
     """Run a command whose output a person wants to watch (a benchmark), printed as it comes."""

@@ -1,4 +1,4 @@
-"""A unit's load, active and enablement state in one command."""
+"""The service's start, which says why when it fails: every other unit goes through pyinfra's systemd.service."""
 
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ def said_on_failure(command: str, when_it_fails: str | None) -> str:
     return f"{command} || {{ {when_it_fails}; exit 1; }}"
 
 
-# A systemd unit enabled and started, read with one command (pyinfra's systemd.service uses two).
-# `when_it_fails`: a command run when the start fails, before the operation fails (it says why).
+# Own operation: pyinfra's systemd.service cannot run a command when the start fails (here the server's own
+# error line and the put-back of the unit that served last). `when_it_fails` runs before the operation fails.
 @operation()
 def unit_enabled_and_started(unit: str, when_it_fails: str | None = None):
     state = host.get_fact(UnitState, unit=unit)
@@ -44,20 +44,5 @@ def unit_enabled_and_started(unit: str, when_it_fails: str | None = None):
         commands.append(said_on_failure(f"systemctl start {shlex.quote(unit)}", when_it_fails))
     if not commands:
         host.noop(f"{unit} is enabled and active")
-        return
-    yield from commands
-
-
-# The opposite, for a unit a setting turns off: disabled and stopped, or a no-op when it is not there.
-@operation()
-def unit_disabled_and_stopped(unit: str):
-    state = host.get_fact(UnitState, unit=unit)
-    commands = []
-    if state.get("UnitFileState") in ("enabled", "enabled-runtime"):
-        commands.append(f"systemctl disable {shlex.quote(unit)}")
-    if state.get("ActiveState") in ("active", "activating", "reloading"):
-        commands.append(f"systemctl stop {shlex.quote(unit)}")
-    if not commands:
-        host.noop(f"{unit} is disabled and stopped")
         return
     yield from commands

@@ -25,6 +25,9 @@ def service_user(layout: Layout, gpu_groups: list[str]) -> None:
     )
 
 
+# Own operation: pyinfra's server.user reads every account on the box (its Users fact runs id, groups and lastlog
+# per account: 380-480 ms a read on the sandbox's 23 accounts, against 13-21 ms for SystemUser's one account,
+# measured there), then the groups, the OS and the home directory: four commands on every re-run, not one.
 @operation()
 def system_user(user: str, home: str, shell: str, groups: Sequence[str]):
     """A system account with its home directory (owned by it) and exactly `groups` as secondary groups when
@@ -57,8 +60,7 @@ def system_user(user: str, home: str, shell: str, groups: Sequence[str]):
         yield f"mkdir -p {q(home)} && chown {q(user)}:{q(user)} {q(home)}"
 
 
-# One user's account in one command: pyinfra's server.user reads every account on the box (Users runs
-# getent for all of them); this reads one.
+# One user's account in one command (pyinfra's Users fact reads all of them; see system_user).
 class Account(TypedDict):
     home: str
     shell: str

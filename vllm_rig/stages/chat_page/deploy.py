@@ -12,12 +12,12 @@ from typing import Any
 
 from pyinfra import host, logger
 from pyinfra.api import deploy
+from pyinfra.operations import systemd
 
 from vllm_rig import paths
 from vllm_rig.core.files import config_files, rendered, shipped
 from vllm_rig.core.packages import distro_packages
 from vllm_rig.core.run import host_failed
-from vllm_rig.core.systemd import unit_disabled_and_stopped, unit_enabled_and_started
 from vllm_rig.core.users import system_user
 from vllm_rig.paths import Layout
 from vllm_rig.settings import Settings, chat_page_torch_index
@@ -186,7 +186,7 @@ def _units(s: Settings, dirs: ChatDirs) -> None:
         "backup_dir": chat.BACKUP_DIR,
         "hardening": HARDENING,
     }
-    config_files(
+    units = config_files(
         name="The chat page's unit and its daily database copy",
         files=(
             rendered(f"/etc/systemd/system/{chat.UNIT}", "chat_page/chat-page.service.j2", **unit_context(s, dirs)),
@@ -194,15 +194,13 @@ def _units(s: Settings, dirs: ChatDirs) -> None:
             rendered(f"/etc/systemd/system/{chat.BACKUP_UNIT}.timer", "chat_page/backup.timer.j2"),
         ),
     )
-    unit_enabled_and_started(
-        name="The daily copy's timer enabled",
-        unit=f"{chat.BACKUP_UNIT}.timer",
-        when_it_fails="systemctl daemon-reload",
-    )
+    systemd.daemon_reload(name="Reload systemd units", _if=units.did_change)
+    timer = f"{chat.BACKUP_UNIT}.timer"
+    systemd.service(name="The daily copy's timer enabled", service=timer, running=True, enabled=True)
 
 
 def _off() -> None:
     """chat_page: false: nothing of the page answers; its venv and data stay (bin/rig remove removes them)."""
     site_absent(name="No chat page site in nginx (chat_page: false)", path=chat.NGINX_SITE, stamp=chat.LOADED_STAMP)
-    unit_disabled_and_stopped(name="The chat page stopped (chat_page: false)", unit=chat.UNIT)
-    unit_disabled_and_stopped(name="Its daily copy stopped", unit=f"{chat.BACKUP_UNIT}.timer")
+    systemd.service(name="The chat page stopped (chat_page: false)", service=chat.UNIT, running=False, enabled=False)
+    systemd.service(name="Its daily copy stopped", service=f"{chat.BACKUP_UNIT}.timer", running=False, enabled=False)

@@ -14,6 +14,8 @@ from vllm_rig.stages.lan.facts import Digest
 PIP = "PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1"
 
 
+# Own operation: pip.venv and pip.packages(requirements=...) install on every run, with no build beside the venv
+# in use and no switch when complete.
 @operation()
 def chat_venv(dirs: ChatDirs, python: str, torch_index: str, index_url: str | None):
     """Open WebUI in a venv of its own, built beside the one in use and switched to only when complete: the CPU
@@ -43,6 +45,7 @@ def chat_venv(dirs: ChatDirs, python: str, torch_index: str, index_url: str | No
     yield f'cd {q(dirs.root)}/venvs && for d in *; do case "$d" in {keep}) ;; *) rm -rf -- "$d" ;; esac; done'
 
 
+# Own operation: a secret; files.put would print it with --diff (see core.secrets.secret_file).
 @operation()
 def chat_env(key_file: str, env_file: str):
     """The page's root-only env file: its own key (OPENAI_API_KEYS, from key_file, which lan_keys made on the box;
@@ -69,6 +72,7 @@ def env_script(key_file: str, env_file: str) -> str:
     )
 
 
+# Own operation: systemd.service(restarted=True) restarts on this run's changes only and waits for no answer.
 @operation()
 def chat_started(unit: str, files: tuple[str, ...], stamp: str, port: int, timeout_s: int = 600):
     """The page runs with the unit, env file and venv on disk: (re)started when any changed since it last

@@ -41,6 +41,8 @@ def archive_pin(packages: dict[str, str], patterns: tuple[str, ...]) -> str:
     return head + "\n".join(stanzas)
 
 
+# Own operation: pyinfra's apt.packages installs name=version but cannot put the pinning package first, move
+# held packages, purge the archive's driver, or leave a driver it did not install alone.
 @operation()
 def pinned_driver(driver: DriverSet, version: str):
     """Install the driver set at exactly `version`: pinning package first (so apt resolves every component
@@ -66,6 +68,7 @@ def pinned_driver(driver: DriverSet, version: str):
     yield f"{APT} install --allow-downgrades --allow-change-held-packages {names}"
 
 
+# Own operation: pyinfra has no apt-mark hold.
 @operation()
 def hold_driver(patterns: tuple[str, ...] = HOLD_PATTERNS):
     """apt-mark hold every installed driver package that is not held yet (unattended or careless upgrades

@@ -16,7 +16,6 @@ from vllm_rig.core.files import config_files, rendered, shipped, text
 from vllm_rig.core.packages import distro_packages, lists_fresh
 from vllm_rig.core.run import host_failed
 from vllm_rig.core.stamp import stamped
-from vllm_rig.core.systemd import unit_enabled_and_started
 from vllm_rig.paths import DRIVER_RECORD, ETC_DIR, GUARD_UNIT, INITRAMFS_STAMP, Layout
 from vllm_rig.settings import Settings
 from vllm_rig.stages.driver.apt_pin import ARCHIVE_PIN_FILE, archive_pin, hold_driver, pinned_driver
@@ -149,7 +148,7 @@ def install_driver(s: Settings) -> None:
         timeout=s.reboot_timeout_s,
         ask=s.driver_reboot == "ask",
     )
-    unit_enabled_and_started(name="GPU guard enabled and done", unit=GUARD_UNIT)
+    systemd.service(name="GPU guard enabled and done", service=GUARD_UNIT, running=True, enabled=True)
     # Restarting the daemon re-runs the guard too (PartOf): persistence from the daemon, then the power limit.
     systemd.service(
         name="Restart nvidia-persistenced and the GPU guard after their files changed",

@@ -14,8 +14,9 @@ import shlex
 
 from pyinfra import host
 from pyinfra.api import operation
+from pyinfra.facts.deb import DebPackages
 
-from vllm_rig.core.packages import APT_INSTALL, PackageVersions
+from vllm_rig.core.packages import APT_INSTALL
 
 
 def parse_deb_filename(url: str) -> tuple[str, str]:
@@ -24,10 +25,12 @@ def parse_deb_filename(url: str) -> tuple[str, str]:
     return name, version
 
 
+# Own operation: pyinfra's apt.deb downloads the .deb again wherever /tmp lost it (a re-run reports a change)
+# and installs it with dpkg -i, which does not wait for the dpkg lock.
 @operation()
 def keyring_deb(url: str):
     name, version = parse_deb_filename(url)
-    if host.get_fact(PackageVersions, packages=(name,)).get(name) == version:
+    if version in host.get_fact(DebPackages).get(name, ()):
         host.noop(f"{name} {version} is installed")
         return
     tmp, src = f"/tmp/vllm-rig-{name}.deb", shlex.quote(url)

@@ -19,9 +19,9 @@ import time
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 from pyinfra.connectors.local import LocalConnector
+from pyinfra.facts.files import FileContents
 
 from vllm_rig.core.checks import fail_host
-from vllm_rig.core.facts import BootId, FileText
 from vllm_rig.host import nvrm
 from vllm_rig.paths import STATE_DIR
 from vllm_rig.stages.driver.facts import Driver, DriverState, ModuleFailure
@@ -137,6 +137,8 @@ def _rebooted_for(version: str, kernel: str | None) -> str:
     return f"{version} {kernel or '?'}"
 
 
+# Own operation: pyinfra's server.reboot always reboots and confirms it by uptime, which a container does not reset;
+# this one reboots only for the driver, at most once for it, and confirms by the boot id.
 @operation(is_idempotent=True)
 def reboot_if_needed(version: str, timeout: int = 600, ask: bool = False):
     """Reboot when the installed driver is not the loaded one (or nouveau holds the GPUs), then wait for a
@@ -144,7 +146,7 @@ def reboot_if_needed(version: str, timeout: int = 600, ask: bool = False):
     nor a box whose owner reboots it (`ask`, driver_reboot: ask): those stop with what to do instead."""
     state = host.get_fact(DriverState)
     reasons = reboot_reasons(state, version)
-    record = (host.get_fact(FileText, path=REBOOTED_FOR) or "").strip()
+    record = "\n".join(host.get_fact(FileContents, path=REBOOTED_FOR) or []).strip()
     key = _rebooted_for(version, state.get("kernel"))
     if not reasons:
         if record:
@@ -167,7 +169,7 @@ def reboot_if_needed(version: str, timeout: int = 600, ask: bool = False):
         yield FunctionCommand(fail_host, (refusal,), {})
         return
     before: list[str] = []
-    yield FunctionCommand(lambda state, host: before.append(host.get_fact(BootId)), (), {})
+    yield FunctionCommand(lambda state, host: before.append(_boot_id(host) or ""), (), {})
     logger.info(f"[{host.name}] rebooting: {why}")
     yield StringCommand(f"mkdir -p {STATE_DIR} && echo '{key}' > {REBOOTED_FOR}")
     yield StringCommand("( sleep 1 && systemctl reboot ) </dev/null >/dev/null 2>&1 &")
@@ -195,6 +197,12 @@ def _stop_with_reason(state, host, version: str, why: str) -> bool:
     )
 
 
+def _boot_id(host) -> str | None:
+    """The kernel's boot id, new after every boot (uptime does not reset inside a container)."""
+    lines = host.get_fact(FileContents, path="/proc/sys/kernel/random/boot_id")
+    return lines[0].strip() if lines else None
+
+
 def _wait_for_new_boot(state, host, before: list[str], timeout: int) -> bool:  # noqa: ARG001
     host.disconnect()
     deadline = time.monotonic() + timeout
@@ -202,7 +210,7 @@ def _wait_for_new_boot(state, host, before: list[str], timeout: int) -> bool:  #
         time.sleep(2)
         host.connect(show_errors=False)
         if host.connected:
-            now = host.get_fact(BootId)
+            now = _boot_id(host)
             if now and now != before[0]:
                 logger.info(f"[{host.name}] back after reboot (boot id {now[:8]})")
                 return True

@@ -15,6 +15,7 @@ from vllm_rig.stages.front.facts import BEARER_TOKEN, BoxFiles, key_line, read_k
 NOT_BEARER = "its API key holds characters a Bearer token may not (RFC 6750: letters, digits, - . _ ~ + / then =)"
 
 
+# Own operation: a secret; files.put would print it with --diff (see core.secrets.secret_file).
 @operation()
 def box_files(box: str, env_file: str, ca_file: str, ca_dest: str, key_dest: str):
     """`ca_dest` holds box's CA certificate and `key_dest` the nginx line that sends box's key, both 0600 root."""

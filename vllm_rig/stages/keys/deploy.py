@@ -51,6 +51,7 @@ def key_revoked(package: str, keys_dir: str, key_name: str):
     yield lan_keys(package, "revoke", "--dir", keys_dir, key_name)  # no such key: one line, and the run fails
 
 
+# Own operation: pyinfra's python.call counts as a change on every run; saying lines changes nothing.
 @operation(is_idempotent=True)
 def lines_said(lines: tuple[str, ...]):
     """Lines for the owner, said after pyinfra's results (core/end_of_run.py); changes nothing."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pyinfra import host, logger
 from pyinfra.api import deploy
-from pyinfra.operations import files
+from pyinfra.operations import files, systemd
 
 from vllm_rig import paths
 from vllm_rig.core.files import config_files, rendered, text
@@ -20,7 +20,6 @@ from vllm_rig.core.host_package import host_programs
 from vllm_rig.core.packages import distro_packages, lists_fresh
 from vllm_rig.core.run import host_failed
 from vllm_rig.core.secrets import Secret, secret_file
-from vllm_rig.core.systemd import unit_enabled_and_started
 from vllm_rig.known import server_routes
 from vllm_rig.paths import Layout
 from vllm_rig.settings import Settings
@@ -89,7 +88,7 @@ def serve_lan(s: Settings) -> None:
     )
     site = rendered(paths.NGINX_SITE, TEMPLATE, **site_context(s, ipv6=found["ipv6"]))
     config_files(name=f"nginx site: the LAN on port {s.lan_port}", files=(site,))
-    unit_enabled_and_started(name="nginx enabled and started", unit="nginx.service")
+    systemd.service(name="nginx enabled and started", service="nginx.service", running=True, enabled=True)
     nginx_loaded(
         name="nginx checked and reloaded when its files changed",
         paths=LOADED_FILES,

@@ -10,6 +10,7 @@ from pyinfra.api import operation
 from vllm_rig.stages.lan.facts import DEFAULT_SITE_MARK, ClientKeys, Digest, KeyMap, LanHost, LanTls, lan_keys
 
 
+# Own operation: files.put would overwrite a default site someone else put there.
 @operation()
 def default_site_off(path: str):
     """Before nginx is installed: a comment-only sites-enabled/default, so Debian's postinst does not link its
@@ -59,6 +60,8 @@ def client_keys_made(package: str, keys_dir: str, names: tuple[str, ...]):
     yield lan_keys(package, "ensure", "--dir", keys_dir, *missing)
 
 
+# Own operation: systemd.service(reloaded=True) reloads without `nginx -t`, only on this run's changes, and does
+# not check that nginx took the port.
 @operation()
 def nginx_loaded(paths: tuple[str, ...], stamp: str, port: int):
     """nginx runs with the files as they are on disk: checked (`nginx -t`), then reloaded, when they changed
@@ -82,6 +85,7 @@ def nginx_loaded(paths: tuple[str, ...], stamp: str, port: int):
     yield f"sh -c {shlex.quote(script)}"
 
 
+# Own operation: files.file(present=False) would leave nginx serving the removed site until a reload.
 @operation()
 def site_absent(path: str, stamp: str):
     """lan_serving: direct: no vllm-rig site in nginx (nginx itself, and other sites, stay)."""

@@ -257,6 +257,7 @@ class _Reporter:
         self.phase, self.at, self.bytes = phase, now, done
 
 
+# Own operation: a secret; files.put would print it with --diff (see core.secrets.secret_file).
 @operation()
 def secret_env_file(path: str, variable: str, value: Secret):
     """`VARIABLE=value` in a root-owned 0600 file, or no file when there is no value. The value travels on

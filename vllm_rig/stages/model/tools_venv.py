@@ -14,6 +14,8 @@ from vllm_rig.core.facts import SectionFact, Sections, section_command
 from vllm_rig.core.packages import APT_INSTALL
 
 
+# Own operation: pyinfra's pip.packages(requirements=...) runs pip install on every run and pip.venv plus apt
+# cost three reads; this one compares the installed lock's digest, all in one command.
 @operation()
 def tools_venv(path: str, package: str, version: str, lock: str, index_url: str | None = None):
     """python3-venv from apt, the venv from the system python3, and exactly the hashed lock in it (`lock`, the

@@ -21,6 +21,7 @@ import shlex
 
 from pyinfra import host, logger, state
 from pyinfra.api import deploy, operation
+from pyinfra.facts.server import Users
 
 from vllm_rig import paths
 from vllm_rig.core import end_of_run
@@ -76,6 +77,7 @@ class Units(SectionFact[dict[str, list[str]]]):
         return {k: [line.strip() for line in sections.lines(k) if line.strip()] for k in ("loaded", "files")}
 
 
+# Own operation: which units there are is found on the box by pattern; systemd.service needs their names first.
 @operation()
 def units_removed(patterns: tuple[str, ...]):
     """Every unit matching `patterns` stopped, disabled and its file (and drop-ins) removed."""
@@ -175,6 +177,7 @@ def listing_dirs(candidates: tuple[str, ...], keep: tuple[str, ...]) -> tuple[st
     return tuple(dirs)
 
 
+# Own operation: files.file/files.directory(present=False) take one path each, with a read each; this reads all.
 @operation()
 def paths_removed(candidates: tuple[str, ...], keep: tuple[str, ...] = ()):
     """Each candidate deleted, except the kept paths (and the directories on their way)."""
@@ -203,25 +206,11 @@ def model_files_removed(model_dirs: tuple[str, ...]):
     yield "rm -rf -- " + " ".join(shlex.quote(p) for p in gone)
 
 
-class SystemUser(SectionFact["int | None"]):
-    """The user's uid, or None when there is no such user."""
-
-    @staticmethod
-    def default() -> int | None:
-        return None
-
-    def command(self, user: str) -> str:
-        return section_command({"uid": f"id -u {shlex.quote(user)} 2>/dev/null"})
-
-    def parse(self, sections: Sections) -> int | None:
-        uid = sections.first("uid")
-        return int(uid) if uid and uid.isdigit() else None
-
-
+# Own operation: server.user(present=False) would remove a login user of the same name too.
 @operation()
 def system_user_removed(user: str):
     """The service's system user gone (a login user of the same name, uid 1000 and up, is never touched)."""
-    uid = host.get_fact(SystemUser, user=user)
+    uid = host.get_fact(Users).get(user, {}).get("uid")  # reads every account: once, in a removal
     if uid is None:
         host.noop(f"no user {user}")
         return

@@ -17,11 +17,11 @@ import shlex
 
 from pyinfra import host
 from pyinfra.api import deploy
+from pyinfra.facts.files import FileContents
 from pyinfra.operations import files
 
 from vllm_rig import paths
 from vllm_rig.core.checks import require
-from vllm_rig.core.facts import FileText
 from vllm_rig.core.files import config_files, rendered, shipped, text
 from vllm_rig.core.git import GitSource, git_checkouts
 from vllm_rig.core.host_package import host_programs
@@ -37,10 +37,8 @@ from vllm_rig.stages.runtime import plan as runtime
 from vllm_rig.stages.runtime.artifact_store import StoreSetting
 from vllm_rig.stages.runtime.facts import RuntimeState
 from vllm_rig.stages.runtime.operations import (
-    Directory,
     build_runtime,
     clear_host_caches,
-    directories,
     switch_runtime,
 )
 from vllm_rig.stages.service.unit import environment
@@ -121,14 +119,15 @@ def install_runtime(s: Settings, retry_rolled_back: bool = False) -> None:
         name="Build tools and Python headers from the distribution", packages=build_packages(s.python_version)
     )
     service_user(layout, box["gpu_groups"])  # the build warms FlashQLA's extension as this user
-    directories(
-        name="Runtime, cache and log directories; the service user's torch extensions",
-        dirs=(
-            Directory(dirs.runtimes),
-            Directory(dirs.cache),
-            Directory(paths.LOG_DIR),
-            Directory(layout.torch_extensions_dir, user=user, group=user),  # stable and writable
-        ),
+    files.directory(name="Runtimes directory", path=dirs.runtimes, user="root", group="root", mode="755")
+    files.directory(name="Runtime cache directory", path=dirs.cache, user="root", group="root", mode="755")
+    files.directory(name="Log directory", path=paths.LOG_DIR, user="root", group="root", mode="755")
+    files.directory(  # stable and writable: the service user compiles FlashQLA's extension into it
+        name="The service user's torch extensions",
+        path=layout.torch_extensions_dir,
+        user=user,
+        group=user,
+        mode="755",
     )
     host_programs(layout.host_package)
     config_files(
@@ -229,7 +228,7 @@ def _rolled_back(s: Settings, inputs: dict, choice: runtime.Choice) -> str | Non
     earlier operation of this run: the choice read when the stage was planned holds)."""
     if choice.action != "rolled-back":
         return None
-    record = host.get_fact(FileText, path=f"{s.install_root}/current/runtime.json")
+    record = "\n".join(host.get_fact(FileContents, path=f"{s.install_root}/current/runtime.json") or [])
     try:
         running = json.loads(record or "{}").get("inputs", {})
     except ValueError:

@@ -79,32 +79,6 @@ def _link_name(lines: list[str] | None) -> str | None:
     return target.rstrip("/").rsplit("/", 1)[-1] if target else None
 
 
-class DirsState(SectionFact[dict[str, str | None]]):
-    """{path: "mode user group" or None when it is not a directory}, for many paths in one command."""
-
-    def command(self, paths: tuple[str, ...]) -> str:
-        args = " ".join(shlex.quote(p) for p in paths)
-        return section_command(
-            {
-                "dirs": (
-                    f'for p in {args}; do if [ -d "$p" ]; then printf "%s\\t%s\\n" "$p" "$(stat -c "%a %U %G" "$p")"; '
-                    'else printf "%s\\t-\\n" "$p"; fi; done'
-                )
-            }
-        )
-
-    def parse(self, sections: Sections) -> dict[str, str | None]:
-        found: dict[str, str | None] = {}
-        for line in sections.lines("dirs"):
-            path, _, state = line.rstrip("\n").partition("\t")
-            found[path] = None if state.strip() in ("-", "") else state.strip()
-        return found
-
-    @staticmethod
-    def default() -> dict[str, str | None]:
-        return {}
-
-
 class Build(TypedDict):
     complete: bool  # runtime.json is there
     unit: dict[str, str]  # the build unit's ActiveState, Result, InvocationID, ExecMainStatus, ...

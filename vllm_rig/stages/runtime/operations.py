@@ -11,7 +11,6 @@ from __future__ import annotations
 import shlex
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from io import BytesIO
 
 from pyinfra import host, logger, state
@@ -26,7 +25,6 @@ from vllm_rig.stages.runtime import served_with
 from vllm_rig.stages.runtime.artifacts import waits_for
 from vllm_rig.stages.runtime.facts import (
     BuildState,
-    DirsState,
     LoadedHost,
     LogProgress,
     LogTail,
@@ -62,31 +60,6 @@ def start_command(unit: str, runtime: str, package: str, spec: str, log: str, ti
         + " ".join(shlex.quote(p) for p in props)
         + f" /usr/bin/python3 {shlex.quote(package)} build_runtime {shlex.quote(spec)}"
     )
-
-
-@dataclass(frozen=True)
-class Directory:
-    path: str
-    mode: str = "755"  # octal, as stat %a prints it
-    user: str = "root"
-    group: str = "root"
-
-    @property
-    def state(self) -> str:
-        return f"{self.mode} {self.user} {self.group}"
-
-
-@operation()
-def directories(dirs: tuple[Directory, ...]):
-    """Each directory exists with its mode and owner; all read with one command."""
-    found = host.get_fact(DirsState, paths=tuple(d.path for d in dirs))
-    stale = [d for d in dirs if found.get(d.path) != d.state]
-    if not stale:
-        host.noop(f"{len(dirs)} directories in place")
-        return
-    for d in stale:
-        path = shlex.quote(d.path)
-        yield f"mkdir -p {path} && chown {d.user}:{d.group} {path} && chmod {d.mode} {path}"
 
 
 @operation()
@@ -179,6 +152,7 @@ def _verdict(host, found: dict, runtime: str, unit: str, log: str) -> bool:
     return False
 
 
+# Own operation: pyinfra's files.link replaces a link in two steps (rm, then ln); the switch is one rename.
 @operation()
 def switch_runtime(root: str, target: str, flashinfer_cache: str, unit_path: str, environment_file: str):
     """Point `current` at runtimes/<target> (atomic rename of a new symlink) and keep the old one as
@@ -228,6 +202,8 @@ def clear_host_caches(caches: Sequence[str]):
     yield from stamp_commands(command, HOST_FINGERPRINT, now)
 
 
+# Own operation: systemd.service(restarted=True) restarts on a change made in this run only; a run cut between
+# the switch and the restart would leave the old runtime serving. Here the unit's start time is compared.
 @operation()
 def restart_if_stale(service: str, stamps_loaded: Sequence[str], when_it_fails: str | None = None):
     """`systemctl try-restart` when the service started before the newest of `stamps_loaded` was written

@@ -21,7 +21,7 @@ from vllm_rig.core.host_package import host_programs
 from vllm_rig.core.run import host_failed
 from vllm_rig.core.secrets import Secret, api_key_file, secret_file
 from vllm_rig.core.stamp import stamped, with_key_of
-from vllm_rig.core.systemd import said_on_failure, unit_disabled_and_stopped, unit_enabled_and_started
+from vllm_rig.core.systemd import said_on_failure, unit_enabled_and_started
 from vllm_rig.core.users import service_user
 from vllm_rig.paths import Layout
 from vllm_rig.settings import Settings
@@ -101,9 +101,14 @@ def install_service(s: Settings) -> None:
     unit_enabled_and_started(name=starts[1], unit=service_unit, when_it_fails=said)
     timer = f"{paths.WATCHDOG_UNIT}.timer"
     if s.watchdog_enabled:
-        unit_enabled_and_started(name="Watchdog timer enabled and started", unit=timer)
+        systemd.service(name="Watchdog timer enabled and started", service=timer, running=True, enabled=True)
     else:
-        unit_disabled_and_stopped(name="Watchdog timer off (watchdog_enabled: false)", unit=timer)
+        systemd.service(
+            name="Watchdog timer off (watchdog_enabled: false)",
+            service=timer,
+            running=False,
+            enabled=False,
+        )
     probe = service_probe_command(s, layout)
     # After a driver change the service restarts on a new kernel module: prove it again.
     fingerprint = hashlib.sha256(f"{unit_text}|driver {s.nvidia_driver_version}".encode()).hexdigest()

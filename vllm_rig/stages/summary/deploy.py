@@ -106,6 +106,7 @@ def connection(h: Any) -> dict[str, Any]:
     return {"name": h.name, **{k: h.data.get(k) for k in keys}}
 
 
+# Own operation: pyinfra's python.call counts as a change on every run; printing changes nothing.
 @operation(is_idempotent=True)
 def summary_printed(next_lines: tuple[str, ...]):
     """The summary, printed when the operation runs; it changes nothing on the host."""

@@ -66,6 +66,7 @@ def line_notes(s: Settings) -> list[str]:
     return lines
 
 
+# Own operation: server.shell shows a command's output only with -v, and cannot read it into lines for the owner.
 @operation(is_idempotent=False)
 def releases_listed(command: str):
     """Run the listing on the host and print it (read-only apart from the git cache)."""
