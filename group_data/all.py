@@ -23,6 +23,11 @@ preflight_report = "table"  # how the verdict is printed: table, or json (one li
 nvidia_repo_url = (  # NVIDIA's CUDA apt repository: the driver and the toolkit come from it
     "https://developer.download.nvidia.com/compute/cuda/repos/{distro}/x86_64/"
 )
+# NVIDIA's CUDA repository signing key (id 3bf863cc, cudatools@nvidia.com), the same for every distro (the
+# public pins of it agree): the keyring package downloaded from nvidia_repo_url must hold it and no other.
+nvidia_repo_key_fingerprint = (  # the one key NVIDIA's keyring package may hold, checked before it is installed
+    "EB693B3035CD5710E231E123A4B469963BF863CC"
+)
 nvidia_driver_version = "580.159.03"  # exact driver version, pinned and held (the reference setup's)
 nvidia_driver_flavor = "proprietary"  # kernel module flavour: proprietary, or open (Turing+ only)
 nvidia_driver_replace_existing = False  # replace an installed driver of another version (never by default)

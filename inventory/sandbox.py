@@ -177,6 +177,7 @@ def _settings() -> dict:
     fork, flashqla = "weicj/vLLM-2080Ti-Definitive", "weicj/FlashQLA-SM70-SM75"
     return {
         "nvidia_repo_url": _nvidia_repo.repos_url() + "/{distro}/x86_64/",
+        "nvidia_repo_key_fingerprint": _nvidia_repo.key_fingerprint(),  # the stand-in repository's own key
         "fork_repo": _forge.remote_url(fork),
         "fork_ref": refs.get(fork, {}).get("v0.1.17", "(run: python -m tests.sandbox up)"),
         "flashqla_repo": _forge.remote_url(flashqla),

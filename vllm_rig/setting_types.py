@@ -180,6 +180,9 @@ ComputeCapability = Literal["7.0", "7.5", "8.0", "8.6", "8.9", "9.0"]
 
 Commit = Annotated[str, Rule("a full 40-character lower-case commit SHA (a branch or tag can move)", matches(SHA40))]
 Sha256 = Annotated[str, Rule("a 64-hex-digit lower-case sha256", matches(SHA256))]
+KeyFingerprint = Annotated[
+    str, Rule("an OpenPGP key fingerprint: 40 upper-case hex digits, no spaces", matches(r"[0-9A-F]{40}"))
+]
 Pep440 = Annotated[str, Rule("a PEP 440 version such as 2.11.0", _is_version)]
 Url = Annotated[str, AfterValidator(_url), Rule("an http(s) URL")]
 MirrorPrefix = Annotated[str, AfterValidator(_mirror_prefix)]  # put in front of every git URL

@@ -58,6 +58,7 @@ from vllm_rig.setting_types import (
     HostName,
     InventoryName,
     IpAddress,
+    KeyFingerprint,
     KeyName,
     MirrorPrefix,
     MokPassword,
@@ -223,6 +224,9 @@ class Settings(BaseModel):
     nvidia_repo_url: Url = _setting(
         "NVIDIA's CUDA apt repository: the driver and the toolkit come from it",
         "an http(s) URL; {distro} is replaced by e.g. ubuntu2404",
+    )
+    nvidia_repo_key_fingerprint: KeyFingerprint = _setting(
+        "the one key NVIDIA's keyring package may hold, checked before it is installed"
     )
     nvidia_driver_version: DriverVersion = _setting("exact driver version, pinned and held (the reference setup's)")
     nvidia_driver_flavor: Literal["proprietary", "open"] = _setting(

@@ -36,12 +36,14 @@ def test_only_missing_packages_are_installed_without_recommends_waiting_for_the_
 def test_the_keyring_is_installed_unless_that_version_is() -> None:
     url = "https://example.invalid/repos/ubuntu2404/x86_64/cuda-keyring_1.1-1_all.deb"
     installed = "ii  cuda-keyring   {}   all   NVIDIA CUDA keyring"
-    assert plan({"dpkg -l": [installed.format("1.1-1")]}, keyring_deb, url=url) == (False, [])
-    changes, commands = plan({"dpkg -l": [installed.format("1.0-1")]}, keyring_deb, url=url)
+    key = "EB693B3035CD5710E231E123A4B469963BF863CC"
+    assert plan({"dpkg -l": [installed.format("1.1-1")]}, keyring_deb, url=url, fingerprint=key) == (False, [])
+    changes, commands = plan({"dpkg -l": [installed.format("1.0-1")]}, keyring_deb, url=url, fingerprint=key)
     # through apt, which waits for the dpkg lock (dpkg -i fails at once while unattended-upgrades holds it)
     assert changes and "install --no-install-recommends /tmp/vllm-rig-cuda-keyring.deb" in commands[0]
     assert "DPkg::Lock::Timeout=600" in commands[0] and "dpkg -i" not in commands[0]
-    assert plan({}, keyring_deb, url=url)[0]  # a fresh box: dpkg knows no keyring
+    assert commands[0].index(key) < commands[0].index("install --no-install-recommends /tmp")  # checked first
+    assert plan({}, keyring_deb, url=url, fingerprint=key)[0]  # a fresh box: dpkg knows no keyring
 
 
 POLICY = [

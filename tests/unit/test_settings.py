@@ -37,6 +37,7 @@ RULES: list[tuple[str, Any, Any, dict[str, Any]]] = [
     ("min_ram_gb", -1, 32, {}),
     ("preflight_report", "yaml", "json", {}),
     ("nvidia_repo_url", "ftp://mirror/cuda", "https://127.0.0.1:18081/nvidia/{distro}/", {}),
+    ("nvidia_repo_key_fingerprint", "3bf863cc", "EB693B3035CD5710E231E123A4B469963BF863CC", {}),
     ("nvidia_driver_version", "580", "580.159.04", {}),
     ("nvidia_driver_version", "570.86.10", "575.57.08", {}),  # too old for CUDA 12.9
     ("nvidia_driver_flavor", "nouveau", "open", {}),

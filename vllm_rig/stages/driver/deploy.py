@@ -82,6 +82,7 @@ def install_driver(s: Settings) -> None:
     keyring_deb(
         name="NVIDIA CUDA repository (keyring package)",
         url=s.nvidia_repo_url.format(distro=distro) + KEYRING,
+        fingerprint=s.nvidia_repo_key_fingerprint,
     )
     if archive:
         lists_fresh(name="Package lists are less than a day old", packages=[])
