@@ -107,8 +107,10 @@ def test_fork_releases_lists_the_newer_release_on_the_pinned_line(rig: Rig) -> N
     assert f"--data fork_ref={refs[forge.NEXT_TAG]}" in run.log and "newer releases: v0.1.18" in run.log
     assert forge.PREVIEW_TAG not in run.log  # the 0.2.x line's preview is not on the pinned line
     # Through the git cache: the line's tags are in the runtime's cache of the fork now.
-    tags = rig.ssh("rig1", "sudo git -C /opt/vllm-rig/cache/git/weicj+vLLM-2080Ti-Definitive.git tag")
-    assert set(tags.split()) >= {forge.FORK_TAG, forge.NEXT_TAG}
+    git = "sudo git -C /opt/vllm-rig/cache/git/weicj+vLLM-2080Ti-Definitive.git"
+    assert set(rig.ssh("rig1", f"{git} tag").split()) >= {forge.FORK_TAG, forge.NEXT_TAG}
+    # The runtime stage's cache held the pin alone (a shallow fetch by commit); the pin's history came with the tags.
+    assert rig.ssh("rig1", f"{git} rev-parse --is-shallow-repository").strip() == "false"
 
 
 def test_a_guarded_update_keeps_the_old_runtime_when_the_new_release_decodes_slower(rig: Rig) -> None:

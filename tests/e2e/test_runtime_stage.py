@@ -138,6 +138,10 @@ def test_fresh_build_records_arch_75_and_max_jobs(rig: Rig) -> None:
     assert built["MAX_JOBS"] == str(runtime.max_jobs("auto", threads, ram_gb))
     assert built["NVCC_THREADS"] == "1" and built["ccache"] == "/usr/bin/ccache"
     assert built["git_commit"] == _fork("v0.1.17") and "release 12.9" in built["nvcc"]
+    # The fork came as from GitHub: the pinned commit alone, a shallow fetch by commit over git's smart HTTP.
+    cache = f"{ROOT}/cache/git/{runtime.cache_name(forge.FORK)}.git"
+    git = f"git -c safe.directory='*' -C {cache}"
+    assert sh(rig, f"{git} rev-parse --is-shallow-repository; {git} rev-list --count {_fork('v0.1.17')}") == "true\n1"
     assert built["VLLM_CUTLASS_SRC_DIR"] == f"{ROOT}/runtimes/{current}/src/deps/cutlass"
     assert built["TRITON_KERNELS_SRC_DIR"].endswith("src/deps/triton/python/triton_kernels/triton_kernels")
     # FlashInfer 0.6.14 carries PR 3621 (the header is the known result), no jit-cache, the check passes.

@@ -19,10 +19,19 @@ PROGRAMS = {
     "dpkg-deb": "dpkg",
     "gpg": "gnupg",
     "git": "git",
-    "nginx": "nginx",  # the shared runtime artifact store (fixtures/artifact_store.py)
+    "nginx": "nginx",  # the file server and the shared runtime artifact store (fixtures/)
+    "fcgiwrap": "fcgiwrap",  # runs git http-backend for nginx (fixtures/fileserver.py)
     "openssl": "openssl",  # its https side's local CA
 }
 SBIN = "/usr/local/sbin:/usr/sbin:/sbin"
+
+
+def find(program: str) -> str:
+    """The program's path (root's sbin directories included), or SystemExit with the package to install."""
+    found = shutil.which(program, path=f"{os.environ.get('PATH', '')}:{SBIN}")
+    if found is None:
+        raise SystemExit(f"{program} is not installed: run 'sudo apt-get install {PROGRAMS[program]}'")
+    return found
 
 
 def missing(path: str | None = None) -> list[str]:

@@ -143,6 +143,29 @@ def stop(name: str, timeout: float = 10) -> bool:
     return True
 
 
+def spawn(cmd: list[str]) -> subprocess.Popen:
+    """One of a fixture's programs, in its own session (so supervise() can stop its whole process group)."""
+    return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def supervise(children: list[tuple[subprocess.Popen, int]]) -> int:
+    """Wait on a fixture's programs (each started in its own session, with its graceful stop signal: nginx's is
+    SIGQUIT) until one exits, then stop the rest. SIGTERM (stop() above) and SIGINT stop them all. The signal goes
+    to each one's process group: fcgiwrap's parent leaves its preforked children running when it is stopped."""
+
+    def stop_all(_sig: int = 0, _frame: object = None) -> None:
+        for child, sig in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, sig)
+
+    signal.signal(signal.SIGTERM, stop_all)
+    signal.signal(signal.SIGINT, stop_all)
+    while all(child.poll() is None for child, _ in children):
+        time.sleep(0.2)
+    stop_all()
+    return max(child.wait() for child, _ in children)
+
+
 def up_one(name: str) -> Outcome:
     t0 = time.monotonic()
     mod = load(name)

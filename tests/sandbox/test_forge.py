@@ -1,12 +1,12 @@
-"""The forge fixture: git remotes over dumb HTTP, the stand-in fork's real build, and its OpenAI server.
+"""The forge fixture: git remotes over git's smart HTTP, the stand-in fork's real build, and its OpenAI server.
 
-Everything runs on loopback: a static file server on a free port serves paths.WWW; the stand-in server
-binds 127.0.0.1 on a free port. pip fetches setuptools and wheel from its default index once per run.
+Everything runs on loopback: the sandbox's file server (nginx and git http-backend, fixtures/fileserver.py) serves
+paths.WWW; the stand-in server binds 127.0.0.1 on a free port. pip fetches setuptools and wheel from its default
+index once per run.
 """
 
 from __future__ import annotations
 
-import functools
 import http.client
 import json
 import os
@@ -23,12 +23,11 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
-from tests.sandbox import paths
+from tests.sandbox import services
 from tests.sandbox.fixtures import forge
 
 # The users' commands (seeds 000 and 002), flag for flag; host, port and model path are swapped per test.
@@ -232,16 +231,11 @@ def manifest() -> dict[str, dict[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def fileserver(manifest: dict) -> Iterator[int]:
-    class Quiet(SimpleHTTPRequestHandler):
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(paths.WWW)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server.server_address[1]
-    server.shutdown()
-    server.server_close()
+def fileserver(manifest: dict) -> int:
+    """The sandbox's own file server (started if it is not running; it stays up, as `up` leaves it)."""
+    outcome = services.up_one("fileserver")
+    assert outcome.port is not None
+    return outcome.port
 
 
 def make_venv(path: Path) -> Path:
@@ -322,7 +316,7 @@ def test_manifest_names_distinct_pinned_commits(manifest: dict) -> None:
 
 def test_build_is_deterministic_and_idempotent(manifest: dict, tmp_path: Path) -> None:
     assert forge.publish(tmp_path) == manifest  # another build, later, elsewhere: the same SHAs
-    refs = forge.GIT_DIR / f"{forge.FORK}.git" / "info" / "refs"
+    refs = forge.GIT_DIR / f"{forge.FORK}.git" / "packed-refs"
     before = refs.stat().st_mtime_ns
     t0 = time.monotonic()
     forge.build()
@@ -330,17 +324,15 @@ def test_build_is_deterministic_and_idempotent(manifest: dict, tmp_path: Path) -
     assert refs.stat().st_mtime_ns == before
 
 
-def test_repos_are_ready_for_dumb_http(manifest: dict) -> None:
-    for repo in (forge.FORK, forge.FLASHQLA):
-        bare = forge.GIT_DIR / f"{repo}.git"
-        hook = bare / "hooks" / "post-update"
-        assert "git update-server-info" in hook.read_text() and os.access(hook, os.X_OK)
-        assert (bare / "objects" / "info" / "packs").read_text().strip().startswith("P pack-")
-        assert (bare / "HEAD").read_text().strip() == "ref: refs/heads/main"
-    refs = (forge.GIT_DIR / f"{forge.FORK}.git" / "info" / "refs").read_text()
-    assert f"{manifest[forge.FORK]['v0.1.17']}\trefs/tags/v0.1.17" in refs
-    for tag in (forge.NEXT_TAG, forge.PREVIEW_TAG):  # what `git ls-remote --tags` lists (tasks/fork_releases.py)
-        assert f"{manifest[forge.FORK][tag]}\trefs/tags/{tag}" in refs
+def test_the_remote_lists_its_tags_and_refuses_a_push(fileserver: int, manifest: dict, tmp_path: Path) -> None:
+    url = forge.remote_url(forge.FORK, fileserver)
+    tags = run(["git", "ls-remote", "--tags", url]).stdout  # what tasks/fork_releases.py asks
+    for tag in (forge.FORK_TAG, forge.NEXT_TAG, forge.PREVIEW_TAG):
+        assert f"{manifest[forge.FORK][tag]}\trefs/tags/{tag}" in tags
+    clone(fileserver, forge.FORK, tmp_path / "c", manifest[forge.FORK]["main"])
+    push = run(["git", "-C", str(tmp_path / "c"), "push", "-q", url, "HEAD:refs/heads/pushed"], check=False)
+    assert push.returncode != 0  # http-backend takes no anonymous push: the remotes are the fixture's alone
+    assert "refs/heads/pushed" not in run(["git", "ls-remote", url]).stdout
 
 
 def test_clone_over_http_and_move_between_pins(fileserver: int, manifest: dict, tmp_path: Path) -> None:
@@ -359,22 +351,15 @@ def test_clone_over_http_and_move_between_pins(fileserver: int, manifest: dict, 
     assert (qla / "flash_qla/ops/gated_delta_rule/legacy/sm_legacy.py").is_file()
 
 
-def test_fetch_by_sha_works_and_shallow_does_not(fileserver: int, manifest: dict, tmp_path: Path) -> None:
-    """Dumb HTTP serves any commit by SHA, but not shallow fetches (GitHub's smart HTTP does both)."""
+def test_a_shallow_fetch_by_commit_works_as_on_github(fileserver: int, manifest: dict, tmp_path: Path) -> None:
+    """vllm_rig/core/git.py's first try, `fetch --depth=1 <url> <sha>`, gets that commit alone."""
     sha = manifest[forge.FORK]["main"]
-    run(["git", "init", "-q", str(tmp_path / "by-sha")])
-    run(["git", "-C", str(tmp_path / "by-sha"), "fetch", "-q", forge.remote_url(forge.FORK, fileserver), sha])
-    assert run(["git", "-C", str(tmp_path / "by-sha"), "rev-parse", "FETCH_HEAD"]).stdout.strip() == sha
-    shallow = [
-        "git",
-        "clone",
-        "-q",
-        "--depth",
-        "1",
-        forge.remote_url(forge.FORK, fileserver),
-        str(tmp_path / "s"),
-    ]
-    assert "does not support shallow" in run(shallow, check=False).stderr
+    repo = tmp_path / "by-sha"
+    run(["git", "init", "-q", "--bare", str(repo)])
+    run(["git", "-C", str(repo), "fetch", "-q", "--depth=1", forge.remote_url(forge.FORK, fileserver), sha])
+    assert run(["git", "-C", str(repo), "rev-parse", "FETCH_HEAD"]).stdout.strip() == sha
+    assert run(["git", "-C", str(repo), "rev-parse", "--is-shallow-repository"]).stdout.strip() == "true"
+    assert run(["git", "-C", str(repo), "rev-list", "--count", sha]).stdout.strip() == "1"
 
 
 # --- the build -------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The rig itself: machines boot, take SSH and sudo, survive an inside reboot; the file server does ranges."""
+"""The rig itself: machines boot, take SSH and sudo, survive an inside reboot; the file server (nginx) does ranges."""
 
 from __future__ import annotations
 
@@ -15,28 +15,8 @@ import pytest
 
 from tests.conftest import Rig
 from tests.sandbox import machine, paths, rootfs, services
-from tests.sandbox.fixtures import fileserver
 
 # --- no rig needed --------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("header", "size", "expected"),
-    [
-        ("bytes=0-9", 100, (0, 9)),
-        ("bytes=90-", 100, (90, 99)),
-        ("bytes=-10", 100, (90, 99)),
-        ("bytes=-500", 100, (0, 99)),
-        ("bytes=95-200", 100, (95, 99)),
-        ("bytes=100-", 100, "unsatisfiable"),
-        ("bytes=-0", 100, "unsatisfiable"),
-        ("bytes=5-2", 100, "unsatisfiable"),
-        ("bytes=0-1,5-6", 100, None),  # multi-range: whole file
-        ("items=0-1", 100, None),
-    ],
-)
-def test_parse_range(header: str, size: int, expected: object) -> None:
-    assert fileserver.parse_range(header, size) == expected
 
 
 def test_fingerprint_follows_the_package_list(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -52,9 +52,10 @@ def remote(tmp_path: Path) -> dict[str, str]:
     bare = tmp_path / "fork.git"
     _git("clone", "-q", "--bare", str(work), str(bare), cwd=tmp_path)
     shas["url"] = str(bare)
-    cache = tmp_path / "cache.git"  # the runtime stage's cache: it has the pinned commit, no tags yet
+    cache = tmp_path / "cache.git"  # the runtime stage's cache: the pinned commit alone (shallow, by commit), no tags
     _git("init", "-q", "--bare", str(cache), cwd=tmp_path)
-    _git("-C", str(cache), "fetch", "-q", str(bare), "+refs/heads/main:refs/pins/main", cwd=tmp_path)
+    _git("-C", str(cache), "fetch", "-q", "--depth=1", f"file://{bare}", shas["main"], cwd=tmp_path)
+    _git("-C", str(cache), "update-ref", f"refs/pins/{shas['main']}", shas["main"], cwd=tmp_path)
     shas["cache"] = str(cache)
     return shas
 

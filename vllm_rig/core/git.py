@@ -1,9 +1,9 @@
 """A git checkout at a pinned commit, through a local cache of the remote.
 
 pyinfra's git.repo follows a branch; it cannot pin a commit. This clones the remote once into a bare
-cache (<install_root>/cache/git/<owner>+<name>.git) and fetches only the pinned commit (shallow where the
-server allows it, in full over git's dumb HTTP or where fetching by commit is refused), then checks it
-out detached into the runtime. A new runtime at the same commit needs no network.
+cache (<install_root>/cache/git/<owner>+<name>.git) and fetches only the pinned commit, shallow, as GitHub's smart
+HTTP serves it (every branch and tag where a mirror refuses a fetch by commit), then checks it out detached into
+the runtime. A new runtime at the same commit needs no network.
 
 Only a 40-hex commit is ever checked out: a tag (or branch) is whatever the remote or a mirror says it is today,
 so a moved tag would choose the code. settings.py refuses a tag in every git-ref setting; `require_commit` is
@@ -82,8 +82,8 @@ def fetch_script(url: str, ref: str, cache: str) -> str:
     everything = shlex.quote("+refs/heads/*:refs/heads/*") + " " + shlex.quote("+refs/tags/*:refs/tags/*")
     return (
         f"{{ test -d {c} || git init -q --bare {c}; }} && "
-        f"{{ {have} || git -C {c} fetch -q --depth=1 {u} {ref} 2>/dev/null || git -C {c} fetch -q {u} {ref} "
-        f"|| git -C {c} fetch -q {u} {everything}; }} && {have} && {keep}"
+        f"{{ {have} || git -C {c} fetch -q --depth=1 {u} {ref} || git -C {c} fetch -q {u} {everything}; }} && "
+        f"{have} && {keep}"
     )
 
 

@@ -63,6 +63,10 @@ def is_ancestor(cache: Path, commit: str, ref: str) -> bool | None:
     return {0: True, 1: False}.get(run.returncode)
 
 
+def is_shallow(cache: Path) -> bool:
+    return git("-C", str(cache), "rev-parse", "--is-shallow-repository").stdout.strip() == "true"
+
+
 def releases(url: str, line: str, ref: str, cache: Path | None) -> dict:
     out: dict = {"url": url, "line": line, "ref": ref, "current": None, "releases": [], "error": None}
     listed = git("ls-remote", "--tags", url)
@@ -71,10 +75,13 @@ def releases(url: str, line: str, ref: str, cache: Path | None) -> dict:
         return out
     tags = {t: c for t, c in remote_tags(listed.stdout).items() if on_line(t, line)}
     history = cache is not None and (cache / "HEAD").is_file()
-    if history and tags:
-        # The line's tags into the cache (one fetch; what is there already is not fetched again).
+    if history and tags and cache is not None:
+        # The line's tags into the cache (one fetch; what is there already is not fetched again). The runtime stage's
+        # cache holds the pin alone (a shallow fetch by commit), so the pin's history comes too (--unshallow): without
+        # it no tag could be seen to be the pin's ancestor. The tags bring most of that history anyway.
         specs = [f"+refs/tags/{t}:refs/tags/{t}" for t in sorted(tags)]
-        fetched = git("-C", str(cache), "fetch", "-q", url, *specs, timeout=600)
+        deepen = ["--unshallow", url, ref] if is_shallow(cache) else [url]
+        fetched = git("-C", str(cache), "fetch", "-q", *deepen, *specs, timeout=600)
         history = (
             fetched.returncode == 0 and git("-C", str(cache), "cat-file", "-e", f"{ref}^{{commit}}").returncode == 0
         )

@@ -113,7 +113,7 @@ def fork_tree(s: Settings, dest: Path) -> Path:
 
     subprocess.run(["git", "init", "-q", str(dest)], capture_output=True, check=False)
     if run("fetch", "-q", "--depth", "1", url, s.fork_ref).returncode != 0:
-        run("fetch", "-q", url, "+refs/*:refs/fetched/*")  # a dumb-HTTP remote fetches no single commit
+        run("fetch", "-q", url, "+refs/*:refs/fetched/*")  # a mirror that refuses a fetch by commit
     proc = run("checkout", "-q", s.fork_ref)
     if proc.returncode != 0:
         raise LockError(f"git could not fetch the fork at {s.fork_ref} from {url}: {proc.stderr.strip()[-300:]}")
