@@ -37,4 +37,8 @@ ensure_host_tools() {
     # shellcheck disable=SC2086
     ${SUDO:-} apt-get install -y -q $missing >/dev/null || {
         echo "$who: could not install $missing; run 'sudo apt-get install $missing' and try again" >&2; return 1; }
+    # Debian's fcgiwrap enables a system-wide CGI socket; the sandbox runs its own behind its nginx only.
+    if [[ " $missing " == *" fcgiwrap "* ]] && command -v systemctl >/dev/null 2>&1; then
+        ${SUDO:-} systemctl disable --now fcgiwrap.socket >/dev/null 2>&1 || true
+    fi
 }
