@@ -85,6 +85,19 @@ REASONING_CONFIG_KEYS = (
     "default_thinking_token_budget",
 )  # what every listed release's compiled extensions load
 
+# 0.25.0 and 0.25.1 hold the same 9 files, before and after the patch.
+BLOBS_0_25 = (
+    ("ff5546e05ebfaf468c2b10dd6ff1cc3a57f6b14e", "2c2b929b8f6e66d3dc08b8722d3c1616e8b4b4d6"),
+    ("13a19b86c0aeb487845512c83fafa98103da1070", "83960aac8022ed62c47336a419e9f755541fed32"),
+    ("06bfe5c5de27316be9faaba7ad33094459cebc5d", "e48af055af1bd3c9d289317863fb6ab4e87dbe05"),
+    ("acc8366fb1017b1f6e032a1917cda3a3c8548fd4", "f0144c7824f207159396ff07cc82625404d9f191"),
+    ("5e2295c0af8a2aeca3f6383a5a10e21fd3d954a1", "25cb9e4db23fb90ace55e163941d0b777722a89e"),
+    ("340a304030eaa2287fbc47a9be6cd2a7a6f0fe18", "57a4039b0e60cb0009d2764362b0dd6ff876cf41"),
+    ("10a6329f5a0ff3c79228042d29bc7496b64e9950", "a61012372678c8afc14caf6899b0b1acc4f8d392"),
+    ("69b35830add2835023cf4b9aa192ef4801553ce9", "e04d45579ac35705aea856bd8d010010ec16d4ce"),
+    ("e9b23f1c6162655182b35e4588dc31e6c47aaa89", "9bccdc90ee7fe87354846c2ad9ae046f804d1659"),
+)
+
 RELEASES: tuple[Release, ...] = (
     Release(
         version="0.24.0",
@@ -131,17 +144,7 @@ RELEASES: tuple[Release, ...] = (
         transformers=">=5.5.3",
         sm75_images=(53, 15),
         patch="clean-with-reinsert",
-        blobs=(
-            ("ff5546e05ebfaf468c2b10dd6ff1cc3a57f6b14e", "2c2b929b8f6e66d3dc08b8722d3c1616e8b4b4d6"),
-            ("13a19b86c0aeb487845512c83fafa98103da1070", "83960aac8022ed62c47336a419e9f755541fed32"),
-            ("06bfe5c5de27316be9faaba7ad33094459cebc5d", "e48af055af1bd3c9d289317863fb6ab4e87dbe05"),
-            ("acc8366fb1017b1f6e032a1917cda3a3c8548fd4", "f0144c7824f207159396ff07cc82625404d9f191"),
-            ("5e2295c0af8a2aeca3f6383a5a10e21fd3d954a1", "25cb9e4db23fb90ace55e163941d0b777722a89e"),
-            ("340a304030eaa2287fbc47a9be6cd2a7a6f0fe18", "57a4039b0e60cb0009d2764362b0dd6ff876cf41"),
-            ("10a6329f5a0ff3c79228042d29bc7496b64e9950", "a61012372678c8afc14caf6899b0b1acc4f8d392"),
-            ("69b35830add2835023cf4b9aa192ef4801553ce9", "e04d45579ac35705aea856bd8d010010ec16d4ce"),
-            ("e9b23f1c6162655182b35e4588dc31e6c47aaa89", "9bccdc90ee7fe87354846c2ad9ae046f804d1659"),
-        ),
+        blobs=BLOBS_0_25,
         supported=False,
         reason="its own FlashInfer pin, 0.6.13, overflows SM75 shared memory and no public fix applies to it",
     ),
@@ -160,17 +163,7 @@ RELEASES: tuple[Release, ...] = (
         transformers=">=5.5.3",
         sm75_images=(53, 15),
         patch="clean-with-reinsert",
-        blobs=(
-            ("ff5546e05ebfaf468c2b10dd6ff1cc3a57f6b14e", "2c2b929b8f6e66d3dc08b8722d3c1616e8b4b4d6"),
-            ("13a19b86c0aeb487845512c83fafa98103da1070", "83960aac8022ed62c47336a419e9f755541fed32"),
-            ("06bfe5c5de27316be9faaba7ad33094459cebc5d", "e48af055af1bd3c9d289317863fb6ab4e87dbe05"),
-            ("acc8366fb1017b1f6e032a1917cda3a3c8548fd4", "f0144c7824f207159396ff07cc82625404d9f191"),
-            ("5e2295c0af8a2aeca3f6383a5a10e21fd3d954a1", "25cb9e4db23fb90ace55e163941d0b777722a89e"),
-            ("340a304030eaa2287fbc47a9be6cd2a7a6f0fe18", "57a4039b0e60cb0009d2764362b0dd6ff876cf41"),
-            ("10a6329f5a0ff3c79228042d29bc7496b64e9950", "a61012372678c8afc14caf6899b0b1acc4f8d392"),
-            ("69b35830add2835023cf4b9aa192ef4801553ce9", "e04d45579ac35705aea856bd8d010010ec16d4ce"),
-            ("e9b23f1c6162655182b35e4588dc31e6c47aaa89", "9bccdc90ee7fe87354846c2ad9ae046f804d1659"),
-        ),
+        blobs=BLOBS_0_25,
         supported=False,
         reason="its own FlashInfer pin, 0.6.13, overflows SM75 shared memory and no public fix applies to it",
     ),
@@ -219,17 +212,7 @@ RELEASES: tuple[Release, ...] = (
         transformers=">=5.5.3",
         sm75_images=(56, 15),
         patch="clean",
-        blobs=(
-            ("ff5546e05ebfaf468c2b10dd6ff1cc3a57f6b14e", "2c2b929b8f6e66d3dc08b8722d3c1616e8b4b4d6"),
-            ("4587139f1b9b6ff1e79809fec3ea4b4db334259c", "eb369a4f1f298d06cb6b00fe88b8a30c2d1266f8"),
-            ("567c063bb3b922f92f1fc9b9128d5ba00a8fcfc8", "673872a25cdd45466a5d426631ceb31e8093f348"),
-            ("6421c8b60d2d71fa20ad974c73bfbbbc5af19f47", "0558c6344a0cd34d55f6823f6337b72187c0886c"),
-            ("5251e25e5e4cf210b31181df65369b1a5080a66d", "9ef0d897c8ddd91a6cd91983bac480ece4bddb52"),
-            ("0b32dfcf9444b70e22f63950f6ca53998a5d4339", "62d1d84675e104b7aa101245dcbbb9ff4148a003"),
-            ("1fe460b54af4e184d73676e91914dc72a31d38b3", "dffb6b14faaf9b1bbdc301e3826a04ee5be70919"),
-            ("c83ac7c4b90e696add8655e6d0a2cbdee6ef5bbe", "e3501ca8cad00481e33fe85bca99d29b9cedd5a4"),
-            ("859cec27810831e45a4ebe24df1d5e4383f0ef33", "7ee269b4a107d706c500b22e0a7e9e7b6735c85a"),
-        ),
+        blobs=tuple((f.pre_blob, f.post_blob) for f in sm75_patch.VLLM_PATCH.files),  # its own target
         supported=True,
         reason="the patch's own target: all 9 pre-images are its files;"
         " its own FlashInfer pin, 0.6.16.post3, needs no SM75 fix",
