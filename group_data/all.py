@@ -187,7 +187,7 @@ models = {  # the catalogue: name -> repo, revision, dir, served name and the se
         },
     },
     # The int4 checkpoint dual-2080 Ti owners serve (Aiakos1818's 256K profile): compressed-tensors W4A16, group
-    # 32, asymmetric, ~21.0 GB in 5 shards (vllm_rig/known/checkpoints.py: sizes, source, what is belief).
+    # 32, asymmetric, ~21.0 GB in 5 shards (tests/unit/checkpoints.py: sizes, source, what is belief).
     "qwen38-awq": {
         "repo": "cyankiwi/Qwen3.8-27B-AWQ-INT4",
         "revision": "main",  # the commit its file list was read at is not known
@@ -197,7 +197,7 @@ models = {  # the catalogue: name -> repo, revision, dir, served name and the se
             "dtype": "half",  # SM75 has no BF16 tensor cores; the W4A16 kernels take FP16 activations
             "quantization": None,  # no --quantization: vLLM reads compressed-tensors from config.json ("fp8" clashes)
             # 262,144 (the model's own limit) fits with FP8 KV: 4.99e9 bytes per card against ~8.3e9 of room at
-            # 0.92; FP16 KV would stop at 227,200 (vllm_rig/known/kv_room.py, tests/unit/test_kv_room.py)
+            # 0.92; FP16 KV would stop at 227,200 (tests/unit/kv_room.py, tests/unit/test_kv_room.py)
             "kv_cache_dtype": "fp8_e4m3",
             "max_model_len": 262144,
             "gpu_memory_utilization": 0.92,

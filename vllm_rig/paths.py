@@ -61,7 +61,6 @@ APT_LISTS_STAMP = f"{STATE_DIR}/apt-lists.stamp"
 # root-only; nginx's master process (root) reads them and the key map at start and reload.
 LAN_DIR = f"{ETC_DIR}/lan"
 LAN_CA_CERT = f"{LAN_DIR}/ca.crt"  # what clients trust (local_ca); the deploy also copies it to lan-ca/<host>-ca.crt
-LAN_CA_KEY = f"{LAN_DIR}/ca.key"
 LAN_CERT = f"{LAN_DIR}/server.crt"
 LAN_KEY = f"{LAN_DIR}/server.key"
 LAN_KEY_MAP = f"{LAN_DIR}/api-key.conf"  # nginx map: "Bearer <key>" -> the key's name, made on the host
@@ -166,10 +165,6 @@ class RuntimeDirs:
     @property
     def dir(self) -> str:
         return f"{self.runtimes}/{self.name}"
-
-    @property
-    def venv_python(self) -> str:
-        return f"{self.dir}/venv/bin/python"
 
     @property
     def fork(self) -> str:

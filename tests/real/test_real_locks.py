@@ -12,14 +12,14 @@ from vllm_rig.cli.locks import settings_to_lock
 from vllm_rig.host import runtime_build
 from vllm_rig.stages import locks
 from vllm_rig.stages.locks import make
-from vllm_rig.stages.runtime import plan
+from vllm_rig.stages.runtime import kinds, plan
 
 
 def _kept() -> dict[str, make.Target]:
     found = {}
     for s in settings_to_lock():
         name = plan.runtime_lock_name(s)
-        if (locks.directory(s) / name).is_file() and not make.needs_tree(s):
+        if (locks.directory(s) / name).is_file() and kinds.of(s).lock_tree is None:
             found[name] = make.runtime_target(s, [])
         found[locks.tools_name(s)] = make.tools_target(s)
     return found

@@ -769,7 +769,7 @@ def test_the_gpu_wait_names_a_desktop_on_the_stand_in(machine: Machine, monkeypa
     ]
     assert facts.gpus[0].memory_used_mib == 901  # memory.used counts the process
     monkeypatch.setattr(gpu_wait.gpu_facts, "read", lambda: facts)
-    held = gpu_wait.busy([0, 1], 1024)  # no allowance for a desktop: its graphics hold the card
+    held = gpu_wait.survey([0, 1], 1024).held  # no allowance for a desktop: its graphics hold the card
     assert held[1] == (
         "GPU 1 (00000000:02:00.0) is held by pid 1248 /usr/lib/xorg/Xorg (graphics, 28 MiB): graphics 28 MiB,"
         " no desktop's graphics allowed (gpu_wait_graphics_max_mib)"

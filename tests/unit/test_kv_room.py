@@ -1,4 +1,4 @@
-"""The KV room estimate (vllm_rig/known/kv_room.py) and the int4 catalogue entry it justifies.
+"""The KV room estimate (tests/unit/kv_room.py) and the int4 catalogue entry it justifies.
 
 The estimate is checked against the figures vLLM itself printed on the same model and cards (the owner's GPU
 memory document: its "KV cache is needed" refusals and its per-card use), then the `qwen38-awq` entry is shown
@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from tests.unit import checkpoints, kv_room
 from tests.unit.groupdata import profile_data
 from tests.unit.test_unit_parity import _argv
-from vllm_rig.known import checkpoints, kv_room
 from vllm_rig.paths import Layout
 from vllm_rig.settings import Settings
 from vllm_rig.stages.service.unit import render_unit

@@ -95,9 +95,20 @@ def test_a_line_whose_marker_is_false_for_the_venv_is_not_asked_of_the_lock(tmp_
         build.require_locked(["demo-pkg", "numpy; python_version >= '3'"], "the tree")
 
 
+def lock_problems(s: Settings) -> list[str]:
+    """One line per lock a deploy of these settings needs and does not have."""
+    lines = []
+    for read_one in (plan.runtime_lock, locks.tools_lock):
+        try:
+            read_one(s)
+        except locks.LockMissing as err:
+            lines.append(str(err))
+    return lines
+
+
 def test_the_default_profile_has_its_locks_and_they_are_fully_hashed() -> None:
     s = load_settings(profile_data())
-    assert plan.lock_problems(s) == []
+    assert lock_problems(s) == []
     lock = plan.runtime_lock(s)
     assert lock.name.startswith(f"upstream-wheel-{s.vllm_version}-") and lock.name.endswith(
         f"-py{s.python_version}.txt"
@@ -129,11 +140,11 @@ def test_another_pin_is_another_lock_never_a_stale_one() -> None:
 
 def test_a_missing_or_unhashed_lock_is_one_line(tmp_path: Path) -> None:
     s = load_settings({**profile_data(), "locks_dir": str(tmp_path)})
-    lines = plan.lock_problems(s)
+    lines = lock_problems(s)
     assert len(lines) == 2 and all("\n" not in line and "on first use" in line for line in lines)
     assert str(tmp_path / plan.runtime_lock_name(s)) in lines[0]
     (tmp_path / plan.runtime_lock_name(s)).write_text("vllm==0.27.1\n")
-    assert "vllm==0.27.1 without --hash" in plan.lock_problems(s)[0]
+    assert "vllm==0.27.1 without --hash" in lock_problems(s)[0]
 
 
 def test_the_lock_is_part_of_the_runtime_fingerprint(tmp_path: Path) -> None:

@@ -197,8 +197,7 @@ def measure(nvcc: str | Path, data: Path, env: dict[str, str] | None = None) -> 
         return parse_sizes(ran.stdout)
 
 
-def sha256_of(path: Path) -> str:
-    return runtime_artifact.file_sha256(path)
+sha256_of = runtime_artifact.file_sha256
 
 
 def probe(python: str | Path, nvcc: str | Path, env: dict[str, str] | None = None) -> tuple[Installed, Sizes]:

@@ -456,14 +456,8 @@ NOT_APPLICABLE, NOT_CHECKED, SKIPPED, NOT_MEASURED = "not applicable", "not chec
 
 
 def gate(name: str, measured: Any, threshold: Any, result: str, fatal: bool, detail: str = "") -> dict[str, Any]:
-    return {
-        "name": name,
-        "measured": measured,
-        "threshold": threshold,
-        "result": result,
-        "fatal": fatal,
-        "detail": detail,
-    }
+    keys = ("name", "measured", "threshold", "result", "fatal", "detail")
+    return dict(zip(keys, (name, measured, threshold, result, fatal, detail), strict=True))
 
 
 def evaluate(report: Report) -> list[dict[str, Any]]:

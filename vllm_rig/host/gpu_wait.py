@@ -93,11 +93,6 @@ def survey(devices: list[int] | None, max_used: int, graphics_max: int = 0) -> S
     return seen
 
 
-def busy(devices: list[int] | None, max_used: int, graphics_max: int = 0) -> list[str]:
-    """What holds each chosen GPU, one phrase per card; [] when all are free."""
-    return survey(devices, max_used, graphics_max).held
-
-
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--devices", default="all")

@@ -159,11 +159,6 @@ class NvlinkStatus:
     gpus: dict[int, GpuLinks] = field(default_factory=dict)
     problem: str | None = None
 
-    @property
-    def any_links(self) -> bool:
-        """The GPUs have NVLink ports the driver reports (up or not)."""
-        return any(g.links or g.all_inactive for g in self.gpus.values())
-
     def down(self) -> list[str]:
         """Every link that is not up, as "GPU1 link 1"; "GPU2 all links" for the one-message answer."""
         out = []

@@ -69,9 +69,7 @@ def redact(text: str) -> str:
     return re.sub(r"(https?://)[^/\s@]+@", r"\1***@", text)
 
 
-def sha256_of(path: Path) -> str:
-    """The file's sha256, read in pieces (a wheel is hundreds of MiB)."""
-    return runtime_artifact.file_sha256(path)
+sha256_of = runtime_artifact.file_sha256  # read in pieces: a wheel is hundreds of MiB
 
 
 def write_atomic(path: Path, text: str) -> None:

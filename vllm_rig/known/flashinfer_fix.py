@@ -24,9 +24,6 @@ PR3526_RELEASE = Version("0.6.15")
 # 65,600 B (FP8 KV); 0.6.16.post3 to 0.7.4: 65,536 B both.
 SMEM_LIMIT = 65536
 
-# What `flashinfer_sm75_fix` may say.
-CHOICES = ("auto", "pr3621", "upstream", "none")
-
 
 def needs_fix(version: str) -> bool:
     """True when this release overflows SM75's 64 KiB shared memory in FA2 prefill."""

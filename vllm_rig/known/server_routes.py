@@ -77,10 +77,6 @@ OPT_IN = {
 }
 
 
-def guarded(path: str) -> bool:
-    return any(path == p or path.startswith(p + "/") for p in GUARDED_PREFIXES)
-
-
 ROUTE = re.compile(r"""\.(?:get|post|put|delete|patch|api_route|add_api_route|mount|route)\(\s*["'](/[^"']*)["']""")
 PREFIX = re.compile(r"^GUARDED_PREFIX\s*=\s*\(([^)]*)\)", re.M)
 

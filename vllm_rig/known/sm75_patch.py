@@ -199,12 +199,6 @@ REINSERT_ANCHOR = (
 )
 REINSERT_LINES = '    if backend == "flashqla_legacy":\n        return backend, "flashqla_legacy"\n'
 
-# Environment variables the patch adds (vllm/envs.py; qwen3_5_mtp.py reads the first one itself, as == "1").
-PATCH_ENV = {
-    "VLLM_QWOPUS_MTP_BF16_DRAFT": "bool(int(value)), default 0",
-    "VLLM_SM75_SPEC_SYNC_MODE": "auto | safe | nosync (case-insensitive), default auto",
-}
-
 
 def patched(path: str) -> PatchedFile:
     """The vLLM patch's entry for `path`, or KeyError."""

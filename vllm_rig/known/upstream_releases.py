@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vllm_rig.known import flashinfer_fix
+from vllm_rig.known import flashinfer_fix, sm75_patch
 
 PATCH_STATUSES = ("clean", "clean-with-reinsert", "hunks-to-check")
 
@@ -41,7 +41,7 @@ class Release:
     transformers: str  # a specifier, not a pin
     sm75_images: tuple[int, int]  # sm_75 ELF images in _C_stable_libtorch and _moe_C_stable_libtorch
     patch: str  # one of PATCH_STATUSES
-    files: tuple[tuple[str, str, str], ...]  # (path, blob in the wheel, blob after the patch) for the 9 files
+    blobs: tuple[tuple[str, str], ...]  # (in the wheel, after the patch): git blob ids, in the patch's file order
     supported: bool
     reason: str  # why it is or is not supported
 
@@ -53,6 +53,12 @@ class Release:
             "torchaudio": self.torchaudio,
             "flashinfer-python": self.flashinfer,
         }
+
+    @property
+    def files(self) -> tuple[tuple[str, str, str], ...]:
+        """(path, blob in the wheel, blob after the patch) for each of the 9 files the patch touches."""
+        paths = [f.path for f in sm75_patch.VLLM_PATCH.files]
+        return tuple((path, *pair) for path, pair in zip(paths, self.blobs, strict=True))
 
     def flashinfer_fix(self) -> str | None:
         """The SM75 fix its own FlashInfer pin takes ("pr3621", "pr3526") or None; ValueError where none exists."""
@@ -79,6 +85,19 @@ REASONING_CONFIG_KEYS = (
     "default_thinking_token_budget",
 )  # what every listed release's compiled extensions load
 
+# 0.25.0 and 0.25.1 hold the same 9 files, before and after the patch.
+BLOBS_0_25 = (
+    ("ff5546e05ebfaf468c2b10dd6ff1cc3a57f6b14e", "2c2b929b8f6e66d3dc08b8722d3c1616e8b4b4d6"),
+    ("13a19b86c0aeb487845512c83fafa98103da1070", "83960aac8022ed62c47336a419e9f755541fed32"),
+    ("06bfe5c5de27316be9faaba7ad33094459cebc5d", "e48af055af1bd3c9d289317863fb6ab4e87dbe05"),
+    ("acc8366fb1017b1f6e032a1917cda3a3c8548fd4", "f0144c7824f207159396ff07cc82625404d9f191"),
+    ("5e2295c0af8a2aeca3f6383a5a10e21fd3d954a1", "25cb9e4db23fb90ace55e163941d0b777722a89e"),
+    ("340a304030eaa2287fbc47a9be6cd2a7a6f0fe18", "57a4039b0e60cb0009d2764362b0dd6ff876cf41"),
+    ("10a6329f5a0ff3c79228042d29bc7496b64e9950", "a61012372678c8afc14caf6899b0b1acc4f8d392"),
+    ("69b35830add2835023cf4b9aa192ef4801553ce9", "e04d45579ac35705aea856bd8d010010ec16d4ce"),
+    ("e9b23f1c6162655182b35e4588dc31e6c47aaa89", "9bccdc90ee7fe87354846c2ad9ae046f804d1659"),
+)
+
 RELEASES: tuple[Release, ...] = (
     Release(
         version="0.24.0",
@@ -95,48 +114,16 @@ RELEASES: tuple[Release, ...] = (
         transformers=">=5.5.3",
         sm75_images=(55, 15),
         patch="clean-with-reinsert",
-        files=(
-            (
-                "vllm/config/reasoning.py",
-                "ff5546e05ebfaf468c2b10dd6ff1cc3a57f6b14e",
-                "2c2b929b8f6e66d3dc08b8722d3c1616e8b4b4d6",
-            ),
-            ("vllm/envs.py", "27a85bb3d0e7e292f64340cfdb6988ccf6c74287", "3f1a877dce88f8c4a5d529c3e8e1d54eedb4d9e6"),
-            (
-                "vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py",
-                "06bfe5c5de27316be9faaba7ad33094459cebc5d",
-                "e48af055af1bd3c9d289317863fb6ab4e87dbe05",
-            ),
-            (
-                "vllm/model_executor/models/qwen3_5_mtp.py",
-                "021462f3ee57aa13dab3577cec10445723cdc86c",
-                "30224ad25aede9bc49d3596f18fd61eb3d7d2a56",
-            ),
-            (
-                "vllm/v1/attention/backends/flashinfer.py",
-                "80319003da599df3d7b132a44f1c1508a8f8b4a7",
-                "e01cde69c99559d57feda06931931c8d814c87d4",
-            ),
-            (
-                "vllm/v1/attention/backends/gdn_attn.py",
-                "340a304030eaa2287fbc47a9be6cd2a7a6f0fe18",
-                "57a4039b0e60cb0009d2764362b0dd6ff876cf41",
-            ),
-            (
-                "vllm/v1/engine/input_processor.py",
-                "10a6329f5a0ff3c79228042d29bc7496b64e9950",
-                "a61012372678c8afc14caf6899b0b1acc4f8d392",
-            ),
-            (
-                "vllm/v1/sample/ops/topk_topp_sampler.py",
-                "69b35830add2835023cf4b9aa192ef4801553ce9",
-                "e04d45579ac35705aea856bd8d010010ec16d4ce",
-            ),
-            (
-                "vllm/v1/worker/gpu_model_runner.py",
-                "74938a823d9fd4cec8f63f08bc41abc67958825c",
-                "2272ce321a8b34bf841bc7a6eb87955ce95a18d7",
-            ),
+        blobs=(
+            ("ff5546e05ebfaf468c2b10dd6ff1cc3a57f6b14e", "2c2b929b8f6e66d3dc08b8722d3c1616e8b4b4d6"),
+            ("27a85bb3d0e7e292f64340cfdb6988ccf6c74287", "3f1a877dce88f8c4a5d529c3e8e1d54eedb4d9e6"),
+            ("06bfe5c5de27316be9faaba7ad33094459cebc5d", "e48af055af1bd3c9d289317863fb6ab4e87dbe05"),
+            ("021462f3ee57aa13dab3577cec10445723cdc86c", "30224ad25aede9bc49d3596f18fd61eb3d7d2a56"),
+            ("80319003da599df3d7b132a44f1c1508a8f8b4a7", "e01cde69c99559d57feda06931931c8d814c87d4"),
+            ("340a304030eaa2287fbc47a9be6cd2a7a6f0fe18", "57a4039b0e60cb0009d2764362b0dd6ff876cf41"),
+            ("10a6329f5a0ff3c79228042d29bc7496b64e9950", "a61012372678c8afc14caf6899b0b1acc4f8d392"),
+            ("69b35830add2835023cf4b9aa192ef4801553ce9", "e04d45579ac35705aea856bd8d010010ec16d4ce"),
+            ("74938a823d9fd4cec8f63f08bc41abc67958825c", "2272ce321a8b34bf841bc7a6eb87955ce95a18d7"),
         ),
         supported=False,
         reason="its own FlashInfer pin, 0.6.12, overflows SM75 shared memory and no public fix applies to it"
@@ -157,49 +144,7 @@ RELEASES: tuple[Release, ...] = (
         transformers=">=5.5.3",
         sm75_images=(53, 15),
         patch="clean-with-reinsert",
-        files=(
-            (
-                "vllm/config/reasoning.py",
-                "ff5546e05ebfaf468c2b10dd6ff1cc3a57f6b14e",
-                "2c2b929b8f6e66d3dc08b8722d3c1616e8b4b4d6",
-            ),
-            ("vllm/envs.py", "13a19b86c0aeb487845512c83fafa98103da1070", "83960aac8022ed62c47336a419e9f755541fed32"),
-            (
-                "vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py",
-                "06bfe5c5de27316be9faaba7ad33094459cebc5d",
-                "e48af055af1bd3c9d289317863fb6ab4e87dbe05",
-            ),
-            (
-                "vllm/model_executor/models/qwen3_5_mtp.py",
-                "acc8366fb1017b1f6e032a1917cda3a3c8548fd4",
-                "f0144c7824f207159396ff07cc82625404d9f191",
-            ),
-            (
-                "vllm/v1/attention/backends/flashinfer.py",
-                "5e2295c0af8a2aeca3f6383a5a10e21fd3d954a1",
-                "25cb9e4db23fb90ace55e163941d0b777722a89e",
-            ),
-            (
-                "vllm/v1/attention/backends/gdn_attn.py",
-                "340a304030eaa2287fbc47a9be6cd2a7a6f0fe18",
-                "57a4039b0e60cb0009d2764362b0dd6ff876cf41",
-            ),
-            (
-                "vllm/v1/engine/input_processor.py",
-                "10a6329f5a0ff3c79228042d29bc7496b64e9950",
-                "a61012372678c8afc14caf6899b0b1acc4f8d392",
-            ),
-            (
-                "vllm/v1/sample/ops/topk_topp_sampler.py",
-                "69b35830add2835023cf4b9aa192ef4801553ce9",
-                "e04d45579ac35705aea856bd8d010010ec16d4ce",
-            ),
-            (
-                "vllm/v1/worker/gpu_model_runner.py",
-                "e9b23f1c6162655182b35e4588dc31e6c47aaa89",
-                "9bccdc90ee7fe87354846c2ad9ae046f804d1659",
-            ),
-        ),
+        blobs=BLOBS_0_25,
         supported=False,
         reason="its own FlashInfer pin, 0.6.13, overflows SM75 shared memory and no public fix applies to it",
     ),
@@ -218,49 +163,7 @@ RELEASES: tuple[Release, ...] = (
         transformers=">=5.5.3",
         sm75_images=(53, 15),
         patch="clean-with-reinsert",
-        files=(
-            (
-                "vllm/config/reasoning.py",
-                "ff5546e05ebfaf468c2b10dd6ff1cc3a57f6b14e",
-                "2c2b929b8f6e66d3dc08b8722d3c1616e8b4b4d6",
-            ),
-            ("vllm/envs.py", "13a19b86c0aeb487845512c83fafa98103da1070", "83960aac8022ed62c47336a419e9f755541fed32"),
-            (
-                "vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py",
-                "06bfe5c5de27316be9faaba7ad33094459cebc5d",
-                "e48af055af1bd3c9d289317863fb6ab4e87dbe05",
-            ),
-            (
-                "vllm/model_executor/models/qwen3_5_mtp.py",
-                "acc8366fb1017b1f6e032a1917cda3a3c8548fd4",
-                "f0144c7824f207159396ff07cc82625404d9f191",
-            ),
-            (
-                "vllm/v1/attention/backends/flashinfer.py",
-                "5e2295c0af8a2aeca3f6383a5a10e21fd3d954a1",
-                "25cb9e4db23fb90ace55e163941d0b777722a89e",
-            ),
-            (
-                "vllm/v1/attention/backends/gdn_attn.py",
-                "340a304030eaa2287fbc47a9be6cd2a7a6f0fe18",
-                "57a4039b0e60cb0009d2764362b0dd6ff876cf41",
-            ),
-            (
-                "vllm/v1/engine/input_processor.py",
-                "10a6329f5a0ff3c79228042d29bc7496b64e9950",
-                "a61012372678c8afc14caf6899b0b1acc4f8d392",
-            ),
-            (
-                "vllm/v1/sample/ops/topk_topp_sampler.py",
-                "69b35830add2835023cf4b9aa192ef4801553ce9",
-                "e04d45579ac35705aea856bd8d010010ec16d4ce",
-            ),
-            (
-                "vllm/v1/worker/gpu_model_runner.py",
-                "e9b23f1c6162655182b35e4588dc31e6c47aaa89",
-                "9bccdc90ee7fe87354846c2ad9ae046f804d1659",
-            ),
-        ),
+        blobs=BLOBS_0_25,
         supported=False,
         reason="its own FlashInfer pin, 0.6.13, overflows SM75 shared memory and no public fix applies to it",
     ),
@@ -279,48 +182,16 @@ RELEASES: tuple[Release, ...] = (
         transformers=">=5.5.3",
         sm75_images=(54, 15),
         patch="clean",
-        files=(
-            (
-                "vllm/config/reasoning.py",
-                "ff5546e05ebfaf468c2b10dd6ff1cc3a57f6b14e",
-                "2c2b929b8f6e66d3dc08b8722d3c1616e8b4b4d6",
-            ),
-            ("vllm/envs.py", "67d8fa5a2c652c00a2b7c6cdb0819b550606ff5c", "9e37a6c2840721b8cc3a1ec47725afb0cc8cc189"),
-            (
-                "vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py",
-                "567c063bb3b922f92f1fc9b9128d5ba00a8fcfc8",
-                "673872a25cdd45466a5d426631ceb31e8093f348",
-            ),
-            (
-                "vllm/model_executor/models/qwen3_5_mtp.py",
-                "0620509f2db52c8ee47c241f980d6df17da94c77",
-                "afaaeb4dcc6e37c73619347c485c4ca644404cd4",
-            ),
-            (
-                "vllm/v1/attention/backends/flashinfer.py",
-                "5a029747247db08e68a7438674a5249ce8773bb2",
-                "611d0b25402ac63e45ce3041f37e5d6695cb9b5c",
-            ),
-            (
-                "vllm/v1/attention/backends/gdn_attn.py",
-                "70794be0751a43607f2f6996d068e5e96bce07fc",
-                "2da166ffd5d37ddaef578256022ef331bddf88d4",
-            ),
-            (
-                "vllm/v1/engine/input_processor.py",
-                "10a6329f5a0ff3c79228042d29bc7496b64e9950",
-                "a61012372678c8afc14caf6899b0b1acc4f8d392",
-            ),
-            (
-                "vllm/v1/sample/ops/topk_topp_sampler.py",
-                "0f3dc79b98abc35119959bdaa54fbb01f4d8b675",
-                "5423197bfc4eae3b745c09c83dc6c15874190a84",
-            ),
-            (
-                "vllm/v1/worker/gpu_model_runner.py",
-                "f3f0afb1301f35c5ee1c0df820431f8ced56d25b",
-                "abae475fef76e2bc92fb6b88d2ef117d57fc56e9",
-            ),
+        blobs=(
+            ("ff5546e05ebfaf468c2b10dd6ff1cc3a57f6b14e", "2c2b929b8f6e66d3dc08b8722d3c1616e8b4b4d6"),
+            ("67d8fa5a2c652c00a2b7c6cdb0819b550606ff5c", "9e37a6c2840721b8cc3a1ec47725afb0cc8cc189"),
+            ("567c063bb3b922f92f1fc9b9128d5ba00a8fcfc8", "673872a25cdd45466a5d426631ceb31e8093f348"),
+            ("0620509f2db52c8ee47c241f980d6df17da94c77", "afaaeb4dcc6e37c73619347c485c4ca644404cd4"),
+            ("5a029747247db08e68a7438674a5249ce8773bb2", "611d0b25402ac63e45ce3041f37e5d6695cb9b5c"),
+            ("70794be0751a43607f2f6996d068e5e96bce07fc", "2da166ffd5d37ddaef578256022ef331bddf88d4"),
+            ("10a6329f5a0ff3c79228042d29bc7496b64e9950", "a61012372678c8afc14caf6899b0b1acc4f8d392"),
+            ("0f3dc79b98abc35119959bdaa54fbb01f4d8b675", "5423197bfc4eae3b745c09c83dc6c15874190a84"),
+            ("f3f0afb1301f35c5ee1c0df820431f8ced56d25b", "abae475fef76e2bc92fb6b88d2ef117d57fc56e9"),
         ),
         supported=True,
         reason="every hunk applies (7 of its 9 files differ from the pre-images, 5 take an offset);"
@@ -341,49 +212,7 @@ RELEASES: tuple[Release, ...] = (
         transformers=">=5.5.3",
         sm75_images=(56, 15),
         patch="clean",
-        files=(
-            (
-                "vllm/config/reasoning.py",
-                "ff5546e05ebfaf468c2b10dd6ff1cc3a57f6b14e",
-                "2c2b929b8f6e66d3dc08b8722d3c1616e8b4b4d6",
-            ),
-            ("vllm/envs.py", "4587139f1b9b6ff1e79809fec3ea4b4db334259c", "eb369a4f1f298d06cb6b00fe88b8a30c2d1266f8"),
-            (
-                "vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py",
-                "567c063bb3b922f92f1fc9b9128d5ba00a8fcfc8",
-                "673872a25cdd45466a5d426631ceb31e8093f348",
-            ),
-            (
-                "vllm/model_executor/models/qwen3_5_mtp.py",
-                "6421c8b60d2d71fa20ad974c73bfbbbc5af19f47",
-                "0558c6344a0cd34d55f6823f6337b72187c0886c",
-            ),
-            (
-                "vllm/v1/attention/backends/flashinfer.py",
-                "5251e25e5e4cf210b31181df65369b1a5080a66d",
-                "9ef0d897c8ddd91a6cd91983bac480ece4bddb52",
-            ),
-            (
-                "vllm/v1/attention/backends/gdn_attn.py",
-                "0b32dfcf9444b70e22f63950f6ca53998a5d4339",
-                "62d1d84675e104b7aa101245dcbbb9ff4148a003",
-            ),
-            (
-                "vllm/v1/engine/input_processor.py",
-                "1fe460b54af4e184d73676e91914dc72a31d38b3",
-                "dffb6b14faaf9b1bbdc301e3826a04ee5be70919",
-            ),
-            (
-                "vllm/v1/sample/ops/topk_topp_sampler.py",
-                "c83ac7c4b90e696add8655e6d0a2cbdee6ef5bbe",
-                "e3501ca8cad00481e33fe85bca99d29b9cedd5a4",
-            ),
-            (
-                "vllm/v1/worker/gpu_model_runner.py",
-                "859cec27810831e45a4ebe24df1d5e4383f0ef33",
-                "7ee269b4a107d706c500b22e0a7e9e7b6735c85a",
-            ),
-        ),
+        blobs=tuple((f.pre_blob, f.post_blob) for f in sm75_patch.VLLM_PATCH.files),  # its own target
         supported=True,
         reason="the patch's own target: all 9 pre-images are its files;"
         " its own FlashInfer pin, 0.6.16.post3, needs no SM75 fix",

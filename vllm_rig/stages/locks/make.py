@@ -88,10 +88,6 @@ def tools_target(s: Settings) -> Target:
     )
 
 
-def needs_tree(s: Settings) -> bool:
-    return kinds.of(s).lock_tree is not None
-
-
 # ---- the source tree's requirement files ------------------------------------------------------------
 
 

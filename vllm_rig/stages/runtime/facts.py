@@ -12,10 +12,6 @@ from typing import Any, TypedDict
 from vllm_rig.core.facts import SectionFact, Sections, first_line, section_command, split_sections
 
 
-def _sh(script: str) -> str:
-    return "sh -c " + shlex.quote(script)
-
-
 class Runtime(TypedDict):
     fingerprint: str
     complete: bool  # runtime.json is there: built and checked

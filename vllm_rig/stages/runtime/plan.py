@@ -183,17 +183,6 @@ def runtime_lock_or_none(s: Settings) -> locks.Lock | None:
         return None
 
 
-def lock_problems(s: Settings) -> list[str]:
-    """One line per lock a deploy of these settings needs and does not have."""
-    lines = []
-    for read_one in (runtime_lock, locks.tools_lock):
-        try:
-            read_one(s)
-        except locks.LockMissing as err:
-            lines.append(str(err))
-    return lines
-
-
 def build_spec(s: Settings, dirs: RuntimeDirs, fp: str, inputs: dict[str, Any], jobs: int) -> dict[str, Any]:
     """What vllm_rig/host/runtime_build.py needs on the host: paths, pins, sources, indexes, the FlashInfer fix and
     the hashed lock. Written 0600: index URLs may carry credentials."""

@@ -17,22 +17,6 @@ from vllm_rig.settings import SECRET_ENV_NAME, SECRET_KEYS, Settings
 from vllm_rig.stages.status.facts import MODEL_MARKER
 
 REDACTED = "<redacted>"
-# The parts, by their name in the archive; each test of the bundle checks every one is there.
-HOST_PARTS = (
-    "gpu-verdict.json",
-    "versions/driver.txt",
-    "versions/cuda.txt",
-    "versions/pip-freeze.txt",
-    "versions/commits.txt",
-    "versions/runtime.json",
-    "model/marker.json",
-    "unit/service.txt",
-    "journal/service.txt",
-    "journal/build.txt",
-    "journal/build-log.txt",
-    "kernel/nvidia.txt",
-)
-GIVEN_PARTS = ("settings.json", "preflight.json", "status.json")
 # The kernel's NVIDIA lines: the driver (NVRM), Xid errors, and modules that did not load.
 KERNEL_PATTERN = "nvidia|nvrm|xid|nouveau"
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from vllm_rig.known.checkpoints import GIB, HybridGeometry
+from tests.unit.checkpoints import GIB, HybridGeometry
 
 MIB = 1 << 20
 BLOCK_ALIGNMENT = 16  # tokens: the attention block size is a multiple of this

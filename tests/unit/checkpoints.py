@@ -1,6 +1,6 @@
 """What is known of the checkpoints in the model catalogue (group_data/all.py's `models`) before any download:
 their files and sizes, their format, and the figures of the architecture that size the KV cache
-(vllm_rig/known/kv_room.py).
+(tests/unit/kv_room.py).
 
 The download itself never trusts this table: model_preflight asks the HF endpoint for repo@revision's real file
 list and sizes and checks the disk against them, and model_fetch checks every file's sha256 against the endpoint's
