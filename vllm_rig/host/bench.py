@@ -49,7 +49,7 @@ DRAFTED = "vllm:spec_decode_num_draft_tokens_total"
 # unit never passes.
 CACHE_HITS = "vllm:prefix_cache_hits_total"
 SHORT_WORDS = 32  # words in a short warm-up request
-TEXT_KEYS = ("content", "reasoning_content", "reasoning", "tool_calls")  # a delta that carries tokens
+TEXT_KEYS = (*server_client.TEXT_KEYS, "tool_calls")  # a delta that carries tokens
 
 # Plain English words of one to three syllables; any list would do, only its randomness matters.
 WORD_LIST = """

@@ -19,6 +19,9 @@ from urllib.parse import urlsplit
 
 # The server's key: VLLM_API_KEY= in the service's env file (systemd's EnvironmentFile=).
 KEY_NAME = "VLLM_API_KEY"
+# Where a chat message (or a stream's delta) carries generated text: upstream vLLM 0.21.0 names the thinking part
+# "reasoning", the fork's line "reasoning_content" (restored in its v0.1.10); a short thinking answer is in either.
+TEXT_KEYS = ("content", "reasoning_content", "reasoning")
 
 
 def read_key(path: str | None) -> str | None:

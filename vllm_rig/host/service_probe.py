@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import server_gone
-from .server_client import error_text, one_line, open_request, read_key, request, server_error, sse_events
+from .server_client import TEXT_KEYS, error_text, one_line, open_request, read_key, request, server_error, sse_events
 
 # The tool the tool-call check offers; a working server streams a call to it with {"city": "Paris"}.
 WEATHER_TOOL = {
@@ -94,11 +94,6 @@ def wait_healthy(base: str, timeout: float, say: Callable[[str], None], gone: Go
     return wait_up(base, timeout, say, gone) is None
 
 
-# Where a chat message carries generated text: upstream vLLM 0.21.0 names the thinking part "reasoning",
-# the fork's line "reasoning_content" (restored in its v0.1.10); a short thinking answer is in either.
-MESSAGE_TEXT_KEYS = ("content", "reasoning_content", "reasoning")
-
-
 def completion(
     base: str, key: str | None, model: str, prompt: str, max_tokens: int, timeout: float = 600, kwargs=None
 ) -> tuple[bool, str, dict]:
@@ -120,7 +115,7 @@ def chat(base: str, key: str | None, model: str, prompt: str, max_tokens: int) -
     ok, detail, message = completion(base, key, model, prompt, max_tokens, kwargs=NO_THINKING)
     if not ok:
         return False, f"chat completion answered {detail}"
-    generated = "".join(message.get(key) or "" for key in MESSAGE_TEXT_KEYS)
+    generated = "".join(message.get(key) or "" for key in TEXT_KEYS)
     if not generated.strip():
         return False, "chat completion returned no text"
     return True, detail
