@@ -26,7 +26,7 @@ import pytest
 
 from tests import host_scripts
 from tests.sandbox.fixtures import forge
-from vllm_rig.host import bench
+from vllm_rig.host import bench, server_client
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = host_scripts.program("bench")  # argv: python, the zip, the program
@@ -143,7 +143,7 @@ def standin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandIn]:
 def run_bench(
     standin: StandIn, tmp_path: Path, *args: str, key: str | None = API_KEY
 ) -> tuple[subprocess.CompletedProcess, dict]:
-    """bench.py as a user runs it: its own process, stdlib only, the key from the environment."""
+    """bench.py as a user runs it: its own process, the key from the environment."""
     out = tmp_path / "bench.json"
     env = {"PATH": os.environ["PATH"], **({"VLLM_API_KEY": key} if key else {})}
     cmd = [*BENCH, "--base-url", standin.url, "--json-out", str(out), *args]
@@ -254,9 +254,10 @@ def test_metric_totals_sum_engines_and_skip_lookalikes() -> None:
         'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="q",position="0"} 99.0\n'
         "vllm:spec_decode_num_draft_tokens_total 20\n"
     )
-    assert bench.metric_total(text, bench.ACCEPTED) == 15.0
-    assert bench.metric_total(text, bench.DRAFTED) == 20.0
-    assert bench.metric_total(text, "vllm:spec_decode_num_drafts_total") is None
+    values = server_client.metric_values(text)
+    assert bench.metric_total(values, bench.ACCEPTED) == 15.0
+    assert bench.metric_total(values, bench.DRAFTED) == 20.0
+    assert bench.metric_total(values, "vllm:spec_decode_num_drafts_total") is None
 
 
 def test_no_metrics_page_means_no_acceptance_figure() -> None:

@@ -19,7 +19,7 @@ from vllm_rig.host import runtime_build
 from vllm_rig.settings import Settings
 from vllm_rig.stages import locks
 from vllm_rig.stages.locks import first_use, make
-from vllm_rig.stages.model.start import HF_HUB_VERSION
+from vllm_rig.stages.model.start import HF_HUB_VERSION, PROMETHEUS_CLIENT_VERSION
 from vllm_rig.stages.runtime import plan
 from vllm_rig.validation import load_settings
 
@@ -165,11 +165,14 @@ def test_the_lock_is_part_of_the_runtime_fingerprint(tmp_path: Path) -> None:
 
 
 def _hub_index(root: Path, payload: str) -> tuple[str, bytes]:
-    """A local index serving the tools venv's one requirement (a stand-in of its pinned version, no dependencies)."""
-    dist = wheelfile.Dist("huggingface_hub", HF_HUB_VERSION, {"huggingface_hub/__init__.py": payload.encode()}, "hub")
-    data = wheelfile.build(dist)
-    simple.write_lane(root, [simple.Entry(wheelfile.filename(dist), hashlib.sha256(data).hexdigest(), None, data)])
-    return root.as_uri() + "/", data
+    """A local index serving the tools venv's requirements (stand-ins of their pinned versions, no dependencies);
+    the huggingface_hub wheel's bytes."""
+    hub = wheelfile.Dist("huggingface_hub", HF_HUB_VERSION, {"huggingface_hub/__init__.py": payload.encode()}, "hub")
+    prom = wheelfile.Dist("prometheus_client", PROMETHEUS_CLIENT_VERSION, {"prometheus_client/__init__.py": b""}, "p")
+    built = [(d, wheelfile.build(d)) for d in (hub, prom)]
+    entries = [simple.Entry(wheelfile.filename(d), hashlib.sha256(data).hexdigest(), None, data) for d, data in built]
+    simple.write_lane(root, entries)
+    return root.as_uri() + "/", built[0][1]
 
 
 def _first_use_settings(tmp_path: Path, index: str) -> Settings:
@@ -191,7 +194,10 @@ def test_a_missing_lock_is_written_on_first_use_said_loudly_and_never_rewritten_
     assert said.startswith(f"wrote {Path(s.locks_dir) / locks.tools_name(s)} from {index} on first use")
     assert said.endswith("every box now installs exactly these files; commit it")
     lock = locks.tools_lock(s)
-    assert locks.entries(lock.text) == {"huggingface-hub": HF_HUB_VERSION}
+    assert locks.entries(lock.text) == {
+        "huggingface-hub": HF_HUB_VERSION,
+        "prometheus-client": PROMETHEUS_CLIENT_VERSION,
+    }
     assert hashlib.sha256(good).hexdigest() in lock.text and locks.unhashed(lock.text) == []
     # The index now serves other bytes under the same version: a deploy keeps the lock (pip then refuses them).
     _hub_index(tmp_path / "index", "import os; os.system('id')\n")

@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from vllm_rig.host import bench, service_probe
+from vllm_rig.host import bench, server_client, service_probe
 
 # What 0.27.1's chat stream sends when generation fails after the first chunk (serving.py:835-836, :842).
 ROLE_CHUNK = {
@@ -115,5 +115,5 @@ def test_bench_names_the_servers_failure_instead_of_missing_usage(server: tuple[
 
 def test_the_401_of_the_key_middleware_is_quoted() -> None:
     # serve/utils/server_utils.py:91: {"error": "Unauthorized"}, a string, not an object
-    assert service_probe.server_error({"error": "Unauthorized"}) == "Unauthorized"
-    assert bench.stream_error({"choices": []}) is None
+    assert server_client.server_error({"error": "Unauthorized"}) == "Unauthorized"
+    assert server_client.server_error({"choices": []}) is None

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Prefill, decode and MTP benchmark against an OpenAI-compatible vLLM server. Stdlib only.
+"""Prefill, decode and MTP benchmark against an OpenAI-compatible vLLM server.
 
 The method of the reference setup's A/B test (seed 000, section 6):
 - every prompt starts with a 64-character random UUID and goes on with random words from a word list,
@@ -17,7 +17,9 @@ the UUID alone and of the UUID plus known words), and every warm-up's real count
                    [--warmup-short 2] [--warmup-sized 1] [--label NAME] [--json-out FILE]
     bench.py compare A.json B.json      the summary table: metric, A mean, B mean, difference
 
-The API key comes from --api-key-file, else the environment variable VLLM_API_KEY (none: no key sent).
+The API key comes from --api-key-file (the service's env file, or a file holding the bare key), else the environment
+variable VLLM_API_KEY (none: no key sent). /metrics is read by prometheus_client's parser: the deploy runs this with
+the tools venv's python, which holds it (server_client.py).
 Exit codes: 0 done, 2 the server could not be used (unreachable, refused, a bad answer).
 """
 
@@ -27,18 +29,16 @@ import argparse
 import contextlib
 import http.client
 import json
-import os
 import random
-import re
 import statistics
 import sys
 import time
-import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
+
+from . import server_client
 
 DEFAULT_SIZES = "20000:3:256,60000:2:128"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
@@ -49,7 +49,7 @@ DRAFTED = "vllm:spec_decode_num_draft_tokens_total"
 # unit never passes.
 CACHE_HITS = "vllm:prefix_cache_hits_total"
 SHORT_WORDS = 32  # words in a short warm-up request
-TEXT_KEYS = ("content", "reasoning_content", "reasoning", "tool_calls")  # a delta that carries tokens
+TEXT_KEYS = (*server_client.TEXT_KEYS, "tool_calls")  # a delta that carries tokens
 
 # Plain English words of one to three syllables; any list would do, only its randomness matters.
 WORD_LIST = """
@@ -97,42 +97,23 @@ class BenchError(Exception):
     """The server could not be used: unreachable, an HTTP error, an answer without usage."""
 
 
-# ---- talking to the server -----------------------------------------------------------------------------
+# ---- talking to the server (server_client.py: the start check's and the watchdog's client too) ---------------
 @dataclass(frozen=True)
 class Server:
     base_url: str
     api_key: str | None
     timeout: float
 
-    def _connection(self) -> http.client.HTTPConnection:
-        url = urllib.parse.urlsplit(self.base_url)
-        kind = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
-        return kind(url.hostname or "127.0.0.1", url.port, timeout=self.timeout)
-
-    def _path(self, path: str) -> str:
-        return urllib.parse.urlsplit(self.base_url).path.rstrip("/") + path
-
-    def _headers(self) -> dict[str, str]:
-        headers = {"content-type": "application/json"}
-        if self.api_key:
-            headers["authorization"] = f"Bearer {self.api_key}"
-        return headers
-
     @contextlib.contextmanager
     def open(self, method: str, path: str, body: dict | None = None) -> Iterator[http.client.HTTPResponse]:
         """The response to one request (status 200, else BenchError); the connection closes after it."""
-        conn = self._connection()
         try:
-            try:
-                conn.request(method, self._path(path), json.dumps(body) if body is not None else None, self._headers())
-                resp = conn.getresponse()
-            except OSError as exc:
-                raise BenchError(f"cannot reach {self.base_url}: {exc}") from exc
-            if resp.status != 200:
-                raise BenchError(_http_error(method, path, resp))
-            yield resp
-        finally:
-            conn.close()
+            with server_client.open_request(self.base_url, method, path, self.api_key, body, self.timeout) as resp:
+                if resp.status != 200:
+                    raise BenchError(_http_error(method, path, resp))
+                yield resp
+        except (OSError, http.client.HTTPException) as exc:
+            raise BenchError(f"cannot reach {self.base_url}: {exc}") from exc
 
     def get_json(self, path: str) -> Any:
         with self.open("GET", path) as resp:
@@ -148,26 +129,9 @@ class Server:
 
 
 def _http_error(method: str, path: str, resp: http.client.HTTPResponse) -> str:
-    text = resp.read().decode(errors="replace")[:500]
-    try:
-        message = json.loads(text).get("error", text)
-        message = message.get("message", message) if isinstance(message, dict) else message
-    except (ValueError, AttributeError):
-        message = text
+    message = server_client.error_text(resp.read().decode(errors="replace"), 500)
     hint = " (give the API key: VLLM_API_KEY or --api-key-file)" if resp.status == 401 else ""
     return f"{method} {path}: HTTP {resp.status}: {message}{hint}"
-
-
-def sse_events(resp: http.client.HTTPResponse) -> Iterator[tuple[float, dict]]:
-    """(arrival time, parsed chunk) per server-sent event, until [DONE]."""
-    while line := resp.readline():
-        line = line.strip()
-        if not line.startswith(b"data:"):
-            continue
-        data = line[5:].strip()
-        if data == b"[DONE]":
-            return
-        yield time.perf_counter(), json.loads(data)
 
 
 # ---- one streamed request -----------------------------------------------------------------------------
@@ -207,27 +171,11 @@ def chat_body(model: str, prompt: str, max_tokens: int, ignore_eos: bool, stream
     return body
 
 
-def stream_error(chunk: dict) -> str | None:
-    """The server's words when a chunk is an error event, else None.
-
-    After HTTP 200 vLLM reports a failure as `data: {"error": {"message", "type", "param", "code"}}`, then
-    `data: [DONE]` (vLLM 0.27.1 entrypoints/generate/base/serving.py:153-168, chat_completion/serving.py:471-476
-    and :835-842): a stream can end without usage because it failed, and the failure is what to say."""
-    if "error" not in chunk:
-        return None
-    error = chunk["error"]
-    if not isinstance(error, dict):
-        return str(error)
-    kind = ", ".join(str(error[k]) for k in ("type", "code") if error.get(k) not in (None, ""))
-    message = str(error.get("message") or "(no message)")
-    return f"{message} ({kind})" if kind else message
-
-
 def stream_chat(server: Server, body: dict[str, Any]) -> Stream:
     stream = Stream(sent=time.perf_counter())
     with server.open("POST", "/v1/chat/completions", body) as resp:
-        for at, chunk in sse_events(resp):
-            said = stream_error(chunk)
+        for at, chunk in server_client.sse_events(resp):
+            said = server_client.server_error(chunk)
             if said is not None:
                 raise BenchError(f"the server failed inside the stream: {said}")
             stream.see(at, chunk)
@@ -239,11 +187,9 @@ def stream_chat(server: Server, body: dict[str, Any]) -> Stream:
 
 
 # ---- /metrics ------------------------------------------------------------------------------------------
-def metric_total(text: str, name: str) -> float | None:
+def metric_total(values: dict[str, list[float]], name: str) -> float | None:
     """Sum of a counter over all its label sets (one per engine); None when the server has no such counter."""
-    pattern = re.compile(rf"^{re.escape(name)}(?:\{{[^}}]*\}})?\s+(\S+)", re.M)
-    values = [float(v) for v in pattern.findall(text)]
-    return sum(values) if values else None
+    return sum(values[name]) if name in values else None
 
 
 @dataclass(frozen=True)
@@ -255,10 +201,10 @@ class SpecCounters:
     @classmethod
     def read(cls, server: Server) -> SpecCounters:
         try:
-            text = server.metrics()
-        except BenchError:  # no /metrics (a proxy in front?): no acceptance figure, the rest still counts
+            values = server_client.metric_values(server.metrics())
+        except (BenchError, ValueError):  # no /metrics (a proxy in front?): no acceptance figure, the rest counts
             return cls(None, None)
-        return cls(metric_total(text, ACCEPTED), metric_total(text, DRAFTED), metric_total(text, CACHE_HITS))
+        return cls(metric_total(values, ACCEPTED), metric_total(values, DRAFTED), metric_total(values, CACHE_HITS))
 
     def cached_since(self, before: SpecCounters) -> int | None:
         """Prompt tokens the prefix cache served between two readings; None without the counter."""
@@ -461,7 +407,7 @@ class Bench:
 
 def run_bench(options: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    server = Server(options.base_url, read_api_key(options.api_key_file), options.timeout)
+    server = Server(options.base_url, server_client.read_key(options.api_key_file), options.timeout)
     model = options.model or first_model(server)
     rng = random.Random(options.seed)
     bench = Bench(server, model, options, rng, log, calibrate(server, model, rng))
@@ -491,21 +437,6 @@ def first_model(server: Server) -> str:
     if not models:
         raise BenchError("the server lists no model")
     return models[0]["id"]
-
-
-def read_api_key(path: str | None) -> str | None:
-    if path:
-        try:
-            text = Path(path).read_text().strip()
-        except OSError as exc:
-            raise BenchError(f"cannot read the API key file: {exc}") from exc
-        # The bare key, or the service's env file (VLLM_API_KEY=...).
-        for line in text.splitlines():
-            name, sep, value = line.partition("=")
-            if sep and name.strip() == "VLLM_API_KEY":
-                return value.strip().strip('"') or None
-        return None if "=" in text else (text or None)
-    return os.environ.get("VLLM_API_KEY") or None
 
 
 # ---- summaries and tables -------------------------------------------------------------------------------

@@ -23,17 +23,16 @@ never printed. Standard library only: it runs with the host's python3.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
-import os
 import random
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import server_gone
+from .server_client import TEXT_KEYS, error_text, one_line, open_request, read_key, request, server_error, sse_events
 
 # The tool the tool-call check offers; a working server streams a call to it with {"city": "Paris"}.
 WEATHER_TOOL = {
@@ -67,34 +66,6 @@ class Result:
     detail: str  # one line: what was asked, what came back
 
 
-def read_key(env_file: str | None) -> str | None:
-    if env_file:
-        try:
-            with open(env_file) as f:
-                for line in f:
-                    name, sep, value = line.strip().partition("=")
-                    if sep and name == "VLLM_API_KEY":
-                        return value.strip().strip('"') or None
-        except OSError:
-            pass
-    return os.environ.get("VLLM_API_KEY") or None
-
-
-def request(base: str, path: str, key: str | None, body: dict | None = None, timeout: float = 60) -> tuple[int, str]:
-    headers = {"Content-Type": "application/json"}
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(base + path, data=data, headers=headers, method="POST" if data else "GET")
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode(errors="replace")
-    except (urllib.error.URLError, OSError) as err:
-        return 0, str(err)
-
-
 # What a wait asks between its polls: None while the server may still come up, else the line that says why it
 # will not (server_gone.watcher: the unit's main process gone or the unit failed, with the server's error line).
 Gone = Callable[[], "str | None"]
@@ -123,43 +94,6 @@ def wait_healthy(base: str, timeout: float, say: Callable[[str], None], gone: Go
     return wait_up(base, timeout, say, gone) is None
 
 
-def _one_line(text: str, limit: int = 160) -> str:
-    flat = " ".join(str(text).split())
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
-
-
-def server_error(payload: object) -> str | None:
-    """The server's own words in an error object, else None.
-
-    vLLM sends `{"error": {"message", "type", "param", "code"}}` (ErrorResponse, vLLM 0.27.1
-    entrypoints/openai/engine/protocol.py:63-71): as the body of an HTTP error before a stream starts, and as a
-    `data:` event at HTTP 200 once it has (entrypoints/generate/base/serving.py:153-168; chat_completion/
-    serving.py:471-476 a parser that could not be made, :835-840 a generation error or any other exception).
-    The key middleware's 401 is `{"error": "Unauthorized"}` (serve/utils/server_utils.py:91)."""
-    if not isinstance(payload, dict) or "error" not in payload:
-        return None
-    error = payload["error"]
-    if not isinstance(error, dict):
-        return str(error)
-    message = str(error.get("message") or "(no message)")
-    kind = ", ".join(str(error[k]) for k in ("type", "code") if error.get(k) not in (None, ""))
-    return f"{message} ({kind})" if kind else message
-
-
-def error_text(text: str) -> str:
-    """An HTTP error body as one line: the server's message when the body is vLLM's error object."""
-    try:
-        said = server_error(json.loads(text))
-    except ValueError:
-        said = None
-    return _one_line(said if said is not None else text, 120)
-
-
-# Where a chat message carries generated text: upstream vLLM 0.21.0 names the thinking part "reasoning",
-# the fork's line "reasoning_content" (restored in its v0.1.10); a short thinking answer is in either.
-MESSAGE_TEXT_KEYS = ("content", "reasoning_content", "reasoning")
-
-
 def completion(
     base: str, key: str | None, model: str, prompt: str, max_tokens: int, timeout: float = 600, kwargs=None
 ) -> tuple[bool, str, dict]:
@@ -181,7 +115,7 @@ def chat(base: str, key: str | None, model: str, prompt: str, max_tokens: int) -
     ok, detail, message = completion(base, key, model, prompt, max_tokens, kwargs=NO_THINKING)
     if not ok:
         return False, f"chat completion answered {detail}"
-    generated = "".join(message.get(key) or "" for key in MESSAGE_TEXT_KEYS)
+    generated = "".join(message.get(key) or "" for key in TEXT_KEYS)
     if not generated.strip():
         return False, "chat completion returned no text"
     return True, detail
@@ -198,7 +132,7 @@ def check_arithmetic(base: str, key: str | None, model: str, timeout: float = 60
     digits = "".join(ch if ch.isdigit() else " " for ch in content).split()
     if str(a + b) in digits:
         return Result("arithmetic", True, f"{a}+{b} -> {a + b}")
-    return Result("arithmetic", False, f"{a}+{b}: expected {a + b}, answered {_one_line(content, 80)!r}")
+    return Result("arithmetic", False, f"{a}+{b}: expected {a + b}, answered {one_line(content, 80)!r}")
 
 
 def needle_prompt(code: str, words: int, rng=random) -> str:
@@ -217,26 +151,19 @@ def check_needle(base: str, key: str | None, model: str, words: int, timeout: fl
     content = (message.get("content") or "").strip()
     if code in content:
         return Result("needle", True, f"found {code} in a {words}-word prompt")
-    return Result("needle", False, f"{words}-word prompt: expected {code}, answered {_one_line(content, 80)!r}")
+    return Result("needle", False, f"{words}-word prompt: expected {code}, answered {one_line(content, 80)!r}")
 
 
 def stream_events(base: str, key: str | None, body: dict, timeout: float) -> tuple[int, list[dict], str]:
     """(HTTP status, the parsed `data:` events, error text) of a streamed request."""
-    headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
-    req = urllib.request.Request(base + "/v1/chat/completions", json.dumps(body).encode(), headers)
     events: list[dict] = []
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            for raw in resp:
-                line = raw.decode(errors="replace").strip()
-                if line.startswith("data:") and line[5:].strip() != "[DONE]":
-                    events.append(json.loads(line[5:].strip()))
+        with open_request(base, "POST", "/v1/chat/completions", key, body, timeout) as resp:
+            if resp.status != 200:
+                return resp.status, events, resp.read().decode(errors="replace")
+            events += (chunk for _, chunk in sse_events(resp))
             return resp.status, events, ""
-    except urllib.error.HTTPError as err:
-        return err.code, events, err.read().decode(errors="replace")
-    except (urllib.error.URLError, OSError, ValueError) as err:
+    except (OSError, http.client.HTTPException, ValueError) as err:
         return 0, events, str(err)
 
 
@@ -257,7 +184,7 @@ def check_tool_call(base: str, key: str | None, model: str, timeout: float = 600
     for event in events:  # a failure after HTTP 200 comes as an error event (then [DONE]): the server's words
         said = server_error(event)
         if said is not None:
-            return Result("tool_call", False, f"the server failed inside the stream: {_one_line(said, 140)}")
+            return Result("tool_call", False, f"the server failed inside the stream: {one_line(said, 140)}")
     names: dict[int, str] = {}
     arguments: dict[int, str] = {}
     content, finish = "", None
@@ -276,7 +203,7 @@ def check_tool_call(base: str, key: str | None, model: str, timeout: float = 600
         return Result(
             "tool_call",
             False,
-            f"no tool_calls in the stream (finish_reason {finish}); content: {_one_line(content, 100)!r}",
+            f"no tool_calls in the stream (finish_reason {finish}); content: {one_line(content, 100)!r}",
         )
     try:
         args = json.loads(arguments.get(0) or "{}")

@@ -31,7 +31,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from . import server_gone, service_probe
+from . import server_client, server_gone, service_probe
 
 # Defaults only: the unit passes --result from vllm_rig/paths.py; the KV record lives beside it.
 STATE_DIR = "/var/lib/vllm-rig"
@@ -139,7 +139,7 @@ def main(argv: list[str]) -> int:
         print(f"vllm-rig-start-check: {text}", flush=True)
 
     attempt = restarts(args.unit) + 1
-    base, key = args.base_url.rstrip("/"), service_probe.read_key(args.env_file)
+    base, key = args.base_url.rstrip("/"), server_client.read_key(args.env_file)
     # systemd keeps the unit "activating (start-post)" while this runs, even after the server exited: ask it.
     gone = server_gone.watcher(args.unit, os.environ.get("MAINPID"))
     outcome = service_probe.prove(base, key, args.model, args.timeout, args.warmup, args.needle_words, say, gone)

@@ -10,7 +10,7 @@ SPEC: {"commands": {name: shell command}, "files": {name: path or glob}, "json_k
 Out:  {"time": epoch seconds, "commands": {name: {"rc", "out"}}, "files": {name: text | null | {path: text}},
        "http": {name: {"status", "body"} or {"error"}}}
 A file name in json_keep is parsed as JSON and only those keys are kept (a model marker lists every file's hash).
-The API key is read here and sent in a header; it is never printed.
+The API key is read here (server_client.py, the start check's reader) and sent in a header; it is never printed.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import json
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
+
+from . import server_client
 
 MAX_BODY = 2 * 1024 * 1024
 
@@ -52,34 +52,12 @@ def read(path: str, keep: list[str] | None) -> str | None:
     return json.dumps({k: data.get(k) for k in keep} if isinstance(data, dict) else data)
 
 
-def api_key(path: str | None) -> str | None:
-    if not path:
-        return None
-    try:
-        with open(path) as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        name, sep, value = line.partition("=")
-        if sep and name.strip() == "VLLM_API_KEY":
-            return value.strip().strip('"') or None
-    return None
-
-
 def fetch(url: str, key_file: str | None, timeout: float) -> dict:
-    headers = {}
-    key = api_key(key_file)
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
-    request = urllib.request.Request(url, headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as resp:
-            return {"status": resp.status, "body": resp.read(MAX_BODY).decode(errors="replace"), "key_sent": bool(key)}
-    except urllib.error.HTTPError as err:
-        return {"status": err.code, "body": err.read(2000).decode(errors="replace"), "key_sent": bool(key)}
-    except (OSError, ValueError) as err:
-        return {"error": str(getattr(err, "reason", err)), "key_sent": bool(key)}
+    key = server_client.read_key(key_file) if key_file else None
+    status, body = server_client.request(url, "", key, timeout=timeout)
+    if status == 0:
+        return {"error": body, "key_sent": bool(key)}
+    return {"status": status, "body": body[:MAX_BODY], "key_sent": bool(key)}
 
 
 def probe(spec: dict) -> dict:

@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import nvrm, service_probe
+from . import nvrm, server_client, service_probe
 from .start_check import STATE_DIR, boot_id, read_json, result, write_json
 
 RESULT = f"{STATE_DIR}/watchdog.json"  # a default: the unit passes --result from vllm_rig/paths.py
@@ -83,7 +83,7 @@ def main(argv: list[str]) -> int:
         outcome = service_probe.Result("service", False, f"{args.unit} is {active.stdout.strip()}; not probed")
         ok = None
     else:
-        base, key = args.base_url.rstrip("/"), service_probe.read_key(args.env_file)
+        base, key = args.base_url.rstrip("/"), server_client.read_key(args.env_file)
         outcome = service_probe.check_arithmetic(base, key, args.model, timeout=args.timeout)
         ok = outcome.ok
     detail = outcome.detail + (f"; {gpu_events}" if gpu_events else "")

@@ -23,6 +23,7 @@ from vllm_rig.paths import STATE_DIR, Layout
 from vllm_rig.settings import Settings
 from vllm_rig.stages.bench.charts import write_run_chart
 from vllm_rig.stages.bench.command import bench_command
+from vllm_rig.stages.model.start import ensure_tools_venv
 
 
 @deploy("Bench")
@@ -31,6 +32,7 @@ def bench(s: Settings) -> None:
         return
     layout = Layout.of(s)
     result = f"{STATE_DIR}/bench-{s.bench_label}.json"
+    ensure_tools_venv(s)
     host_programs(layout.host_package)
     streamed(
         name=f"Benchmark {s.bench_label}: {s.bench_sizes}",

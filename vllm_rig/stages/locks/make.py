@@ -27,7 +27,7 @@ from vllm_rig.host import runtime_build
 from vllm_rig.paths import RuntimeDirs
 from vllm_rig.settings import Settings
 from vllm_rig.stages.locks import Lock, tools_name, tools_what
-from vllm_rig.stages.model.start import HF_HUB_VERSION
+from vllm_rig.stages.model.start import TOOLS
 from vllm_rig.stages.runtime import kinds, plan
 from vllm_rig.stages.runtime.kinds.base import DROPPED_PACKAGES
 
@@ -83,9 +83,7 @@ def runtime_target(s: Settings, tree_lines: list[str]) -> Target:
 
 
 def tools_target(s: Settings) -> Target:
-    return Target(
-        tools_name(s), tools_what(s), (f"huggingface_hub=={HF_HUB_VERSION}",), s.pip_index_url or pypi(), None
-    )
+    return Target(tools_name(s), tools_what(s), TOOLS, s.pip_index_url or pypi(), None)
 
 
 # ---- the source tree's requirement files ------------------------------------------------------------

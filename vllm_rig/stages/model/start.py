@@ -26,6 +26,22 @@ from vllm_rig.stages.model.tools_venv import tools_venv
 # against the HF mirror stand-in. The runtime venv cannot hold it (transformers 5.12.1 needs huggingface_hub < 2),
 # hence a venv of its own.
 HF_HUB_VERSION = "2.4.0"
+# bench reads /metrics with it (vllm_rig/host/server_client.py); the control machine's pin (requirements.txt).
+PROMETHEUS_CLIENT_VERSION = "0.26.0"
+TOOLS = (f"huggingface_hub=={HF_HUB_VERSION}", f"prometheus_client=={PROMETHEUS_CLIENT_VERSION}")
+
+
+def ensure_tools_venv(s: Settings) -> None:
+    """The tools venv from its hashed lock (a no-op when it holds that lock): the model download and bench run
+    from it, and a box deployed before bench needed it gets it from the bench itself."""
+    tools_venv(
+        name=f"Tools venv with {', '.join(TOOLS)}",
+        path=Layout.of(s).tools_venv,
+        package="huggingface_hub",
+        version=HF_HUB_VERSION,
+        lock=locks.tools_lock(s).text,
+        index_url=s.pip_index_url,
+    )
 
 
 @deploy("Model (start)")
@@ -34,14 +50,7 @@ def start_model_download(s: Settings) -> None:
         return
     layout = Layout.of(s)
     spec = FetchSpec.of(s)
-    tools_venv(
-        name=f"Tools venv with huggingface_hub {HF_HUB_VERSION}",
-        path=layout.tools_venv,
-        package="huggingface_hub",
-        version=HF_HUB_VERSION,
-        lock=locks.tools_lock(s).text,
-        index_url=s.pip_index_url,
-    )
+    ensure_tools_venv(s)
     host_programs(layout.host_package)
     secret_env_file(
         name="HF token for the download (root only)" if s.hf_token else "No HF token on the host",

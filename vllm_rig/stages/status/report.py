@@ -13,9 +13,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from vllm_rig.host import gpu_facts, model_fetch, server_gone
+from vllm_rig.host.server_client import metric_values
 from vllm_rig.settings import Settings
 from vllm_rig.stages.driver.facts import DriverState
 from vllm_rig.stages.driver.reboot import reboot_reasons
@@ -386,15 +385,6 @@ def chat_page_url(url: str, s: Settings) -> str:
 
 
 # ---- /metrics --------------------------------------------------------------------------------------------
-def metric_values(text: str) -> dict[str, list[float]]:
-    """Every sample's value per sample name (one per label set: engines, positions), by prometheus_client."""
-    values: dict[str, list[float]] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            values.setdefault(sample.name, []).append(float(sample.value))
-    return values
-
-
 def _ratio(num: float | None, den: float | None) -> float | None:
     return num / den if num is not None and den else None
 

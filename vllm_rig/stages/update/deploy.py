@@ -33,6 +33,7 @@ from vllm_rig.host import bench as bench_tool
 from vllm_rig.paths import SERVICE_PROVEN, STATE_DIR, Layout, RuntimeDirs
 from vllm_rig.settings import Settings
 from vllm_rig.stages.bench.command import bench_command
+from vllm_rig.stages.model.start import ensure_tools_venv
 from vllm_rig.stages.runtime import kinds
 from vllm_rig.stages.runtime import plan as runtime
 from vllm_rig.stages.runtime.deploy import install_runtime
@@ -72,6 +73,7 @@ def update_fork(s: Settings) -> None:
     if info is not None and info["fingerprint"] == fp:
         logger.info(f"[{host.name}] update: runtime {running} already runs {kinds.of(s).label(s)}; nothing to try")
         return
+    ensure_tools_venv(s)  # bench runs from it
     host_programs(layout.host_package)
     streamed(
         name=f"Benchmark the running runtime {running}: {s.bench_sizes}",
