@@ -13,7 +13,7 @@ import pytest
 
 from tests.unit.gpu_xml import cards_xml, real_xml
 from tests.unit.groupdata import profile_data
-from vllm_rig.host import gpu_wait, start_check, watchdog
+from vllm_rig.host import gpu_wait, nvrm, start_check, watchdog
 from vllm_rig.paths import Layout
 from vllm_rig.stages.service.unit import gpu_wait_command, kv_key
 from vllm_rig.validation import load_settings
@@ -153,7 +153,7 @@ usb 2-3: reset high-speed USB device
 
 
 def test_xid_events_are_named_in_one_line() -> None:
-    events = watchdog.xid_events(KERNEL)
+    events = nvrm.xid_events(KERNEL)
     assert events == [
         ("0000:2b:00", 79),
         ("0000:08:00", 31),
@@ -161,12 +161,12 @@ def test_xid_events_are_named_in_one_line() -> None:
         ("0000:01:00", 13),
         ("0000:01:00", 154),
     ]
-    line = watchdog.describe_xids(events)
+    line = nvrm.describe(KERNEL)  # what the watchdog says of the kernel's log
     assert "\n" not in line
     assert line.startswith("Xid 79 on 0000:2b:00 (GPU has fallen off the bus); Xid 31 on 0000:08:00 (GPU memory page")
     assert "x2" in line and "Xid 13 on 0000:01:00 (graphics engine exception)" in line
     assert "Xid 154 on 0000:01:00 (see NVIDIA's Xid catalog)" in line
-    assert watchdog.describe_xids(watchdog.xid_events("nothing here")) == ""
+    assert nvrm.describe("nothing here") == ""
 
 
 def test_kv_cache_first_size_is_recorded_and_a_smaller_one_restarts_once(tmp_path) -> None:

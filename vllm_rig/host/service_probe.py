@@ -90,10 +90,6 @@ def wait_up(base: str, timeout: float, say: Callable[[str], None], gone: Gone | 
     return f"not healthy within {timeout:.0f}s"
 
 
-def wait_healthy(base: str, timeout: float, say: Callable[[str], None], gone: Gone | None = None) -> bool:
-    return wait_up(base, timeout, say, gone) is None
-
-
 def completion(
     base: str, key: str | None, model: str, prompt: str, max_tokens: int, timeout: float = 600, kwargs=None
 ) -> tuple[bool, str, dict]:

@@ -29,18 +29,6 @@ from .start_check import STATE_DIR, boot_id, read_json, result, write_json
 
 RESULT = f"{STATE_DIR}/watchdog.json"  # a default: the unit passes --result from vllm_rig/paths.py
 
-# The kernel's NVIDIA events (Xid and the lines without one) live in nvrm.py; these names stay for callers.
-xid_events = nvrm.xid_events
-
-
-def describe_xids(events: list[tuple[str, int]]) -> str:
-    """'Xid 79 on 0000:01:00 (GPU has fallen off the bus) x2; Xid 31 on ...' in first-seen order."""
-    counts: dict[str, int] = {}
-    for bus, code in events:
-        phrase = nvrm.xid_phrase(bus, code)
-        counts[phrase] = counts.get(phrase, 0) + 1
-    return "; ".join(phrase + (f" x{n}" if n > 1 else "") for phrase, n in counts.items())
-
 
 def kernel_log(since: float | None) -> str:
     """The kernel's messages since the last round (this boot's when there was none in this boot)."""
