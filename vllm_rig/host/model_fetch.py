@@ -665,14 +665,23 @@ def pointed_at(parent: Path) -> set[Path]:
     return {p.resolve() for p in parent.iterdir() if p.is_symlink()}
 
 
-def drop_previous(places: Places, previous: Path | None) -> None:
-    """After a switch: the snapshot DIR left, through the library (it keeps blobs another revision still uses),
-    unless a model directory still points to it; and the layout before the cache, now adopted."""
-    held = pointed_at(places.parent)
-    if previous is not None and previous not in held and previous.parent.name == "snapshots":
-        from huggingface_hub import scan_cache_dir
+def delete_snapshot(snapshot: Path) -> int:
+    """Remove a snapshot of the cache through the library (it keeps the blobs another revision still uses),
+    unless a model directory beside the cache still points to it. Returns the bytes freed."""
+    if snapshot.parent.name != "snapshots" or snapshot in pointed_at(snapshot.parents[3]):
+        return 0
+    from huggingface_hub import scan_cache_dir
 
-        scan_cache_dir(places.cache).delete_revisions(previous.name).execute()
+    strategy = scan_cache_dir(snapshot.parents[2]).delete_revisions(snapshot.name)
+    strategy.execute()
+    return strategy.expected_freed_size
+
+
+def drop_previous(places: Places, previous: Path | None) -> None:
+    """After a switch: the snapshot DIR left, and the layout before the cache (its files adopted)."""
+    if previous is not None:
+        delete_snapshot(previous)
+    held = pointed_at(places.parent)
     for old in places.old_layout():
         if old not in held:
             shutil.rmtree(old, ignore_errors=True)

@@ -308,9 +308,10 @@ def models_to_remove(served: ServedModel, record: list[dict[str, Any]], keep: in
 
 
 @operation(is_idempotent=True)
-def models_kept(served: ServedModel, keep: int, package: str, record: str, unit_file: str):
+def models_kept(served: ServedModel, keep: int, python: str, package: str, record: str, unit_file: str):
     """Record `served` as the model now served (first), keep `keep` models served before it, remove the older
-    ones (model_catalogue.py prints each with the space freed; it never removes the one the service serves)."""
+    ones (model_catalogue.py prints each with the space freed; it never removes the one the service serves).
+    `python`: the tools venv's (huggingface_hub removes the revisions from its cache)."""
     found = host.get_fact(ServedModels, package=package, record=record)
     if found is not None and found[:1] and served.matches(found[0]):
         doomed = models_to_remove(served, found, keep)
@@ -319,7 +320,7 @@ def models_kept(served: ServedModel, keep: int, package: str, record: str, unit_
             host.noop(f"{served.name} recorded as served; kept: {', '.join(kept) or 'no other model'}")
             return
     argv = [
-        "python3",
+        python,
         package,
         "model_catalogue",
         "served",
