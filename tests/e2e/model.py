@@ -54,6 +54,21 @@ def fetched_names() -> list[str]:
     return [g["path"].rsplit("/", 1)[1] for g in gets()]
 
 
+def fetched_contents(branch: str = "main") -> list[str]:
+    """The sha256 of each file GET: every content once is every distinct blob of the cache once (two files of one
+    content are one blob, fetched once)."""
+    return sorted(digests(branch)[name] for name in fetched_names())
+
+
+def every_content(branch: str = "main") -> list[str]:
+    return sorted(set(digests(branch).values()))
+
+
+def snapshot_link(branch: str = "main") -> str:
+    """What model_dir points to: the commit's snapshot in huggingface_hub's cache beside it."""
+    return f"hf-cache/models--{REPO.replace('/', '--')}/snapshots/{commit(branch)}"
+
+
 def source(branch: str = "main") -> Path:
     return paths.WWW.joinpath("hf", *REPO.split("/"), branch)
 
@@ -80,7 +95,7 @@ def sh(rig: Rig, command: str, check: bool = True) -> str:
 
 
 def host_digests(rig: Rig, directory: str = MODEL_DIR) -> dict[str, str]:
-    out = sh(rig, f"cd {directory}/ && find . -type f ! -name .vllm-rig-complete.json -exec sha256sum {{}} +")
+    out = sh(rig, f"cd {directory}/ && find -L . -type f ! -name .vllm-rig-complete.json -exec sha256sum {{}} +")
     return {line.split()[1].removeprefix("./"): line.split()[0] for line in out.splitlines() if line.strip()}
 
 
