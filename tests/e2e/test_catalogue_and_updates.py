@@ -91,7 +91,7 @@ def test_models_keep_zero_removes_the_old_model_with_the_space_freed(rig: Rig) -
 def test_the_model_that_serves_cannot_be_removed(rig: Rig) -> None:
     out = rig.ssh(
         "rig1",
-        "sudo python3 /opt/vllm-rig/bin/vllm-rig-host.pyz model_catalogue remove "
+        "sudo /opt/vllm-rig/tools/venv/bin/python /opt/vllm-rig/bin/vllm-rig-host.pyz model_catalogue remove "
         f"--record /var/lib/vllm-rig/models.json --dir {DEFAULT_DIR} --unit-file /etc/systemd/system/vllm.service "
         "2>&1; echo rc=$?",
     )

@@ -1,9 +1,9 @@
 """The model download as a transient systemd unit: started early, waited for later, re-attached on a re-run.
 
-vllm_rig/host/model_fetch.py does the work on the host (huggingface_hub's snapshot_download into staging, its
-checksum test of every file, marker, symlink switch). These operations decide from the host's state (ModelFetch)
-whether to start it, and wait for it with progress lines; the library's return is never trusted, only
-`model_fetch.py check`.
+vllm_rig/host/model_fetch.py does the work on the host (huggingface_hub's snapshot_download into its cache
+beside model_dir, its checksum test of every file, marker, symlink switch). These operations decide from the
+host's state (ModelFetch) whether to start it, and wait for it with progress lines; the library's return is
+never trusted, only `model_fetch.py check`.
 """
 
 from __future__ import annotations
