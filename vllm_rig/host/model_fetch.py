@@ -41,17 +41,13 @@ What stays hand-written, and why (huggingface_hub 2.4.0's source):
 Layout beside DIR (the service's model_dir):
   DIR                     a symlink to hf-cache/models--<owner>--<name>/snapshots/<commit> (what vLLM reads),
                           replaced in one rename(2) once that snapshot is verified: the service sees the old
-                          model or the new one, never a mix. A real directory found there (a hand-made
-                          download) is moved aside once to DIR.replaced-<time> and kept; its files of the right
-                          size are hard-linked into the cache first, so keeping it costs little.
-  hf-cache/               huggingface_hub's cache, shared by the model directories of this parent: a new
-                          revision downloads only the blobs that changed. The snapshot DIR pointed to before is
-                          removed after a switch (delete_revisions) unless another model directory points to it.
-  DIR.rev-<commit12>      the layout before the cache: its files are adopted (hard links) and it is deleted
-                          after the switch; DIR.partial-<commit12> likewise.
-  .DIR.peer/              a model peer's files before they are adopted into the cache.
-  .DIR.fetch.lock         held while a fetch runs, so two fetches never share a snapshot.
-  .DIR.fetch-status.json  default status file: phase, bytes done of total, for the deploy's progress line.
+                          model or the new one, never a mix. A real directory there (a hand-made download) has
+                          its files hard-linked into the cache, then is moved aside to DIR.replaced-<time>.
+  hf-cache/               huggingface_hub's cache, shared by the model directories of this parent. The snapshot
+                          DIR left is removed after a switch unless another model directory points to it.
+  DIR.rev-*, DIR.partial-*  the layout before the cache: adopted (hard links), deleted after the switch.
+  .DIR.peer/, .DIR.fetch.lock, .DIR.fetch-status.json  a model peer's files before adoption, the lock held
+                          while a fetch runs, the default status file (phase, bytes done of total).
 
 With --peer, the files come from another rig's model_serve.py instead (model_peer.py: it waits while that rig
 still downloads, resumes by Range), and are checked against this host's own plan from the endpoint just the
