@@ -81,6 +81,13 @@ def total(branch: str = "main") -> int:
     return sum(p.stat().st_size for p in source(branch).iterdir())
 
 
+def blob_bytes(branch: str = "main") -> int:
+    """What a whole download serves: each distinct content once (the cache keeps one blob for two such files)."""
+    return sum(
+        {hashlib.sha256(p.read_bytes()).hexdigest(): p.stat().st_size for p in source(branch).iterdir()}.values()
+    )
+
+
 def commit(branch: str = "main") -> str:
     revision = mirror_server.Store(MIRROR.repos).revision(REPO, branch)
     assert revision is not None
