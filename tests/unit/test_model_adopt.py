@@ -119,3 +119,31 @@ def test_a_file_of_the_wrong_size_is_downloaded_not_adopted(tmp_path: Path, aske
     assert fetch(dest) == mf.EXIT_OK
     assert asked == [["model.safetensors", "new.json"]]
     assert (dest / "model.safetensors").read_bytes() == SHARD
+
+
+@pytest.mark.parametrize(
+    ("oid", "lfs_oid"), [("../../../etc/x" + "0" * 26, None), ("b" * 40, "../" * 20 + "x" * 4), ("B" * 40, None)]
+)
+def test_a_listed_hash_that_is_not_hex_is_refused_before_it_names_a_blob(
+    monkeypatch: pytest.MonkeyPatch, oid: str, lfs_oid: str | None
+) -> None:
+    """The listing's hashes name the cache's blobs: a mirror's name that climbs out never reaches the disk."""
+    import huggingface_hub
+    from huggingface_hub.hf_api import RepoFile
+
+    lfs = {"oid": lfs_oid, "size": 1, "pointerSize": 0} if lfs_oid else None
+
+    class Api:
+        def __init__(self, **_: object) -> None:
+            pass
+
+        def model_info(self, repo: str, revision: str) -> object:
+            return type("Info", (), {"sha": COMMIT})()
+
+        def list_repo_tree(self, repo: str, revision: str, recursive: bool) -> list[RepoFile]:
+            return [RepoFile(path="config.json", size=1, oid=oid, lfs=lfs)]
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", Api)
+    with pytest.raises(mf.FetchError) as err:
+        mf.resolve(REPO, "main", "http://mirror.invalid")
+    assert err.value.code == mf.EXIT_UNREACHABLE and "not hex" in str(err.value)

@@ -105,6 +105,7 @@ STATUS_INTERVAL_S = 2.0
 DISK_HEADROOM = 256 << 20
 PREFLIGHT_RETRY_DELAYS_S = (1.0, 2.0)  # a mirror that blips for a second is not "down"
 SHA40 = re.compile(r"^[0-9a-f]{40}$")
+SHA64 = re.compile(r"^[0-9a-f]{64}$")
 LOOPBACK = ("127.0.0.1", "localhost")
 DEFAULT_ENDPOINT = "https://huggingface.co"
 
@@ -293,6 +294,10 @@ def resolve(repo: str, revision: str, endpoint: str, send_token: bool = True) ->
     unsafe = [f.path for f in files if not _safe_repo_path(f.path)]
     if unsafe:
         raise FetchError(EXIT_UNREACHABLE, f"{name}: refusing unsafe path {unsafe[0]!r} from the endpoint")
+    # The hashes name the cache's blobs (adopt, forget_file): hex of their length, or a name could climb out.
+    odd = [f.path for f in files if not (SHA40.match(f.git_oid) and (f.sha256 is None or SHA64.match(f.sha256)))]
+    if odd:
+        raise FetchError(EXIT_UNREACHABLE, f"{name}: refusing {odd[0]!r}: the endpoint lists a hash that is not hex")
     # verify_maps reads a file without an LFS sha256 whole into memory for its git sha1; the Hub stores every
     # file over 10 MB in LFS, so a bigger one listed without is an endpoint's lie, refused before any download.
     huge = [f for f in files if f.sha256 is None and f.size > PLAIN_FILE_MAX]
@@ -418,11 +423,11 @@ def clean_client_leftovers(snapshot: Path) -> int:
 
 
 def forget_file(snapshot: Path, remote: RemoteFile) -> None:
-    """Remove a bad file so it is fetched again: its blob too (the library would link a blob it has again),
-    but only when this snapshot's file is there, so a missing one never takes a good blob from another."""
+    """Remove a bad file so it is fetched again: the blob its link leads to too (the library would link a blob
+    it has again); a missing file takes no blob, so a good one another revision uses stays."""
     pointer = snapshot / remote.path
-    if pointer.exists():
-        blob_of(snapshot, remote).unlink(missing_ok=True)
+    if pointer.is_symlink() and pointer.resolve().parent == (snapshot.parent.parent / "blobs").resolve():
+        pointer.resolve().unlink(missing_ok=True)
     pointer.unlink(missing_ok=True)
 
 

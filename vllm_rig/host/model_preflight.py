@@ -80,7 +80,8 @@ def bytes_present(dest: Path, repo: str, files: list[dict[str, Any]]) -> int:
     blobs = dest.parent / "hf-cache" / f"models--{repo.replace('/', '--')}" / "blobs"
     have = 0
     for entry in files:
-        for path in (dest / entry["path"], blobs / entry["etag"]):
+        etag = entry["etag"] if re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", entry["etag"]) else "-"  # only a name
+        for path in (dest / entry["path"], blobs / etag):
             try:
                 if path.stat().st_size == entry["size"]:
                     have += entry["size"]
