@@ -54,6 +54,21 @@ def fetched_names() -> list[str]:
     return [g["path"].rsplit("/", 1)[1] for g in gets()]
 
 
+def fetched_contents(branch: str = "main") -> list[str]:
+    """The sha256 of each file GET: every content once is every distinct blob of the cache once (two files of one
+    content are one blob, fetched once)."""
+    return sorted(digests(branch)[name] for name in fetched_names())
+
+
+def every_content(branch: str = "main") -> list[str]:
+    return sorted(set(digests(branch).values()))
+
+
+def snapshot_link(branch: str = "main") -> str:
+    """What model_dir points to: the commit's snapshot in huggingface_hub's cache beside it."""
+    return f"hf-cache/models--{REPO.replace('/', '--')}/snapshots/{commit(branch)}"
+
+
 def source(branch: str = "main") -> Path:
     return paths.WWW.joinpath("hf", *REPO.split("/"), branch)
 
@@ -64,6 +79,13 @@ def digests(branch: str = "main") -> dict[str, str]:
 
 def total(branch: str = "main") -> int:
     return sum(p.stat().st_size for p in source(branch).iterdir())
+
+
+def blob_bytes(branch: str = "main") -> int:
+    """What a whole download serves: each distinct content once (the cache keeps one blob for two such files)."""
+    return sum(
+        {hashlib.sha256(p.read_bytes()).hexdigest(): p.stat().st_size for p in source(branch).iterdir()}.values()
+    )
 
 
 def commit(branch: str = "main") -> str:
@@ -80,7 +102,7 @@ def sh(rig: Rig, command: str, check: bool = True) -> str:
 
 
 def host_digests(rig: Rig, directory: str = MODEL_DIR) -> dict[str, str]:
-    out = sh(rig, f"cd {directory}/ && find . -type f ! -name .vllm-rig-complete.json -exec sha256sum {{}} +")
+    out = sh(rig, f"cd {directory}/ && find -L . -type f ! -name .vllm-rig-complete.json -exec sha256sum {{}} +")
     return {line.split()[1].removeprefix("./"): line.split()[0] for line in out.splitlines() if line.strip()}
 
 

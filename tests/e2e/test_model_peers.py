@@ -24,7 +24,19 @@ import pytest
 from tests.conftest import Rig
 from tests.e2e import service
 from tests.e2e.deploys import deploy, staged
-from tests.e2e.model import MODEL_DIR, MODELS, REPO, STAGE, STATUS, UNIT, clear_log, digests, fetched_names, knobs
+from tests.e2e.model import (
+    MODEL_DIR,
+    MODELS,
+    REPO,
+    STAGE,
+    STATUS,
+    UNIT,
+    clear_log,
+    digests,
+    every_content,
+    fetched_contents,
+    knobs,
+)
 from tests.sandbox import machine, paths
 from tests.sandbox.__main__ import up
 
@@ -46,7 +58,7 @@ def marker(rig: Rig, name: str) -> dict[str, object]:
 
 
 def host_digests(rig: Rig, name: str) -> dict[str, str]:
-    out = sh(rig, name, f"cd {MODEL_DIR}/ && find . -type f ! -name .vllm-rig-complete.json -exec sha256sum {{}} +")
+    out = sh(rig, name, f"cd {MODEL_DIR}/ && find -L . -type f ! -name .vllm-rig-complete.json -exec sha256sum {{}} +")
     return {line.split()[1].removeprefix("./"): line.split()[0] for line in out.splitlines() if line.strip()}
 
 
@@ -83,7 +95,7 @@ def test_one_run_over_two_fresh_hosts_the_second_fetches_from_the_first(two: Rig
     run = deploy(rig, *STAGE, data=SAME_MODEL)
     assert run.ok, run.log[-4000:]
     assert f"Model (start) | Serve {REPO}@main to rig2" in run.changed
-    assert sorted(fetched_names()) == sorted(digests())  # each file from the mirror once: rig1's download
+    assert fetched_contents() == every_content()  # each file from the mirror once: rig1's download
     assert marker(rig, "rig1")["from_peer"] is None
     assert marker(rig, "rig2")["from_peer"] == {"name": "rig1", "files": len(digests())}
     assert host_digests(rig, "rig2") == digests()
@@ -120,7 +132,7 @@ def test_an_unreachable_model_peer_falls_back_with_one_line_and_still_ends_prove
     [line] = peer_lines(run.log)
     assert line.startswith(f"[rig2] model: model peer rig1 not used: not reachable at http://127.0.0.1:{port} (")
     assert line.endswith(f"fetching from http://127.0.0.1:{paths.HF_MIRROR_PORT} instead")
-    assert sorted(fetched_names()) == sorted(digests())  # rig2's files, from the mirror
+    assert fetched_contents() == every_content()  # rig2's files, from the mirror
     assert marker(rig, "rig2")["from_peer"] is None
     assert host_digests(rig, "rig2") == digests()
     assert "cannot listen" in sh(rig, "rig1", "journalctl --no-pager -t vllm-rig-model-serve")

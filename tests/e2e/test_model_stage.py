@@ -39,9 +39,12 @@ from tests.e2e.model import (
     SMALL_SHARD,
     STAGE,
     UNIT,
+    blob_bytes,
     clear_log,
     commit,
     digests,
+    every_content,
+    fetched_contents,
     fetched_names,
     gets,
     host_digests,
@@ -49,6 +52,7 @@ from tests.e2e.model import (
     requests,
     reset_model,
     sh,
+    snapshot_link,
     source,
     status,
     total,
@@ -163,10 +167,10 @@ def test_first_deploy_fetches_and_verifies_and_a_rerun_changes_nothing(rig: Rig)
     clear_log()
     run = deploy(rig, *WITH_PREFLIGHT)
     assert run.ok, run.log[-3000:]
-    assert sh(rig, f"readlink {MODEL_DIR}").strip() == f"Qwen3.6-27B-DSV4Pro-Thinking-FP8.rev-{commit()[:12]}"
+    assert sh(rig, f"readlink {MODEL_DIR}").strip() == snapshot_link()
     assert host_digests(rig) == digests()
-    assert sorted(fetched_names()) == sorted(digests())  # every file once
-    modes = sh(rig, f"stat -c '%U:%G %a' {MODEL_DIR}/ {MODEL_DIR}/*").split("\n")
+    assert fetched_contents() == every_content()  # every file once
+    modes = sh(rig, f"stat -L -c '%U:%G %a' {MODEL_DIR}/ {MODEL_DIR}/*").split("\n")
     assert set(filter(None, modes)) == {"root:root 755", "root:root 644"}  # the service reads, cannot write
     assert status(rig)["phase"] == "done" and status(rig)["exit_code"] == 0
     assert "complete, commit" in run.log
@@ -219,16 +223,16 @@ def test_connection_dropped_mid_shard_refetches_at_most_10_mib(rig: Rig) -> None
     assert len(cut.shard_gets) == 2 and "dropped at 15000000" in cut.shard_gets[0]["events"]
     print(f"\nre-fetched after the drop: {cut.refetched / MIB:.2f} MiB")
     assert 0 < cut.refetched <= 10 * MIB
-    assert cut.served - total() == cut.refetched  # no other file was fetched twice
+    assert cut.served - blob_bytes() == cut.refetched  # no other file was fetched twice
     assert host_digests(rig) == digests()
 
 
 def _partial_state(rig: Rig) -> tuple[set[str], int]:
-    """(whole files in staging, bytes in the client's .incomplete files)."""
-    staging = f"{MODEL_DIR}.partial-{commit()[:12]}"
-    out = sh(rig, f"cd {staging} 2>/dev/null && find . -maxdepth 1 -type f -printf '%f %s\\n'; true")
+    """(whole files in the snapshot being fetched, bytes in the client's .incomplete blobs)."""
+    staging = f"{MODELS}/{snapshot_link()}"
+    out = sh(rig, f"cd {staging} 2>/dev/null && find -L . -maxdepth 1 -type f -printf '%f %s\\n'; true")
     whole = {n for n, s in (line.split() for line in out.splitlines()) if int(s) == (source() / n).stat().st_size}
-    parts = sh(rig, f"find {staging} -name '*.incomplete' -printf '%s\\n' 2>/dev/null; true")
+    parts = sh(rig, f"find {MODELS}/hf-cache -name '*.incomplete' -printf '%s\\n' 2>/dev/null; true")
     return whole, sum(int(x) for x in parts.split())
 
 
@@ -287,7 +291,7 @@ def test_a_rerun_reattaches_to_a_running_download(rig: Rig) -> None:
     run = deploy(rig, *STAGE)
     assert run.ok, run.log[-3000:]
     assert not [op for op in run.changed if op.startswith("Model (start) | Download")]  # re-attached, not restarted
-    assert sorted(fetched_names()) == sorted(digests())  # nothing fetched twice
+    assert fetched_contents() == every_content()  # nothing fetched twice
     knobs()
 
 
@@ -333,7 +337,7 @@ def test_a_file_that_stays_corrupt_fails_the_host_naming_it(rig: Rig) -> None:
 
 
 def test_new_revision_downloads_beside_and_switches_when_complete(rig: Rig) -> None:
-    main_dir = f"Qwen3.6-27B-DSV4Pro-Thinking-FP8.rev-{commit()[:12]}"
+    main_dir = snapshot_link()
     assert sh(rig, f"readlink {MODEL_DIR}").strip() == main_dir
     changed = {name for name, digest in digests("v2").items() if digests().get(name) != digest}
     clear_log()
@@ -346,9 +350,9 @@ def test_new_revision_downloads_beside_and_switches_when_complete(rig: Rig) -> N
     finally:
         knobs()
     assert run.ok, run.log[-3000:]
-    assert sh(rig, f"readlink {MODEL_DIR}").strip() == f"Qwen3.6-27B-DSV4Pro-Thinking-FP8.rev-{commit('v2')[:12]}"
+    assert sh(rig, f"readlink {MODEL_DIR}").strip() == snapshot_link("v2")
     assert host_digests(rig) == digests("v2")
-    assert set(fetched_names()) == changed  # the rest was linked from main and hashed
+    assert set(fetched_names()) == changed  # the rest are blobs main has: linked by the library, then hashed
     assert sh(rig, f"test -e {MODELS}/{main_dir} && echo yes || echo no").strip() == "no"
 
 

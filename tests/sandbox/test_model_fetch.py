@@ -194,10 +194,15 @@ def incomplete_bytes(top: Path) -> int:
     return sum(p.stat().st_size for p in top.rglob("*.incomplete") if p.is_file())
 
 
+def snapshot_link(commit: str) -> str:
+    """DIR's target: the commit's snapshot in huggingface_hub's cache beside it."""
+    return f"hf-cache/models--{REPO.replace('/', '--')}/snapshots/{commit}"
+
+
 def assert_complete(box: Box, mirror: Mirror, branch: str = "main") -> dict[str, Any]:
     """DIR is a symlink to a verified snapshot equal to the source, with a marker that says so."""
     commit = mirror.commit(branch)
-    assert box.dest.is_symlink() and os.readlink(box.dest) == f"model.rev-{commit[:12]}"
+    assert box.dest.is_symlink() and os.readlink(box.dest) == snapshot_link(commit)
     assert digests(box.dest) == digests(source(branch))
     marker = json.loads((box.dest / MARKER).read_text())
     assert marker["repo"] == REPO and marker["commit"] == commit
@@ -223,7 +228,10 @@ def test_full_fetch_verifies_every_file_and_writes_the_marker(mirror: Mirror, bo
     print(f"\nfull fetch of {sum(p.stat().st_size for p in source().iterdir()) / MIB:.1f} MiB: {elapsed:.2f}s")
     marker = assert_complete(box, mirror)
     assert marker["revision"] == "main" and marker["total_bytes"] == sum(p.stat().st_size for p in source().iterdir())
-    assert all(len(mirror.gets(name)) == 1 for name in digests(source()))  # each file once, whole
+    # Each file once, whole; two files of the same content are one blob in the cache, fetched once.
+    assert all(len(mirror.gets(name)) <= 1 for name in digests(source()))
+    assert {digests(source())[g["path"].rsplit("/", 1)[1]] for g in mirror.gets()} == set(digests(source()).values())
+    assert len(mirror.gets()) == len(set(digests(source()).values()))
     status = box.status()
     assert status["phase"] == "done" and status["exit_code"] == 0
     assert status["bytes_done"] == status["bytes_total"] == marker["total_bytes"]
@@ -293,7 +301,7 @@ def test_fetch_repairs_a_damaged_snapshot_by_fetching_only_the_damaged_file(mirr
     assert result.returncode == 0, result.stdout + result.stderr
     assert [g["path"].rsplit("/", 1)[1] for g in mirror.gets()] == [SMALL_SHARD]
     assert digests(box.dest) == digests(source())
-    assert box.dest.resolve() != before and not before.exists()  # switched to a new snapshot, old one gone
+    assert box.dest.resolve() == before  # repaired in place: the service was reading the damaged file anyway
 
 
 # -- faults -----------------------------------------------------------------------------------------
@@ -315,17 +323,17 @@ def test_killed_fetch_finishes_on_the_next_run(mirror: Mirror, box: Box) -> None
     total = sum(p.stat().st_size for p in source().iterdir())
     mirror.set_knobs(throttle_bytes_per_s=total // 8)  # about 8 s for the whole repo
     proc = subprocess.Popen(fetch_command(mirror, box), env=clean_env(box), stdout=subprocess.PIPE, text=True)
-    staging = box.models / f"model.partial-{mirror.commit()[:12]}"
+    staging = box.models / snapshot_link(mirror.commit())
     # Kill once some files are whole and a shard is partly written, so both kinds of leftover exist.
     wait_for(
-        lambda: (staging / SMALL_SHARD).is_file() and incomplete_bytes(staging) > 12 * MIB,
+        lambda: (staging / SMALL_SHARD).is_file() and incomplete_bytes(box.models) > 12 * MIB,
         30,
         "a finished file and a partial shard",
     )
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
     finished = {p.name for p in staging.iterdir() if p.is_file()}
-    left = incomplete_bytes(staging)
+    left = incomplete_bytes(box.models)
     assert SMALL_SHARD in finished and left > 0 and not box.dest.exists()
     # The lock goes with the process.
     with (box.models / ".model.fetch.lock").open("a") as lock:
@@ -437,8 +445,8 @@ def test_hand_made_dir_is_kept_aside_and_its_good_files_reused(mirror: Mirror, b
     result = fetch(mirror, box)
     assert result.returncode == 0, result.stdout + result.stderr
     assert_complete(box, mirror)
-    fetched = {g["path"].rsplit("/", 1)[1] for g in mirror.gets()}
-    assert fetched == set(digests(source())) - {"config.json", SMALL_SHARD}
+    fetched = {digests(source())[g["path"].rsplit("/", 1)[1]] for g in mirror.gets()}
+    assert fetched == set(digests(source()).values()) - {digests(source())[n] for n in ("config.json", SMALL_SHARD)}
     (aside,) = box.models.glob("model.replaced-*")
     assert (aside / "config.json").is_file() and "moved the existing directory" in result.stdout
 
@@ -508,7 +516,7 @@ def test_new_revision_downloads_beside_and_switches_when_complete(mirror: Mirror
         fetch_command(mirror, box, "--revision", "v2"), env=clean_env(box), stdout=subprocess.PIPE, text=True
     )
     try:
-        staging = box.models / f"model.partial-{mirror.commit('v2')[:12]}"
+        staging = box.models / snapshot_link(mirror.commit("v2"))
         wait_for(lambda: staging.is_dir() and box.status().get("phase") == "downloading", 20, "the download")
         # Meanwhile the service's view is the old model, whole.
         assert box.dest.resolve() == main_dir and digests(box.dest) == main_files
@@ -525,9 +533,9 @@ def test_new_revision_downloads_beside_and_switches_when_complete(mirror: Mirror
             proc.kill()
     assert proc.returncode == 0, out
     assert_complete(box, mirror, "v2")
-    assert not main_dir.exists()  # the previous snapshot goes once the switch is done
-    assert {g["path"].rsplit("/", 1)[1] for g in mirror.gets()} == changed  # the rest was linked, then hashed
-    assert "reusing" in out
+    assert not main_dir.exists()  # the previous snapshot goes once the switch is done (delete_revisions)
+    # The rest are blobs the cache holds already (same ETag), linked by the library, then hashed.
+    assert {g["path"].rsplit("/", 1)[1] for g in mirror.gets()} == changed
     done = script(box, "status", "--status-file", str(box.status_file))
     assert done.returncode == 0 and done.stdout.startswith("done: ")
 
@@ -581,7 +589,7 @@ def test_download_pins_the_commit_names_files_not_globs_and_sends_no_token_witho
     status = mf.Status(tmp_path / "status.json", REPO, "main")
     assert mf.download(plan, tmp_path, ["config.json", "odd[1]*.json"], 8, status) == ""
     (call,) = calls
-    assert call["revision"] == "a" * 40 and call["endpoint"] == "http://x" and call["local_dir"] == tmp_path
+    assert call["revision"] == "a" * 40 and call["endpoint"] == "http://x" and call["cache_dir"] == tmp_path
     assert call["allow_patterns"] == ["config.json", "odd[[]1][*].json"] and call["token"] is False
 
 
@@ -611,7 +619,7 @@ def test_disk_check_refuses_before_downloading(monkeypatch: pytest.MonkeyPatch, 
     places = mf.Places(tmp_path / "model")
     monkeypatch.setattr(mf.shutil, "disk_usage", lambda _: SimpleNamespace(total=100 << 30, free=10 << 30))
     with pytest.raises(mf.FetchError) as err:
-        mf.check_space(places, plan, tmp_path / "staging")
+        mf.check_space(places, plan)
     assert err.value.code == 5 and "free" in str(err.value)
 
 

@@ -142,8 +142,7 @@ def test_every_file_comes_from_the_peer_and_is_checked_against_the_mirrors_plan(
 def test_a_part_left_by_an_interrupted_peer_download_is_resumed_by_range(
     mirror: Mirror, box: Box, holder: Box, peer_of: list[Peer], tmp_path: Path
 ) -> None:
-    commit = mirror.commit()
-    part = box.models / f"model.partial-{commit[:12]}" / ".cache" / "vllm-rig-peer" / f"{BIG_SHARD}.part"
+    part = box.models / ".model.peer" / ".parts" / f"{BIG_SHARD}.part"
     part.parent.mkdir(parents=True)
     part.write_bytes((source() / BIG_SHARD).read_bytes()[: 3 * MIB])
     peer = serve(peer_of, holder.dest, tmp_path)

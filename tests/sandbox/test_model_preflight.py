@@ -3,6 +3,7 @@ it: the host's python3 reading the token line and the script from stdin."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import secrets
 import subprocess
@@ -126,13 +127,18 @@ def test_complete_marker_answers_without_the_network(mirror: Mirror, tmp_path: P
 
 
 def test_files_already_there_are_not_asked_for_again(mirror: Mirror, tmp_path: Path) -> None:
+    """A blob huggingface_hub's cache holds (another revision's, a cut download's whole files) is not downloaded
+    again; neither is a file of the right size in the model directory (the fetch adopts it)."""
     dest = tmp_path / "model"
-    commit = mirror.server.store.revision(REPO, "main").commit
-    staging = tmp_path / f"model.partial-{commit[:12]}"
-    staging.mkdir()
-    (staging / BIG_SHARD).write_bytes((source() / BIG_SHARD).read_bytes())
+    data = (source() / BIG_SHARD).read_bytes()
+    blobs = tmp_path / "hf-cache" / f"models--{REPO.replace('/', '--')}" / "blobs"
+    blobs.mkdir(parents=True)
+    (blobs / hashlib.sha256(data).hexdigest()).write_bytes(data)
+    dest.mkdir()
+    (dest / "config.json").write_bytes((source() / "config.json").read_bytes())
     verdict, _, _ = run_as_the_fact(mirror, dest)
-    assert verdict["need_bytes"] == total() - (source() / BIG_SHARD).stat().st_size + HEADROOM
+    have = len(data) + (source() / "config.json").stat().st_size
+    assert verdict["need_bytes"] == total() - have + HEADROOM
 
 
 def test_small_disk_is_refused_with_what_it_needs(monkeypatch: pytest.MonkeyPatch, mirror: Mirror) -> None:

@@ -1,9 +1,11 @@
-"""vllm_rig/host/model_catalogue.py on real directories laid out as model_fetch.py lays them: the record of served
-models, models_keep, the space freed (hard links shared with a kept snapshot not counted), and the served model
-never removed."""
+"""vllm_rig/host/model_catalogue.py on real directories laid out as model_fetch.py lays them (huggingface_hub's cache
+beside the model directories, and the layout before it): the record of served models, models_keep through the
+library's delete_revisions (a blob a kept revision shares not counted as freed), and the served model never
+removed."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -15,16 +17,34 @@ from vllm_rig.host import model_catalogue as mc
 MIB = 1 << 20
 
 
-def _model(root: Path, name: str, commit: str, size: int, share_from: Path | None = None) -> Path:
-    """DIR -> DIR.rev-<commit>/ with a shard of `size` bytes (a hard link of `share_from` instead, when given)."""
+def _blob(snapshot: Path, name: str, data: bytes) -> None:
+    """A file of the snapshot as the library lays it: blobs/<sha256>, and the snapshot's relative link to it."""
+    blob = snapshot.parent.parent / "blobs" / hashlib.sha256(data).hexdigest()
+    blob.parent.mkdir(parents=True, exist_ok=True)
+    blob.write_bytes(data)
+    (snapshot / name).symlink_to(os.path.relpath(blob, snapshot))
+
+
+def _model(root: Path, name: str, commit: str, size: int, shared: bytes = b"") -> Path:
+    """DIR -> hf-cache/models--o--m/snapshots/<commit>/ with a shard of `size` bytes (and `shared`, a file
+    another revision holds too: one blob)."""
+    snapshot = root / "hf-cache" / "models--o--m" / "snapshots" / (commit * 40)[:40]
+    snapshot.mkdir(parents=True)
+    _blob(snapshot, "model.safetensors", os.urandom(size))
+    _blob(snapshot, "config.json", b"{}")
+    if shared:
+        _blob(snapshot, "shared.safetensors", shared)
+    (root / name).symlink_to(os.path.relpath(snapshot, root))
+    (root / f".{name}.fetch.lock").write_text("1\n")
+    return root / name
+
+
+def _old_model(root: Path, name: str, commit: str, size: int) -> Path:
+    """The layout before the cache: DIR -> DIR.rev-<commit12>/ with plain files."""
     snapshot = root / f"{name}.rev-{commit}"
     snapshot.mkdir()
-    if share_from is not None:
-        os.link(share_from, snapshot / "shared.safetensors")
     (snapshot / "model.safetensors").write_bytes(os.urandom(size))
-    (snapshot / "config.json").write_text("{}")
     (root / name).symlink_to(snapshot.name)
-    (root / f".{name}.fetch.lock").write_text("1\n")
     return root / name
 
 
@@ -45,9 +65,10 @@ def _served(record: Path, unit: Path, model: Path, keep: int, name: str) -> int:
 def box(tmp_path: Path) -> dict[str, Path]:
     models = tmp_path / "models"
     models.mkdir()
-    a = _model(models, "A", "aaaaaaaaaaaa", 2 * MIB)
-    b = _model(models, "B", "bbbbbbbbbbbb", 3 * MIB, share_from=a.resolve() / "model.safetensors")
-    c = _model(models, "C", "cccccccccccc", 1 * MIB)
+    shared = os.urandom(2 * MIB)
+    a = _model(models, "A", "a", 1 * MIB, shared=shared)
+    b = _model(models, "B", "b", 3 * MIB, shared=shared)
+    c = _old_model(models, "C", "cccccccccccc", 1 * MIB)
     return {"models": models, "a": a, "b": b, "c": c, "record": tmp_path / "state" / "models.json"}
 
 
@@ -75,8 +96,11 @@ def test_the_space_freed_counts_only_blocks_no_kept_file_links_to(box, capsys) -
     assert _served(box["record"], unit, box["a"], keep=0, name="A") == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("model_catalogue: removed B"))
     freed = float(line.rsplit(": ", 1)[1].split()[0])
-    assert 3.0 <= freed < 3.1, line  # B's own 3 MiB shard; its hard link to A's 2 MiB shard frees nothing
-    assert (box["a"] / "model.safetensors").stat().st_size == 2 * MIB
+    assert 3.0 <= freed < 3.1, line  # B's own 3 MiB shard; the 2 MiB blob A shares frees nothing
+    assert (box["a"] / "shared.safetensors").stat().st_size == 2 * MIB
+    assert (
+        not box["b"].exists() and not (box["models"] / "hf-cache" / "models--o--m" / "snapshots" / ("b" * 40)).exists()
+    )
 
 
 def test_the_model_the_unit_serves_is_never_removed(box, capsys) -> None:

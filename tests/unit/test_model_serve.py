@@ -130,6 +130,25 @@ def test_only_files_the_marker_lists_are_served(served: Served) -> None:
     assert served.get("/v1/files/..%2F..%2Fetc%2Fpasswd")[0] == 404
 
 
+def test_in_the_cache_layout_a_listed_file_is_served_through_its_blob_link_and_nothing_outside(
+    served: Served,
+) -> None:
+    """model_dir -> hf-cache/models--o--n/snapshots/<commit>/, each file a link to ../../blobs/<etag>: served;
+    a listed name whose link leads out of the repo's cache folder is not."""
+    snapshot = served.dest.parent / "hf-cache" / "models--acme--tiny" / "snapshots" / COMMIT
+    write_model(snapshot)
+    blobs = snapshot.parent.parent / "blobs"
+    blobs.mkdir()
+    (snapshot / "model.safetensors").rename(blobs / hashlib.sha256(SHARD).hexdigest())
+    (snapshot / "model.safetensors").symlink_to(f"../../blobs/{hashlib.sha256(SHARD).hexdigest()}")
+    (served.dest.parent / "outside.json").write_text("{}")
+    (snapshot / "config.json").unlink()
+    (snapshot / "config.json").symlink_to("../../../../outside.json")
+    served.dest.symlink_to(os.path.relpath(snapshot, served.dest.parent))
+    assert served.get("/v1/files/model.safetensors")[2] == SHARD
+    assert served.get("/v1/files/config.json")[0] == 404
+
+
 def test_range_resumes_from_an_offset_and_a_range_past_the_end_is_refused(served: Served) -> None:
     write_model(served.dest)
     code, headers, body = served.get("/v1/files/model.safetensors", Range="bytes=1000-")

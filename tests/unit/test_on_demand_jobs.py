@@ -109,10 +109,11 @@ def test_model_dirs_are_the_settings_and_the_catalogues() -> None:
 
 
 def test_the_models_snapshot_beside_it_is_kept_with_it() -> None:
-    """model_dir is a symlink to DIR.rev-<commit> beside it (vllm_rig/host/model_fetch.py): both stay."""
+    """model_dir is a symlink into huggingface_hub's cache beside it (vllm_rig/host/model_fetch.py): both stay,
+    and the layout before the cache (DIR.rev-<commit>) too."""
     keep = (MODEL,)
     name = MODEL.rsplit("/", 1)[1]
-    beside = [name, f"{name}.rev-0123456789ab", f".{name}.fetch-status.json", "Other-Model", f"{name}x"]
+    beside = [name, "hf-cache", f"{name}.rev-0123456789ab", f".{name}.fetch-status.json", "Other-Model", f"{name}x"]
     found = _found((ROOT,), {ROOT: ["models", "runtimes"], f"{ROOT}/models": beside}, keep)
     assert removal(CANDIDATES, keep, found) == [
         f"{ROOT}/runtimes",

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The models a host has served, newest first, and the removal of the older ones. Stdlib only (system python3).
+"""The models a host has served, newest first, and the removal of the older ones. `list` is stdlib only
+(system python3); `served` and `remove` run with the tools venv's python (huggingface_hub removes revisions).
 
     vllm-rig-host.pyz model_catalogue list   --record F
     vllm-rig-host.pyz model_catalogue served --record F --name N --repo R --revision REV --dir D --keep K --unit-file U
@@ -11,10 +12,12 @@ model by its directory. Neither ever removes the model the service serves: the d
 `--model`, the one the running server was started with (its /proc cmdline), and the one being recorded as
 served are refused, with exit code 3.
 
-What a model is on disk (vllm_rig/host/model_fetch.py's layout): DIR, a symlink to DIR.rev-<commit12> (a
-verified snapshot), DIR.partial-<commit12> (staging) and DIR's lock and status files beside it. Those are
-removed; a DIR.replaced-* (a hand-made download model_fetch moved aside) is kept and named. Space freed
-counts only blocks no kept file still links to (model_fetch seeds a new revision with hard links).
+What a model is on disk (vllm_rig/host/model_fetch.py's layout): DIR, a symlink to its snapshot in
+huggingface_hub's cache beside it, and DIR's lock, status and peer files. Those are removed, and the snapshot
+through the library (scan_cache_dir().delete_revisions(): it keeps the blobs another revision uses, and says
+the space freed) unless another model directory points to it. DIR.rev-*/DIR.partial-* (the layout before the
+cache, on a box not fetched since) go too; a DIR.replaced-* (a hand-made download model_fetch moved aside) is
+kept and named.
 
 Exit codes: 0 done, 1 usage or I/O error, 3 refused (the model serves).
 """
@@ -30,6 +33,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .model_fetch import delete_snapshot
 from .units import human
 
 EXIT_OK = 0
@@ -61,13 +65,13 @@ def write_record(path: Path, models: list[dict[str, Any]]) -> None:
 
 
 def model_paths(directory: str) -> list[Path]:
-    """What model_fetch made for DIR: the link (or directory), snapshots, staging, lock and status files."""
+    """What model_fetch made for DIR beside the cache: the link, the old layout, lock, status and peer files."""
     dest = Path(directory)
     parent, name = dest.parent, dest.name
     found = [dest] if dest.is_symlink() or dest.exists() else []
     found += sorted(parent.glob(f"{name}.rev-*")) + sorted(parent.glob(f"{name}.partial-*"))
-    found += [p for p in (parent / f".{name}.fetch.lock", parent / f".{name}.fetch-status.json") if p.exists()]
-    return found
+    beside = (f".{name}.fetch.lock", f".{name}.fetch-status.json", f".{name}.peer")
+    return found + [parent / p for p in beside if (parent / p).exists()]
 
 
 def present(directory: str) -> bool:
@@ -119,31 +123,20 @@ def refuse_if_serving(directory: str, serving: list[str]) -> None:
             raise Refused(f"{directory} is the model the service serves ({path}); switch to another model first")
 
 
-def disk_usage(paths: list[Path]) -> int:
-    """Bytes freed by removing `paths`: blocks of files whose every hard link lies inside them."""
-    inside: dict[tuple[int, int], list[int]] = {}
-    for root in paths:
-        for path in [root, *(root.rglob("*") if root.is_dir() and not root.is_symlink() else [])]:
-            try:
-                st = path.lstat()
-            except OSError:
-                continue
-            entry = inside.setdefault((st.st_dev, st.st_ino), [0, st.st_nlink, st.st_blocks * 512])
-            entry[0] += 1
-    return sum(size for count, nlink, size in inside.values() if count >= nlink)
-
-
 def remove_model(entry: dict[str, Any], serving: list[str]) -> int:
     """Remove one model's files; returns bytes freed. Raises Refused for the served one."""
     directory = entry["dir"]
     refuse_if_serving(directory, serving)
-    paths = model_paths(directory)
-    freed = disk_usage(paths)
-    for path in paths:
+    snapshot = Path(directory).resolve()
+    freed = 0
+    for path in model_paths(directory):
         if path.is_dir() and not path.is_symlink():
+            # The layout before the cache: its blocks are freed where no other file links to them.
+            freed += sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and f.stat().st_nlink == 1)
             shutil.rmtree(path)
         else:
             path.unlink(missing_ok=True)
+    freed += delete_snapshot(snapshot)
     name = f"{entry.get('name') or directory} ({entry.get('repo', '?')}@{entry.get('revision', '?')})"
     print(f"model_catalogue: removed {name} from {directory}: {human(freed)} freed")
     kept = sorted(Path(directory).parent.glob(f"{Path(directory).name}.replaced-*"))

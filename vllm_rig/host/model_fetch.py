@@ -18,41 +18,46 @@ repo or revision is unknown there, or access was denied (checked before anything
 (a re-run continues); 4 corrupt (a file failed its size or hash check again after one re-fetch; named);
 5 not enough free disk space; 6 another fetch of the same DIR is running.
 
-What the library does here: the listing (HfApi.model_info, list_repo_tree), the download
-(snapshot_download at the resolved commit into a staging local_dir, with its own Range resume inside one run)
-and the checksum test (its verify_maps, what `hf cache verify` runs: sha256 for LFS files, the git blob sha1
-for the others). What stays hand-written, and why (huggingface_hub 2.4.0's source):
-  - the preflight's exit codes: snapshot_download returns an existing local_dir when the endpoint is down, 5xx,
-    or says 404 without an error code ("Returning existing local_dir", _snapshot_download.py), so its return
-    proves nothing; the revision and the tree are resolved first and every file is checked after;
+What the library does here: the listing (HfApi.model_info, list_repo_tree), the download (snapshot_download
+at the resolved commit into its own cache layout, cache_dir=hf-cache beside DIR), the checksum test (its
+verify_maps, what `hf cache verify` runs: sha256 for LFS files, the git blob sha1 for the others) and the
+removal of a revision (scan_cache_dir().delete_revisions(), which keeps the blobs another revision still uses).
+What stays hand-written, and why (huggingface_hub 2.4.0's source):
+  - the preflight's exit codes: snapshot_download returns what the cache holds when the endpoint is down, 5xx,
+    or says 404 without an error code, so its return proves nothing; the revision and the tree are resolved
+    first and every file is checked after;
   - the check itself: downloads test the size only (file_download.py, "Consistency check failed"), so a
     flipped byte passes until verify_maps is run against the listing this run resolved (verify_repo_checksums
     would list the tree a second time, and a mirror could answer that one with other hashes);
-  - the leftovers of a killed run: each process writes `<etag>.<uuid8>.incomplete` (_download_to_tmp_and_move)
-    and no later process reuses it, so they are deleted before a run;
-  - the layout, the marker and the one switch below (a local_dir is written file by file, in place).
+  - the leftovers of a killed run: each process writes `blobs/<etag>.<uuid8>.incomplete`
+    (_download_to_tmp_and_move) and no later process reuses it (so a cut file starts over; whole files are
+    kept), so they are deleted before a run;
+  - the marker and the one switch below: the library fills a snapshot file by file, in place, so the service
+    is pointed at it only once every file passed the check;
+  - the adoption of files already on the box (the layout before the cache, a hand-made download, a model
+    peer's files): the library only ever downloads a blob; a hard link named as it names blobs (the file's
+    ETag: the LFS sha256, or the git blob sha1) is a blob it then uses without downloading.
 
 Layout beside DIR (the service's model_dir):
-  DIR                     a symlink to the verified snapshot, replaced in one rename(2): the service sees the
-                          old model or the new one, never a mix. A real directory found there (a hand-made
-                          download) is moved aside once to DIR.replaced-<time> and kept; files it shares
-                          with the new snapshot are hard links, so keeping it costs little.
-  DIR.rev-<commit12>      a verified snapshot with its completion marker; the one DIR pointed to before is
-                          deleted after the switch (a running server keeps its open files until restart).
-  DIR.partial-<commit12>  staging, the snapshot_download local_dir. Seeded with hard links from the
-                          current snapshot, so a new revision downloads only the files that changed.
-  .DIR.fetch.lock         held while a fetch runs, so two fetches never share staging.
-  .DIR.fetch-status.json  default status file: phase, bytes done of total, for the deploy's progress line.
+  DIR                     a symlink to hf-cache/models--<owner>--<name>/snapshots/<commit> (what vLLM reads),
+                          replaced in one rename(2) once that snapshot is verified: the service sees the old
+                          model or the new one, never a mix. A real directory there (a hand-made download) has
+                          its files hard-linked into the cache, then is moved aside to DIR.replaced-<time>.
+  hf-cache/               huggingface_hub's cache, shared by the model directories of this parent. The snapshot
+                          DIR left is removed after a switch unless another model directory points to it.
+  DIR.rev-*, DIR.partial-*  the layout before the cache: adopted (hard links), deleted after the switch.
+  .DIR.peer/, .DIR.fetch.lock, .DIR.fetch-status.json  a model peer's files before adoption, the lock held
+                          while a fetch runs, the default status file (phase, bytes done of total).
 
 With --peer, the files come from another rig's model_serve.py instead (model_peer.py: it waits while that rig
 still downloads, resumes by Range), and are checked against this host's own plan from the endpoint just the
 same; a peer that is unreachable, refuses or serves a bad file is named in one line and the endpoint serves
-what is still missing. The marker records how many files came from the peer.
+what is still missing. The marker (in the snapshot) records how many files came from the peer.
 
-A marker for the same repo and revision makes `fetch` and `check` instant and offline. A branch such as
-"main" is thus pinned to the commit first fetched: `fetch --refresh` resolves it again and, if it moved,
-downloads the new commit beside the old one. Files end up root-owned (group USER's with --owner),
-a+rX and go-w: the service reads them and cannot change them.
+A marker for the same repo and revision in DIR's snapshot in the cache makes `fetch` and `check` instant and
+offline. A branch such as "main" is thus pinned to the commit first fetched: `fetch --refresh` resolves it
+again and, if it moved, downloads the new commit beside the old one. The cache's files end up root-owned
+(group USER's with --owner), a+rX and go-w: the service reads them and cannot change them.
 """
 
 from __future__ import annotations
@@ -94,14 +99,13 @@ EXIT_BUSY = 6
 
 MARKER = ".vllm-rig-complete.json"
 MARKER_FORMAT = 1
-CACHE_DIR = ".cache"  # where huggingface_hub keeps its bookkeeping inside a local_dir
-HF_DOWNLOAD_CACHE = Path(CACHE_DIR, "huggingface", "download")
 HASH_WORKERS = 4
 PLAIN_FILE_MAX = 64 << 20  # a file listed without an LFS sha256 (the Hub's LFS threshold is 10 MB)
 STATUS_INTERVAL_S = 2.0
 DISK_HEADROOM = 256 << 20
 PREFLIGHT_RETRY_DELAYS_S = (1.0, 2.0)  # a mirror that blips for a second is not "down"
 SHA40 = re.compile(r"^[0-9a-f]{40}$")
+SHA64 = re.compile(r"^[0-9a-f]{64}$")
 LOOPBACK = ("127.0.0.1", "localhost")
 DEFAULT_ENDPOINT = "https://huggingface.co"
 
@@ -290,6 +294,10 @@ def resolve(repo: str, revision: str, endpoint: str, send_token: bool = True) ->
     unsafe = [f.path for f in files if not _safe_repo_path(f.path)]
     if unsafe:
         raise FetchError(EXIT_UNREACHABLE, f"{name}: refusing unsafe path {unsafe[0]!r} from the endpoint")
+    # The hashes name the cache's blobs (adopt, forget_file): hex of their length, or a name could climb out.
+    odd = [f.path for f in files if not (SHA40.match(f.git_oid) and (f.sha256 is None or SHA64.match(f.sha256)))]
+    if odd:
+        raise FetchError(EXIT_UNREACHABLE, f"{name}: refusing {odd[0]!r}: the endpoint lists a hash that is not hex")
     # verify_maps reads a file without an LFS sha256 whole into memory for its git sha1; the Hub stores every
     # file over 10 MB in LFS, so a bigger one listed without is an endpoint's lie, refused before any download.
     huge = [f for f in files if f.sha256 is None and f.size > PLAIN_FILE_MAX]
@@ -354,7 +362,9 @@ def verify_all(top: Path, files: Iterable[RemoteFile], tick: Callable[[], None])
     return results
 
 
-# ---- the staging directory ------------------------------------------------------------------------
+# ---- the cache beside DIR -------------------------------------------------------------------------
+
+CACHE = "hf-cache"
 
 
 @dataclass(frozen=True)
@@ -365,11 +375,17 @@ class Places:
     def parent(self) -> Path:
         return self.dest.parent
 
-    def staging(self, commit: str) -> Path:
-        return self.parent / f"{self.dest.name}.partial-{commit[:12]}"
+    @property
+    def cache(self) -> Path:
+        return self.parent / CACHE
 
-    def version(self, commit: str) -> Path:
-        return self.parent / f"{self.dest.name}.rev-{commit[:12]}"
+    def snapshot(self, plan: Plan) -> Path:
+        """Where snapshot_download puts repo@commit: cache/models--<owner>--<name>/snapshots/<commit>."""
+        return self.cache / f"models--{plan.repo.replace('/', '--')}" / "snapshots" / plan.commit
+
+    @property
+    def peer_dir(self) -> Path:
+        return self.parent / f".{self.dest.name}.peer"
 
     @property
     def lock(self) -> Path:
@@ -379,81 +395,82 @@ class Places:
     def default_status(self) -> Path:
         return self.parent / f".{self.dest.name}.fetch-status.json"
 
-    def stale_partials(self, keep: Path) -> list[Path]:
-        return sorted(p for p in self.parent.glob(f"{self.dest.name}.partial-*") if p != keep and p.is_dir())
+    def old_layout(self) -> list[Path]:
+        """The snapshots and staging of the layout before the cache (DIR.rev-*, DIR.partial-*)."""
+        found = [*self.parent.glob(f"{self.dest.name}.rev-*"), *self.parent.glob(f"{self.dest.name}.partial-*")]
+        return sorted(p for p in found if p.is_dir() and not p.is_symlink())
 
-    def is_ours(self, path: Path) -> bool:
-        """A snapshot this script made (and so may delete): DIR.rev-* beside DIR."""
-        return path.parent == self.parent and path.name.startswith(f"{self.dest.name}.rev-")
+    def in_cache(self) -> bool:
+        """DIR points into the cache (not at the layout before it, nor a hand-made directory)."""
+        return self.dest.is_symlink() and self.dest.resolve().is_relative_to(self.cache.resolve())
 
 
-def clean_client_leftovers(staging: Path) -> int:
+def blob_of(snapshot: Path, remote: RemoteFile) -> Path:
+    """The library names a blob by the file's ETag: the LFS sha256, else the git blob sha1."""
+    return snapshot.parent.parent / "blobs" / (remote.sha256 or remote.git_oid)
+
+
+def clean_client_leftovers(snapshot: Path) -> int:
     """Delete what a killed run leaves: `<etag>.<uuid8>.incomplete` parts (each process names its own, so no
     later one reuses them: file_download._download_to_tmp_and_move) and the tmp_ files of its umask probe."""
     removed = 0
-    download = staging / HF_DOWNLOAD_CACHE
-    if download.is_dir():
-        for leftover in [*download.rglob("*.incomplete"), *download.rglob("tmp_*")]:
-            if leftover.is_file():
-                leftover.unlink()
-                removed += 1
+    blobs = snapshot.parent.parent / "blobs"
+    for leftover in [*blobs.glob("*.incomplete"), *blobs.glob("tmp_*")] if blobs.is_dir() else []:
+        if leftover.is_file():
+            leftover.unlink()
+            removed += 1
     return removed
 
 
-def forget_file(staging: Path, path: str) -> None:
-    """Remove a bad file and the library's metadata for it, so snapshot_download fetches it again."""
-    (staging / path).unlink(missing_ok=True)
-    (staging / HF_DOWNLOAD_CACHE / f"{path}.metadata").unlink(missing_ok=True)
+def forget_file(snapshot: Path, remote: RemoteFile) -> None:
+    """Remove a bad file so it is fetched again: the blob its link leads to too (the library would link a blob
+    it has again); a missing file takes no blob, so a good one another revision uses stays."""
+    pointer = snapshot / remote.path
+    if pointer.is_symlink() and pointer.resolve().parent == (snapshot.parent.parent / "blobs").resolve():
+        pointer.resolve().unlink(missing_ok=True)
+    pointer.unlink(missing_ok=True)
 
 
-def seed_from(staging: Path, sources: Iterable[Path], files: Iterable[RemoteFile]) -> int:
-    """Hard-link files of the right size from older snapshots into staging; they are hashed before use."""
-    linked = 0
-    for remote in files:
-        target = staging / remote.path
-        if target.exists():
-            continue
-        for source in sources:
-            candidate = source / remote.path
-            if candidate.is_file() and candidate.stat().st_size == remote.size:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                try:
-                    os.link(candidate, target)
-                except OSError:
-                    continue  # another filesystem: download instead
-                linked += 1
-                break
-    return linked
+def adopt(snapshot: Path, remote: RemoteFile, source: Path) -> bool:
+    """Put a file already on this box into the cache as the library would: a hard link at blobs/<etag> (never
+    a copy: on another filesystem it is downloaded instead) and the snapshot's relative symlink to it. Only
+    the size is looked at here: every file is hashed before use."""
+    pointer, blob = snapshot / remote.path, blob_of(snapshot, remote)
+    if pointer.exists() or not source.is_file() or source.stat().st_size != remote.size:
+        return False
+    blob.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(source, blob)
+    except FileExistsError:
+        pass  # the blob is there already (another revision has it); the check judges it
+    except OSError:
+        return False
+    pointer.parent.mkdir(parents=True, exist_ok=True)
+    pointer.unlink(missing_ok=True)  # a dangling link to a blob that went
+    pointer.symlink_to(os.path.relpath(blob, pointer.parent))
+    return True
 
 
-def remove_strays(staging: Path, files: Iterable[RemoteFile]) -> None:
-    """Delete anything that is not a file of this commit, so the marker describes the whole directory."""
-    wanted = {f.path for f in files}
-    shutil.rmtree(staging / CACHE_DIR, ignore_errors=True)
-    for path in sorted(staging.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-        rel = path.relative_to(staging).as_posix()
-        if path.is_symlink() or (path.is_file() and rel not in wanted):
-            path.unlink()
-        elif path.is_dir() and not any(path.iterdir()):
-            path.rmdir()
+def adopt_from(snapshot: Path, sources: Iterable[Path], files: Iterable[RemoteFile]) -> int:
+    """Adopt each missing file from the first of `sources` that holds it at the right size."""
+    return sum(any(adopt(snapshot, f, source / f.path) for source in sources) for f in files)
 
 
-def bytes_on_disk(staging: Path, files: Iterable[RemoteFile]) -> tuple[int, int]:
-    """(bytes, whole files) present in staging, counting the library's in-progress parts."""
+def bytes_on_disk(snapshot: Path, files: Iterable[RemoteFile], peer_dir: Path) -> tuple[int, int]:
+    """(bytes, whole files) of the snapshot, counting the library's and the peer's in-progress parts."""
     done = whole = 0
     for remote in files:
         try:
-            size = (staging / remote.path).stat().st_size
+            size = (snapshot / remote.path).stat().st_size
         except OSError:
             continue
         done += min(size, remote.size)
         whole += size == remote.size
-    download = staging / HF_DOWNLOAD_CACHE
-    if download.is_dir():
-        for part in download.rglob("*.incomplete"):
-            with contextlib.suppress(OSError):  # finished and moved while we looked
-                done += part.stat().st_size
-    return done + part_bytes(staging), whole
+    blobs = snapshot.parent.parent / "blobs"
+    for part in blobs.glob("*.incomplete") if blobs.is_dir() else []:
+        with contextlib.suppress(OSError):  # finished and moved while we looked
+            done += part.stat().st_size
+    return done + part_bytes(peer_dir), whole
 
 
 # ---- status file ----------------------------------------------------------------------------------
@@ -491,12 +508,13 @@ class Status:
             "message": "",
             "exit_code": None,
         }
-        self.staging: Path | None = None
+        self.snapshot: Path | None = None
+        self.peer_dir = Path()
         self.files: tuple[RemoteFile, ...] = ()
         self._last = 0.0
 
-    def plan(self, plan: Plan, staging: Path) -> None:
-        self.staging, self.files = staging, plan.files
+    def plan(self, plan: Plan, places: Places) -> None:
+        self.snapshot, self.peer_dir, self.files = places.snapshot(plan), places.peer_dir, plan.files
         self.data.update(commit=plan.commit, bytes_total=plan.total_bytes, files_total=len(plan.files))
 
     def update(self, phase: str | None = None, message: str | None = None, force: bool = True) -> None:
@@ -506,8 +524,8 @@ class Status:
             self.data["phase"] = phase
         if message is not None:
             self.data["message"] = redact(message)
-        if self.staging is not None and self.staging.is_dir():
-            done, whole = bytes_on_disk(self.staging, self.files)
+        if self.snapshot is not None:
+            done, whole = bytes_on_disk(self.snapshot, self.files, self.peer_dir)
             self.data.update(bytes_done=min(done, self.data["bytes_total"] or done), files_done=whole)
         self.data["updated_at"] = now_iso()
         self._last = time.monotonic()
@@ -622,8 +640,8 @@ def lock_down(top: Path, gid: int | None) -> None:
             os.chown(path, 0, gid)
 
 
-def switch_to(places: Places, version: Path, gid: int | None) -> Path | None:
-    """Point DIR at `version` in one rename; return what DIR pointed to before (None if nothing)."""
+def switch_to(places: Places, snapshot: Path, gid: int | None) -> Path | None:
+    """Point DIR at `snapshot` in one rename; return what DIR pointed to before (None if nothing)."""
     dest = places.dest
     previous: Path | None = None
     if dest.is_symlink():
@@ -636,17 +654,39 @@ def switch_to(places: Places, version: Path, gid: int | None) -> Path | None:
         say(f"moved the existing directory {dest} aside to {aside.name} (kept; remove it to free space)")
     link = dest.with_name(f".{dest.name}.link-{os.getpid()}")
     link.unlink(missing_ok=True)
-    link.symlink_to(version.name)  # relative: the tree can be moved or mounted elsewhere
+    link.symlink_to(os.path.relpath(snapshot, dest.parent))  # relative: the tree can be moved or mounted elsewhere
     if gid is not None:
         os.lchown(link, 0, gid)
     link.replace(dest)
     return previous
 
 
-def unique_version_dir(places: Places, commit: str) -> Path:
-    """DIR.rev-<commit12>, or a fresh name when that is the live one (a repair of the same commit)."""
-    version = places.version(commit)
-    return version if not version.exists() else version.with_name(f"{version.name}-{int(time.time())}")
+def pointed_at(parent: Path) -> set[Path]:
+    """What the symlinks in `parent` (this parent's model directories) point to."""
+    return {p.resolve() for p in parent.iterdir() if p.is_symlink()}
+
+
+def delete_snapshot(snapshot: Path) -> int:
+    """Remove a snapshot of the cache through the library (it keeps the blobs another revision still uses),
+    unless a model directory beside the cache still points to it. Returns the bytes freed."""
+    if snapshot.parent.name != "snapshots" or snapshot in pointed_at(snapshot.parents[3]):
+        return 0
+    from huggingface_hub import scan_cache_dir
+
+    strategy = scan_cache_dir(snapshot.parents[2]).delete_revisions(snapshot.name)
+    strategy.execute()
+    return strategy.expected_freed_size
+
+
+def drop_previous(places: Places, previous: Path | None) -> None:
+    """After a switch: the snapshot DIR left, and the layout before the cache (its files adopted)."""
+    if previous is not None:
+        delete_snapshot(previous)
+    held = pointed_at(places.parent)
+    for old in places.old_layout():
+        if old not in held:
+            shutil.rmtree(old, ignore_errors=True)
+    shutil.rmtree(places.peer_dir, ignore_errors=True)
 
 
 # ---- the download ----------------------------------------------------------------------------------
@@ -664,9 +704,9 @@ def while_ticking(work: Callable[[], T], tick: Callable[[], None]) -> T:
             tick()
 
 
-def download(plan: Plan, staging: Path, paths: list[str], max_workers: int, status: Status) -> str:
-    """snapshot_download of exactly these files at the resolved commit (no branch can move under us) into
-    staging. Returns "" or the library's error in one line; what arrived is judged by the check, not by this."""
+def download(plan: Plan, cache: Path, paths: list[str], max_workers: int, status: Status) -> str:
+    """snapshot_download of exactly these files at the resolved commit (no branch can move under us) into the
+    cache. Returns "" or the library's error in one line; what arrived is judged by the check, not by this."""
     from huggingface_hub import snapshot_download
 
     patterns = [re.sub(r"([*?\[])", r"[\1]", p) for p in paths]  # names, not globs (fnmatch), to the allow-list
@@ -675,7 +715,7 @@ def download(plan: Plan, staging: Path, paths: list[str], max_workers: int, stat
         return snapshot_download(
             plan.repo,
             revision=plan.commit,
-            local_dir=staging,
+            cache_dir=cache,
             allow_patterns=patterns,
             endpoint=plan.endpoint,
             token=os.environ.get("HF_TOKEN") or False,
@@ -724,8 +764,8 @@ def take_lock(places: Places) -> int:
     return fd
 
 
-def check_space(places: Places, plan: Plan, staging: Path) -> None:
-    have, _ = bytes_on_disk(staging, plan.files)
+def check_space(places: Places, plan: Plan) -> None:
+    have, _ = bytes_on_disk(places.snapshot(plan), plan.files, places.peer_dir)
     need = max(0, plan.total_bytes - have) + DISK_HEADROOM
     free = shutil.disk_usage(places.parent).free
     if free < need:
@@ -735,23 +775,21 @@ def check_space(places: Places, plan: Plan, staging: Path) -> None:
         )
 
 
-def prepare_staging(places: Places, plan: Plan, status: Status) -> Path:
-    """Staging for this commit: leftovers of a killed client removed, older snapshots' files linked in."""
-    staging = places.staging(plan.commit)
-    staging.mkdir(parents=True, exist_ok=True)
-    status.plan(plan, staging)
+def prepare_snapshot(places: Places, plan: Plan, status: Status) -> Path:
+    """The commit's snapshot in the cache: leftovers of a killed client removed, files already on this box
+    (the layout before the cache, a hand-made directory at DIR) adopted."""
+    snapshot = places.snapshot(plan)
+    snapshot.mkdir(parents=True, exist_ok=True)
+    status.plan(plan, places)
     status.update("preparing")
-    removed = clean_client_leftovers(staging)
+    removed = clean_client_leftovers(snapshot)
     if removed:
         say(f"removed {removed} partial file(s) a killed download left behind")
-    live = places.dest.resolve() if places.dest.exists() else None
-    stale = places.stale_partials(keep=staging)
-    linked = seed_from(staging, [p for p in [live, *stale] if p is not None], plan.files)
-    if linked:
-        say(f"reusing {linked} file(s) of the right size from the previous snapshot (hashed before use)")
-    for old in stale:  # only one fetch per DIR runs (the lock), so these are abandoned
-        shutil.rmtree(old, ignore_errors=True)
-    return staging
+    live = places.dest.resolve() if places.dest.exists() and not places.in_cache() else None
+    adopted = adopt_from(snapshot, [p for p in [live, *places.old_layout()] if p is not None], plan.files)
+    if adopted:
+        say(f"adopting {adopted} file(s) of the right size already on this box into the cache (hashed before use)")
+    return snapshot
 
 
 @dataclass
@@ -777,9 +815,10 @@ def peer_unused(use: PeerUse, plan: Plan, why: str, status: Status) -> None:
     status.data["peer_unused"] = redact(line)
 
 
-def from_peer(use: PeerUse, plan: Plan, staging: Path, todo: list[RemoteFile], status: Status) -> dict[str, Verdict]:
-    """Download `todo` from the peer, then check each file against the endpoint's plan as any download is.
-    Returns the verdicts of the files that passed; the rest is the endpoint's to fetch."""
+def from_peer(use: PeerUse, plan: Plan, places: Places, todo: list[RemoteFile], status: Status) -> dict[str, Verdict]:
+    """Download `todo` from the peer (into .DIR.peer, then adopted into the cache), then check each file against
+    the endpoint's plan as any download is. Returns the verdicts of the files that passed; the rest is the
+    endpoint's to fetch."""
     status.update("waiting for peer", f"model peer {use.name}")
     try:
         offered = use.peer.wait_ready(plan.commit, lambda line: status.update(message=line, force=False))
@@ -787,16 +826,19 @@ def from_peer(use: PeerUse, plan: Plan, staging: Path, todo: list[RemoteFile], s
         if lacking:
             raise PeerUnused(f"it does not list {lacking[0]} at the size the endpoint lists")
         status.update("downloading", f"from model peer {use.name}")
-        use.peer.download(staging, [Want(f.path, f.size) for f in todo], status.tick)
+        use.peer.download(places.peer_dir, [Want(f.path, f.size) for f in todo], status.tick)
         why = ""
     except PeerUnused as err:
         why = str(err)
     use.peer.done()  # nothing more is asked of it: its server stops once every follower said so
+    snapshot = places.snapshot(plan)
+    adopt_from(snapshot, [places.peer_dir], todo)
     status.update("verifying")
-    verdicts = verify_all(staging, [f for f in todo if (staging / f.path).exists()], status.tick)
+    verdicts = verify_all(snapshot, [f for f in todo if (snapshot / f.path).exists()], status.tick)
     bad = [v for v in verdicts.values() if not v.ok]
+    by_path = {f.path: f for f in todo}
     for verdict in bad:
-        forget_file(staging, verdict.path)
+        forget_file(snapshot, by_path[verdict.path])
     if bad and not why:
         why = f"{len(bad)} file(s) failed the check against the endpoint's list, e.g. {bad[0].path} ({bad[0].problem})"
     if why:
@@ -807,15 +849,18 @@ def from_peer(use: PeerUse, plan: Plan, staging: Path, todo: list[RemoteFile], s
 
 
 def download_and_verify(
-    plan: Plan, staging: Path, status: Status, workers: int, peer: PeerUse | None = None
+    plan: Plan, places: Places, status: Status, workers: int, peer: PeerUse | None = None
 ) -> tuple[dict[str, Verdict], str]:
     """Verify what is there, take the rest from the peer if there is one, download what is still missing, verify
     it; one more round for what failed. Returns the verdicts and the library's last error ("" if none)."""
+    snapshot = places.snapshot(plan)
     status.update("verifying")
-    verdicts = verify_all(staging, [f for f in plan.files if (staging / f.path).exists()], status.tick)
+    verdicts = verify_all(snapshot, [f for f in plan.files if (snapshot / f.path).exists()], status.tick)
     todo = [f for f in plan.files if not (f.path in verdicts and verdicts[f.path].ok)]
+    for remote in todo:
+        forget_file(snapshot, remote)
     if peer is not None and todo:
-        verdicts.update(from_peer(peer, plan, staging, todo, status))
+        verdicts.update(from_peer(peer, plan, places, todo, status))
     elif peer is not None:
         peer.peer.done()  # everything is here already: nothing to ask of it
     error = ""
@@ -824,13 +869,13 @@ def download_and_verify(
         if not todo:
             break
         for remote in todo:
-            forget_file(staging, remote.path)
+            forget_file(snapshot, remote)
         if attempt == 2:
             say(f"fetching {len(todo)} file(s) again: {', '.join(f.path for f in todo)[:300]}")
         status.update("downloading" if attempt == 1 else "refetching")
-        error = download(plan, staging, [f.path for f in todo], workers, status)
+        error = download(plan, places.cache, [f.path for f in todo], workers, status)
         status.update("verifying")
-        verdicts.update(verify_all(staging, todo, status.tick))
+        verdicts.update(verify_all(snapshot, todo, status.tick))
         bad = [v for v in verdicts.values() if not v.ok and v.problem != "missing"]
         if bad and not error:
             say(
@@ -852,23 +897,20 @@ def raise_for_verdicts(plan: Plan, verdicts: Mapping[str, Verdict], error: str) 
         raise FetchError(EXIT_INCOMPLETE, f"{name}: {len(missing)} file(s) not downloaded, e.g. {missing[0]}{more}")
 
 
-def finish_fetch(places: Places, plan: Plan, staging: Path, gid: int | None, peer: PeerUse | None) -> Path:
-    """Marker, ownership, rename to a version dir, switch DIR, delete the previous snapshot."""
-    remove_strays(staging, plan.files)
-    write_json_atomic(staging / MARKER, make_marker(plan, peer))
-    lock_down(staging, gid)
-    version = unique_version_dir(places, plan.commit)
-    staging.rename(version)
-    previous = switch_to(places, version, gid)
-    if previous is not None and previous != version and places.is_ours(previous):
-        shutil.rmtree(previous, ignore_errors=True)
-    return version
+def finish_fetch(places: Places, plan: Plan, gid: int | None, peer: PeerUse | None) -> Path:
+    """Marker, ownership, switch DIR, drop the previous snapshot."""
+    snapshot = places.snapshot(plan)
+    write_json_atomic(snapshot / MARKER, make_marker(plan, peer))
+    lock_down(places.cache, gid)
+    drop_previous(places, switch_to(places, snapshot, gid))
+    return snapshot
 
 
 def same_commit_is_live(places: Places, plan: Plan) -> bool:
-    """The live snapshot already is this commit and looks whole: record the revision name, no download."""
+    """DIR already is this commit's snapshot in the cache and looks whole: record the revision name, no
+    download."""
     marker = read_marker(places.dest)
-    if not marker or marker.get("repo") != plan.repo or marker.get("commit") != plan.commit:
+    if not places.in_cache() or not marker or (marker.get("repo"), marker.get("commit")) != (plan.repo, plan.commit):
         return False
     missing, wrong = marker_problems(places.dest, marker)
     if missing or wrong:
@@ -891,7 +933,7 @@ def fetch(args: argparse.Namespace) -> int:
     status.update("resolving")
     peer = PeerUse(Peer.parse(args.peer, args.peer_wait_s)) if args.peer else None
     try:
-        version = fetch_snapshot(args, places, status, gid, peer)
+        fetch_snapshot(args, places, status, gid, peer)
     except FetchError as err:
         if err.code != EXIT_BUSY:
             status.finish(err.code, str(err))
@@ -907,7 +949,7 @@ def fetch(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         os._exit(code)
     note = peer.note() if peer else ""
-    status.finish(EXIT_OK, f"complete in {version.name}" + (f" ({note})" if note else ""))
+    status.finish(EXIT_OK, f"complete in {places.dest}" + (f" ({note})" if note else ""))
     return EXIT_OK
 
 
@@ -943,15 +985,15 @@ def fetch_snapshot(
         say(f"commit {plan.short} is already complete in {places.dest}")
         return places.dest.resolve()
     take_lock(places)
-    staging = prepare_staging(places, plan, status)
-    check_space(places, plan, staging)
-    verdicts, error = download_and_verify(plan, staging, status, args.max_workers, peer)
+    prepare_snapshot(places, plan, status)
+    check_space(places, plan)
+    verdicts, error = download_and_verify(plan, places, status, args.max_workers, peer)
     raise_for_verdicts(plan, verdicts, error)
     status.update("switching")
-    version = finish_fetch(places, plan, staging, gid, peer)
+    snapshot = finish_fetch(places, plan, gid, peer)
     note = f"; {peer.note()}" if peer and peer.files else ""
-    say(f"complete: {places.dest} -> {version.name} ({len(plan.files)} files verified by hash{note})")
-    return version
+    say(f"complete: {places.dest} -> snapshot {plan.commit} ({len(plan.files)} files verified by hash{note})")
+    return snapshot
 
 
 # ---- check, plan, status --------------------------------------------------------------------------
@@ -960,7 +1002,7 @@ def fetch_snapshot(
 def quick_check(dest: Path, repo: str, revision: str) -> int:
     """0 when DIR holds a marker for repo@revision and every listed file has its size; 3 or 4 otherwise."""
     marker = read_marker(dest)
-    if not marker_matches(marker, repo, revision):
+    if not marker_matches(marker, repo, revision) or not Places(dest).in_cache():
         return EXIT_INCOMPLETE
     assert marker is not None
     missing, wrong = marker_problems(dest, marker)
@@ -985,6 +1027,9 @@ def check(args: argparse.Namespace) -> int:
         say(f"{name}: incomplete in {dest} ({found})")
         return EXIT_INCOMPLETE
     assert marker is not None
+    if not Places(dest).in_cache():
+        say(f"{name}: in {dest}, not yet in huggingface_hub's cache (a fetch adopts its files, downloading none)")
+        return EXIT_INCOMPLETE
     missing, wrong = marker_problems(dest, marker)
     bad = deep_check(dest, marker) if args.deep and not (missing or wrong) else []
     if wrong or bad:

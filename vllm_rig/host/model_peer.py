@@ -22,7 +22,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 TOKEN_ENV = "VLLM_RIG_PEER_TOKEN"
-PART_DIR = Path(".cache", "vllm-rig-peer")  # inside staging: removed with the client's .cache at the switch
+PART_DIR = Path(".parts")  # inside model_fetch's .DIR.peer (files adopted into the cache, removed at the switch)
 CHUNK = 1 << 20
 TIMEOUT_S = 30.0
 POLL_S = 2.0

@@ -74,14 +74,16 @@ def complete_marker(dest: Path, repo: str, revision: str) -> dict[str, Any] | No
     return None if missing or wrong else marker
 
 
-def bytes_present(dest: Path, commit: str, files: list[dict[str, Any]]) -> int:
-    """Bytes a fetch would not download again: files of the right size in DIR or in its staging dir."""
-    staging = dest.parent / f"{dest.name}.partial-{commit[:12]}"
+def bytes_present(dest: Path, repo: str, files: list[dict[str, Any]]) -> int:
+    """Bytes a fetch would not download again: files of the right size in DIR (adopted if it is not in the
+    cache yet), or blobs huggingface_hub's cache beside it holds already (named by the file's ETag)."""
+    blobs = dest.parent / "hf-cache" / f"models--{repo.replace('/', '--')}" / "blobs"
     have = 0
     for entry in files:
-        for top in (staging, dest):
+        etag = entry["etag"] if re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", entry["etag"]) else "-"  # only a name
+        for path in (dest / entry["path"], blobs / etag):
             try:
-                if (top / entry["path"]).stat().st_size == entry["size"]:
+                if path.stat().st_size == entry["size"]:
                     have += entry["size"]
                     break
             except OSError:
@@ -164,7 +166,7 @@ def get_json(opener: urllib.request.OpenerDirector, url: str, name: str, where: 
 
 
 def resolve(endpoint: str, repo: str, revision: str) -> tuple[str, list[dict[str, Any]]]:
-    """The commit of repo@revision and its files [{"path", "size"}]."""
+    """The commit of repo@revision and its files [{"path", "size", "etag"}]."""
     name, where = f"{repo}@{revision}", endpoint_host(endpoint)
     opener = _opener(endpoint)
     base = f"{endpoint.rstrip('/')}/api/models/{repo}"
@@ -180,7 +182,11 @@ def resolve(endpoint: str, repo: str, revision: str) -> tuple[str, list[dict[str
         page, url = get_json(opener, url, name, where)
         if not isinstance(page, list):
             raise Refused("endpoint", f"{name}: {where} gave a file list that is not a list")
-        files += [{"path": e["path"], "size": int(e["size"])} for e in page if e.get("type") == "file"]
+        files += [
+            {"path": e["path"], "size": int(e["size"]), "etag": str((e.get("lfs") or {}).get("oid") or e.get("oid"))}
+            for e in page
+            if e.get("type") == "file"
+        ]
     if not files:
         raise Refused("endpoint", f"{name}: {where} lists no files at {commit[:12]}")
     return commit, files
@@ -201,7 +207,7 @@ def verdict(endpoint: str, repo: str, revision: str, dest: Path) -> dict[str, An
         }
     commit, files = resolve(endpoint, repo, revision)
     total = sum(f["size"] for f in files)
-    need = max(0, total - bytes_present(dest, commit, files)) + DISK_HEADROOM
+    need = max(0, total - bytes_present(dest, repo, files)) + DISK_HEADROOM
     where = existing_parent(dest.parent)
     free = shutil.disk_usage(where).free
     result = {

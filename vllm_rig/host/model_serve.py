@@ -111,8 +111,10 @@ class Model:
         if marker is None or path not in (marker.get("files") or {}):
             return None
         top = self.dest.resolve()
+        # In huggingface_hub's cache a snapshot's files are links to blobs/ beside snapshots/: that folder bounds it.
+        inside = top.parent.parent if top.parent.name == "snapshots" else top
         found = (top / path).resolve()
-        return found if found.is_relative_to(top) and found.is_file() else None
+        return found if found.is_relative_to(inside) and found.is_file() else None
 
 
 class Handler(BaseHTTPRequestHandler):

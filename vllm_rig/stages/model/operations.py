@@ -1,9 +1,9 @@
 """The model download as a transient systemd unit: started early, waited for later, re-attached on a re-run.
 
-vllm_rig/host/model_fetch.py does the work on the host (huggingface_hub's snapshot_download into staging, its
-checksum test of every file, marker, symlink switch). These operations decide from the host's state (ModelFetch)
-whether to start it, and wait for it with progress lines; the library's return is never trusted, only
-`model_fetch.py check`.
+vllm_rig/host/model_fetch.py does the work on the host (huggingface_hub's snapshot_download into its cache
+beside model_dir, its checksum test of every file, marker, symlink switch). These operations decide from the
+host's state (ModelFetch) whether to start it, and wait for it with progress lines; the library's return is
+never trusted, only `model_fetch.py check`.
 """
 
 from __future__ import annotations
@@ -309,9 +309,10 @@ def models_to_remove(served: ServedModel, record: list[dict[str, Any]], keep: in
 
 
 @operation(is_idempotent=True)
-def models_kept(served: ServedModel, keep: int, package: str, record: str, unit_file: str):
+def models_kept(served: ServedModel, keep: int, python: str, package: str, record: str, unit_file: str):
     """Record `served` as the model now served (first), keep `keep` models served before it, remove the older
-    ones (model_catalogue.py prints each with the space freed; it never removes the one the service serves)."""
+    ones (model_catalogue.py prints each with the space freed; it never removes the one the service serves).
+    `python`: the tools venv's (huggingface_hub removes the revisions from its cache)."""
     found = host.get_fact(ServedModels, package=package, record=record)
     if found is not None and found[:1] and served.matches(found[0]):
         doomed = models_to_remove(served, found, keep)
@@ -320,7 +321,7 @@ def models_kept(served: ServedModel, keep: int, package: str, record: str, unit_
             host.noop(f"{served.name} recorded as served; kept: {', '.join(kept) or 'no other model'}")
             return
     argv = [
-        "python3",
+        python,
         package,
         "model_catalogue",
         "served",

@@ -26,6 +26,7 @@ from pyinfra.facts.server import Users
 from vllm_rig import paths
 from vllm_rig.core import end_of_run
 from vllm_rig.core.facts import SectionFact, Sections, section_command
+from vllm_rig.host.model_fetch import CACHE as MODEL_CACHE
 from vllm_rig.paths import Layout
 from vllm_rig.settings import Settings
 from vllm_rig.stages.chat_page import layout as chat
@@ -160,11 +161,12 @@ def removal(candidates: tuple[str, ...], keep: tuple[str, ...], found: dict[str,
 
 def in_family(path: str, kept: str) -> bool:
     """`path` is `kept` or one of the files beside it that belong to it: a model_dir is a symlink to its
-    snapshot DIR.rev-<commit>, beside DIR.partial-*, DIR.replaced-* and the fetch's .DIR.fetch.* files."""
+    snapshot in huggingface_hub's cache beside it (hf-cache, shared by the model dirs there), beside the fetch's
+    .DIR.* files, DIR.replaced-* and the layout before the cache (DIR.rev-*, DIR.partial-*)."""
     if posixpath.dirname(path) != posixpath.dirname(kept):
         return False
     name, base = posixpath.basename(path), posixpath.basename(kept)
-    return name == base or name.startswith((f"{base}.", f".{base}."))
+    return name in (base, MODEL_CACHE) or name.startswith((f"{base}.", f".{base}."))
 
 
 def listing_dirs(candidates: tuple[str, ...], keep: tuple[str, ...]) -> tuple[str, ...]:
