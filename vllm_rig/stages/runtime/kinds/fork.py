@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from vllm_rig.known import fork_lines
+from vllm_rig.known import fork_lines, server_interface
 from vllm_rig.paths import Layout, RuntimeDirs
 from vllm_rig.settings import Settings
 from vllm_rig.stages.runtime.kinds.base import DROPPED_PACKAGES, FLASHINFER, GitSources, RuntimeKind
@@ -141,6 +141,9 @@ class Fork(RuntimeKind):
 
     def not_the_fork(self, s: Settings) -> str | None:
         return None
+
+    def server(self, s: Settings) -> server_interface.ServerInterface:
+        return server_interface.FORK
 
 
 KIND = Fork()

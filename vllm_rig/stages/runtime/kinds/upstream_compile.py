@@ -17,8 +17,7 @@ from typing import Any
 from vllm_rig.known import upstream_compile, upstream_releases
 from vllm_rig.paths import RuntimeDirs
 from vllm_rig.settings import Settings
-from vllm_rig.stages.runtime.kinds.base import FLASHINFER, GitSources
-from vllm_rig.stages.runtime.kinds.upstream import Upstream
+from vllm_rig.stages.runtime.kinds.base import FLASHINFER, GitSources, RuntimeKind
 from vllm_rig.stages.runtime.lanes import (
     TORCH_LANE_PACKAGES,
     fetched_for,
@@ -45,7 +44,7 @@ def expected_version(s: Settings) -> str:
     return upstream_compile.local_version(s.vllm_version, s.cuda_version)
 
 
-class UpstreamCompile(Upstream):
+class UpstreamCompile(RuntimeKind):
     name = "upstream-compile"
     lock_tree = "sdist"  # the release's source archive, from the index
 

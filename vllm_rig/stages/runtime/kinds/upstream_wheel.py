@@ -17,8 +17,7 @@ from typing import Any
 from vllm_rig.known import cuda_toolkit, upstream_releases
 from vllm_rig.paths import Layout, RuntimeDirs
 from vllm_rig.settings import Settings
-from vllm_rig.stages.runtime.kinds.base import FLASHINFER, WHEEL_DISK, GitSources
-from vllm_rig.stages.runtime.kinds.upstream import Upstream
+from vllm_rig.stages.runtime.kinds.base import FLASHINFER, WHEEL_DISK, GitSources, RuntimeKind
 
 CUDA_TOOLKIT = cuda_toolkit.DISTRIBUTION
 CUDA_TOOLKIT_PARTS = cuda_toolkit.PARTS
@@ -46,7 +45,7 @@ def wheel_sha256(s: Settings) -> str:
     return s.vllm_wheel_sha256 or s.vllm_wheel().sha256
 
 
-class UpstreamWheel(Upstream):
+class UpstreamWheel(RuntimeKind):
     name = "upstream-wheel"
     disk = WHEEL_DISK
     lock_tree = None  # the release's wheel: its METADATA's pins are the set, no source tree
