@@ -60,11 +60,10 @@ class RuntimeKind(ABC):
         merged = runtime_build.merge_requirements(lines, pins, spec["overrides"], spec["replace"], spec["drop"])
         return lane + build + merged
 
-    def lock_extra_index(self, s: Settings) -> str | None:
-        return s.torch_index_url  # a compiled kind's torch lane, beside pip_index_url
-
-    def service_cuda_home(self, s: Settings, layout: Layout) -> str:
-        return s.cuda_home  # the server's JIT compiles with the card's toolkit, which a compiled runtime was built on
+    def cuda_home(self, s: Settings, runtime: str) -> str:
+        """The CUDA toolkit a runtime at `runtime` builds with and its server's JIT compiles with: the card's, for a
+        compiled kind."""
+        return s.cuda_home
 
     def working_directory(self, layout: Layout) -> str:
         return layout.current  # the runtime itself: no vllm/ there to shadow the installed package
