@@ -981,10 +981,11 @@ def _server_interface(info: ValidationInfo) -> server_interface.ServerInterface 
     """The interface of the server the settings' runtime kind installs; None when the kind or the release
     is itself invalid (that setting's own line says why)."""
     kind, version = info.data.get("runtime_kind"), info.data.get("vllm_version")
-    if kind is None or (kind == "upstream" and version is None):
-        return None
+    # Before validation: no Settings.runtime to ask yet, so a field check reads the kind from the host data.
+    if kind == "fork":
+        return server_interface.FORK
     try:
-        return server_interface.for_kind(kind, version or "")
+        return server_interface.upstream(version) if kind == "upstream" and version else None
     except ValueError:
         return None
 
@@ -1007,10 +1008,9 @@ UPSTREAM_TOOL_CALL_PARSER = "qwen3_coder"
 def kind_defaults(kind: Any, version: Any) -> dict[str, str]:
     """What KIND_DEFAULTED settings left null become for this runtime kind and release ({} when the kind or the
     release is not valid: their own lines say why)."""
-    if kind == "fork":
-        return dict(fork_interface.OWN_SETTINGS)
+    # Before validation: no Settings.runtime to ask yet (these defaults are filled in first), so the raw kind.
     if kind != "upstream" or not isinstance(version, str):
-        return {}
+        return dict(fork_interface.OWN_SETTINGS) if kind == "fork" else {}
     try:
         pins = upstream_release_pins(version)
     except ValueError:

@@ -174,31 +174,68 @@ def test_the_cycle_check_sees_a_ring() -> None:
             p.unlink()
 
 
-# A dispatch on the runtime kind's settings; Settings.runtime is the one place that reads them, every other module
-# asks vllm_rig/stages/runtime/kinds/ (the control side) or settings.KIND_RULES (the settings' own rules).
-KIND_DISPATCH = re.compile(r"\b(runtime_kind|upstream_build)\s*(==|!=|\bin\b|\bnot in\b)")
+# A dispatch on the runtime kind: its settings compared, or a kind-named value compared with a kind's name.
+# Settings.runtime is the one place that reads them, every other module asks vllm_rig/stages/runtime/kinds/ (the
+# control side) or settings.KIND_RULES (the settings' own rules); host data read before any Settings exists says so.
+KIND_NAMES = '"(fork|upstream|upstream-wheel|upstream-compile|wheel|compile)"'
+KIND_DISPATCH = re.compile(
+    r"\b(runtime_kind|upstream_build)\b[\"')\]]*\s*(==|!=|\bin\b|\bnot in\b)"
+    rf"|\b(\w*kind|runtime)\s*(==|!=|\bin\b|\bnot in\b)\s*[(\[{{]?\s*{KIND_NAMES}"
+)
+BEFORE_VALIDATION = "# Before validation:"  # a function's comment: no Settings to ask yet, the raw kind is read
 
 
-def kind_dispatches(files: list[Path]) -> list[str]:
-    return [
-        f"{path.relative_to(REPO)}:{number}: {line.strip()}"
-        for path in files
-        for number, line in enumerate(path.read_text().splitlines(), 1)
-        if KIND_DISPATCH.search(line)
-    ]
+def kind_dispatches(files: list[Path]) -> dict[str, str]:
+    """Each dispatch ("path:line: text") and the function that says it reads host data before validation ("" if
+    none does)."""
+    found = {}
+    for path in files:
+        text = path.read_text()
+        where = path.relative_to(REPO).as_posix()
+        raw = [
+            (f.lineno, f.end_lineno or f.lineno, f"{where}:{f.name}")
+            for f in ast.walk(ast.parse(text))
+            if isinstance(f, ast.FunctionDef) and BEFORE_VALIDATION in (ast.get_source_segment(text, f) or "")
+        ]
+        for number, line in enumerate(text.splitlines(), 1):
+            if KIND_DISPATCH.search(line):
+                said = [name for first, last, name in raw if first <= number <= last]
+                found[f"{where}:{number}: {line.strip()}"] = said[0] if said else ""
+    return found
 
 
 def test_the_runtime_kind_is_picked_in_one_place() -> None:
     found = kind_dispatches(project_files())
-    assert len(found) == 1 and found[0].startswith("vllm_rig/settings.py:"), found
-    assert '"fork" if self.runtime_kind == "fork" else f"upstream-{self.upstream_build}"' in found[0]
+    picked = [line for line, raw in found.items() if not raw]
+    assert len(picked) == 1 and picked[0].startswith("vllm_rig/settings.py:"), picked
+    assert '"fork" if self.runtime_kind == "fork" else f"upstream-{self.upstream_build}"' in picked[0]
+    # Host data before any Settings: the kind's defaults, a field check's server interface, bin/locks' profiles.
+    raw = {
+        "vllm_rig/settings.py:kind_defaults",
+        "vllm_rig/settings.py:_server_interface",
+        "vllm_rig/cli/locks.py:profile",
+    }
+    assert set(found.values()) - {""} == raw
 
 
 def test_the_dispatch_check_sees_one() -> None:
     probe = REPO / "vllm_rig" / "known" / "_kind_probe.py"
-    probe.write_text('def f(s):\n    return s.upstream_build != "wheel"\n')
+    probe.write_text(
+        'def f(s):\n    return s.upstream_build != "wheel"\n\n\n'
+        'def g(kind):\n    return kind == "fork"\n\n\n'
+        'def h(data):\n    # Before validation: a probe\n    return data.get("runtime_kind") in ("fork",)\n'
+    )
     try:
-        assert any("_kind_probe" in line for line in kind_dispatches(project_files()))
+        found = {
+            line.split(": ", 1)[1]: raw
+            for line, raw in kind_dispatches(project_files()).items()
+            if "_kind_probe" in line
+        }
+        assert found == {
+            'return s.upstream_build != "wheel"': "",
+            'return kind == "fork"': "",
+            'return data.get("runtime_kind") in ("fork",)': "vllm_rig/known/_kind_probe.py:h",
+        }
     finally:
         probe.unlink()
 

@@ -211,6 +211,8 @@ def test_spec_carries_pins_sources_and_the_mirrored_fix() -> None:
     assert spec["overrides"] == {"nvidia-cutlass-dsl": "==4.5.2"}
     assert spec["replace"] == ["flashinfer-python", "nvidia-cutlass-dsl"]
     assert spec["drop"] == ["flashinfer-cubin", "flashinfer-jit-cache"]
+    assert spec["validate_waive"] == ["flashinfer-cubin", "flashinfer_cubin"]  # the fork's check wants a dropped one
+    assert spec["kind"] == "fork" and spec["torch_index_url"] == s.torch_index_url  # the lock's extra index too
     prefill = spec["flashinfer_fix"]["files"]["include/flashinfer/attention/prefill.cuh"]
     assert prefill["url"] == (
         "https://gh-proxy.example/https://raw.githubusercontent.com/flashinfer-ai/flashinfer/"
@@ -351,5 +353,5 @@ def test_an_sm75_compile_gets_flash_attention_whatever_the_pinned_cmake_does() -
     s = _settings()
     needed = fork.fetchcontent_deps(s)
     assert sorted(needed) == ["flashmla", "qutlass", "vllm-flash-attn"]
-    spec = fork.fetchcontent_spec(s, runtime.RuntimeDirs("/r", "x"))
+    spec = fork.KIND.spec_part(s, runtime.RuntimeDirs("/r", "x"))["fetchcontent"]
     assert spec["vllm-flash-attn"]["env"] == "VLLM_FLASH_ATTN_SRC_DIR"

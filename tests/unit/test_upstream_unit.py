@@ -19,7 +19,6 @@ from vllm_rig.known import fork_interface, server_interface, sm75_patch, upstrea
 from vllm_rig.paths import Layout, RuntimeDirs
 from vllm_rig.settings import Settings
 from vllm_rig.stages.runtime import plan
-from vllm_rig.stages.runtime.kinds import upstream_wheel
 from vllm_rig.stages.service.unit import render_unit
 from vllm_rig.validation import SettingsError, load_settings
 
@@ -143,7 +142,7 @@ def test_the_spec_downloads_known_bytes_and_checks_out_flashqla_only() -> None:
         "sha256": sm75_patch.VLLM_PATCH.sha256,
     }
     assert patches["vllm"]["url"].startswith("https://mirror.example/https://")
-    assert spec["cuda_home"] == upstream_wheel.cuda_home(f"{dirs.dir}/venv", s.python_version)
+    assert spec["cuda_home"] == f"{dirs.dir}/venv/lib/python{s.python_version}/site-packages/nvidia/cu13"
     assert spec["torch_exact"] == {"torch": "2.13.0", "torchvision": "0.28.0", "torchaudio": "2.11.0"}
 
 

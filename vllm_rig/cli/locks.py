@@ -34,6 +34,7 @@ def group_data(name: str) -> dict[str, Any]:
 
 def profile(name: str | None, **over: Any) -> Settings | None:
     data = {**group_data("all"), **(group_data(name) if name else {}), **over}
+    # Before validation: the settings refuse an FP8 KV cache this release cannot serve, so the raw kind decides.
     if data.get("runtime_kind") == "upstream":
         release = upstream_releases.release(data["vllm_version"])
         if not flashinfer_fix.fp8_kv_fits(release.flashinfer, release.flashinfer_fix()):

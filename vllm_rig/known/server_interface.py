@@ -81,7 +81,3 @@ def upstream(version: str) -> ServerInterface:
         budget_in_reasoning_config=True,
         has_device_ids=True,
     )
-
-
-def for_kind(kind: str, vllm_version: str) -> ServerInterface:
-    return upstream(vllm_version) if kind == "upstream" else FORK

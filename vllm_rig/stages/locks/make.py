@@ -69,17 +69,14 @@ class Target:
     extra_index: str | None  # the torch lane's index, for the compiled kinds
 
 
-def runtime_requirements(s: Settings, tree_lines: list[str]) -> list[str]:
-    """What the runtime build installs for `s`: the spec's pins and, for the compiled kinds, the source tree's own
-    requirement lines merged with them as the host build merges them."""
-    spec = plan.build_spec(s, RuntimeDirs(s.install_root, "lock"), "0" * 64, {}, 1)
-    return kinds.of(s).lock_requirements(spec, tree_lines)
-
-
 def runtime_target(s: Settings, tree_lines: list[str]) -> Target:
-    reqs = tuple(runtime_requirements(s, tree_lines))
-    extra = kinds.of(s).lock_extra_index(s)
-    return Target(plan.runtime_lock_name(s), kinds.of(s).lock_what(s), reqs, s.pip_index_url or pypi(), extra)
+    """What the runtime build installs for `s` (the spec's pins and, for the compiled kinds, the source tree's own
+    requirement lines merged with them as the host build merges them), from the indexes the build uses."""
+    spec = plan.build_spec(s, RuntimeDirs(s.install_root, "lock"), "0" * 64, {}, 1)
+    kind = kinds.of(s)
+    reqs = tuple(kind.lock_requirements(spec, tree_lines))
+    index = s.pip_index_url or pypi()
+    return Target(plan.runtime_lock_name(s), kind.lock_what(s), reqs, index, spec.get("torch_index_url"))
 
 
 def tools_target(s: Settings) -> Target:

@@ -209,4 +209,5 @@ def _spec(s: Settings, dirs: RuntimeDirs, fp: str, inputs: dict[str, Any], jobs:
         "kv_cache_dtype": s.kv_cache_dtype,  # the shared-memory probe judges the tile this KV cache uses
         "drop": list(DROPPED_PACKAGES),
     }
-    return {**common, **kinds.of(s).spec_part(s, dirs)}
+    kind = kinds.of(s)
+    return {**common, "kind": kind.name, "cuda_home": kind.cuda_home(s, dirs.dir), **kind.spec_part(s, dirs)}

@@ -11,6 +11,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from vllm_rig.known import server_interface
+from vllm_rig.stages.runtime import kinds
 
 if TYPE_CHECKING:
     from vllm_rig.settings import Settings
@@ -79,7 +80,7 @@ def settings_args(s: Settings, model_path: str) -> list[str]:
 
 
 def _server(s: Settings) -> server_interface.ServerInterface:
-    return server_interface.for_kind(s.runtime_kind, s.vllm_version)
+    return kinds.of(s).server(s)
 
 
 def reasoning_config(s: Settings) -> dict[str, Any] | None:

@@ -54,7 +54,7 @@ HARDENING = ("NoNewPrivileges=yes", "PrivateTmp=yes", "ProtectSystem=full", *CLO
 
 def environment(s: Settings, layout: Layout) -> list[tuple[str, str]]:
     """Environment= lines in the seed's order: toolchain, FlashQLA, HF endpoint, GPUs, SM75 switches."""
-    cuda = kinds.of(s).service_cuda_home(s, layout)  # the toolkit the server's JIT compiles with
+    cuda = kinds.of(s).cuda_home(s, layout.current)  # the toolkit the server's JIT compiles with
     env = [
         ("CUDA_HOME", cuda),
         ("PATH", f"{cuda}/bin:{layout.venv_bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),

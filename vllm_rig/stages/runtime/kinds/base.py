@@ -1,8 +1,9 @@
 """The face every runtime kind shows the control side: what it builds from (inputs, fingerprint, sources), its hashed
 lock (name, what it is for, how it is made), what the host build program reads (vllm_rig/host/build_runtime.py's
-kind of the same name), the preflight rule that differs by kind, the service unit's toolkit and working directory,
-and the words a run says about it. Its settings rules are settings.KIND_RULES: settings are checked before any
-stage is imported, a floor below this one."""
+kind of the same name), the preflight rule that differs by kind, the service unit's toolkit, working directory and
+server interface, and the words a run says about it. Where a method has a body, it is the upstream kinds' (vLLM's
+release with zyYuc's SM75 patch, wheel or compiled): the fork overrides it. Its settings rules are
+settings.KIND_RULES: settings are checked before any stage is imported, a floor below this one."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from vllm_rig.host import runtime_build
+from vllm_rig.known import server_interface, upstream_releases
 from vllm_rig.paths import Layout, RuntimeDirs
 from vllm_rig.settings import Settings
 
@@ -58,14 +60,16 @@ class RuntimeKind(ABC):
         merged = runtime_build.merge_requirements(lines, pins, spec["overrides"], spec["replace"], spec["drop"])
         return lane + build + merged
 
-    def lock_extra_index(self, s: Settings) -> str | None:
-        return s.torch_index_url  # a compiled kind's torch lane, beside pip_index_url
-
-    def service_cuda_home(self, s: Settings, layout: Layout) -> str:
-        return s.cuda_home  # the server's JIT compiles with the card's toolkit, which a compiled runtime was built on
+    def cuda_home(self, s: Settings, runtime: str) -> str:
+        """The CUDA toolkit a runtime at `runtime` builds with and its server's JIT compiles with: the card's, for a
+        compiled kind."""
+        return s.cuda_home
 
     def working_directory(self, layout: Layout) -> str:
         return layout.current  # the runtime itself: no vllm/ there to shadow the installed package
+
+    def server(self, s: Settings) -> server_interface.ServerInterface:
+        return server_interface.upstream(s.vllm_version)  # what the server accepts on its command line
 
     @abstractmethod  # the git checkouts' operation name
     def sources_label(self, s: Settings) -> str: ...
@@ -73,17 +77,25 @@ class RuntimeKind(ABC):
     @abstractmethod  # the build's operation name
     def build_label(self, s: Settings, name: str, jobs: int) -> str: ...
 
-    @abstractmethod  # what the runtime is, in a label: "fork 63cfe8965bcc" or "vLLM 0.26.0"
-    def label(self, s: Settings) -> str: ...
+    def label(self, s: Settings) -> str:
+        return f"vLLM {s.vllm_version}"  # what the runtime is, in a label (the fork's: "fork 63cfe8965bcc")
 
-    @abstractmethod  # the runtime, as preflight's compute-capability line names it
-    def capability_line(self, s: Settings) -> str: ...
+    def capability_line(self, s: Settings) -> str:
+        """The runtime, as preflight's compute-capability line names it."""
+        return f"runtime_kind upstream (vLLM {s.vllm_version}) is set up here for compute capability"
 
-    @abstractmethod  # which release line the settings are on (tasks/fork_releases.py)
-    def line_notes(self, s: Settings) -> list[str]: ...
+    def line_notes(self, s: Settings) -> list[str]:
+        """Which release line the settings are on (tasks/fork_releases.py)."""
+        return [f"line: upstream vLLM release {s.vllm_version} (runtime_kind upstream), not the fork"]
 
     def fork_line(self, s: Settings) -> str | None:
         return None  # the fork's release line the settings build: none
 
-    @abstractmethod  # why there are no fork releases to list for these settings (None: list them)
-    def not_the_fork(self, s: Settings) -> str | None: ...
+    def not_the_fork(self, s: Settings) -> str | None:
+        """Why there are no fork releases to list for these settings (None: list them)."""
+        return (
+            f"releases: this host runs vLLM {s.vllm_version} (runtime_kind upstream, upstream_build "
+            f"{s.upstream_build}), "
+            f"not the fork; the releases the rig supports: {', '.join(upstream_releases.supported_versions())} "
+            "(try one with tasks/update_fork.py --data vllm_version=V and its torch/FlashInfer pins)"
+        )

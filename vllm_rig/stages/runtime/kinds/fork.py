@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from vllm_rig.known import fork_lines
+from vllm_rig.known import fork_lines, server_interface
 from vllm_rig.paths import Layout, RuntimeDirs
 from vllm_rig.settings import Settings
-from vllm_rig.stages.runtime.kinds.base import DROPPED_PACKAGES, FLASHINFER, GitSources, RuntimeKind
+from vllm_rig.stages.runtime.kinds.base import FLASHINFER, GitSources, RuntimeKind
 from vllm_rig.stages.runtime.lanes import (
     TORCH_LANE_PACKAGES,
     fetched_for,
@@ -36,17 +36,6 @@ def runtime_pins(s: Settings) -> dict[str, str]:
 def fetchcontent_deps(s: Settings) -> dict[str, Mapping[str, Any]]:
     """The fetchcontent_sources entries the compile for s.gpu_compute_capability needs."""
     return {n: e for n, e in sorted(s.fetchcontent_sources.items()) if fetched_for(e, s.gpu_compute_capability)}
-
-
-def fetchcontent_spec(s: Settings, dirs: RuntimeDirs) -> dict[str, dict[str, str]]:
-    """For the build script: each fetched-ahead source's variable and checkout directory."""
-    return {name: {"env": e["env"], "dir": dirs.dep(name)} for name, e in fetchcontent_deps(s).items()}
-
-
-def validation_waivers() -> list[str]:
-    """Checks of the fork's validate_runtime_components.py that the rig's own choices fail: it requires
-    flashinfer-cubin (the distribution and its module), which never goes into a runtime."""
-    return ["flashinfer-cubin", "flashinfer_cubin"] if "flashinfer-cubin" in DROPPED_PACKAGES else []
 
 
 class Fork(RuntimeKind):
@@ -89,8 +78,6 @@ class Fork(RuntimeKind):
 
     def spec_part(self, s: Settings, dirs: RuntimeDirs) -> dict[str, Any]:
         return {
-            "kind": self.name,
-            "cuda_home": s.cuda_home,
             "arch_list": s.gpu_compute_capability,
             "pins": runtime_pins(s),
             "overrides": s.requirement_overrides(),
@@ -100,8 +87,12 @@ class Fork(RuntimeKind):
             "torch_index_url": s.torch_index_url,
             "sources": {"fork": dirs.fork, "flashqla": dirs.flashqla, "cutlass": dirs.cutlass, "triton": dirs.triton},
             "fork_ref": s.fork_ref,
-            "fetchcontent": fetchcontent_spec(s, dirs),
-            "validate_waive": validation_waivers(),
+            "fetchcontent": {  # each fetched-ahead source's variable and checkout directory
+                name: {"env": e["env"], "dir": dirs.dep(name)} for name, e in fetchcontent_deps(s).items()
+            },
+            # Checks of the fork's validate_runtime_components.py the rig's own choices fail: it requires
+            # flashinfer-cubin (the distribution and its module), one of DROPPED_PACKAGES.
+            "validate_waive": ["flashinfer-cubin", "flashinfer_cubin"],
         }
 
     def lock_name(self, s: Settings, digest_py: str) -> str:
@@ -141,6 +132,9 @@ class Fork(RuntimeKind):
 
     def not_the_fork(self, s: Settings) -> str | None:
         return None
+
+    def server(self, s: Settings) -> server_interface.ServerInterface:
+        return server_interface.FORK
 
 
 KIND = Fork()

@@ -17,8 +17,7 @@ from typing import Any
 from vllm_rig.known import upstream_compile, upstream_releases
 from vllm_rig.paths import RuntimeDirs
 from vllm_rig.settings import Settings
-from vllm_rig.stages.runtime.kinds.base import FLASHINFER, GitSources
-from vllm_rig.stages.runtime.kinds.upstream import Upstream
+from vllm_rig.stages.runtime.kinds.base import FLASHINFER, GitSources, RuntimeKind
 from vllm_rig.stages.runtime.lanes import (
     TORCH_LANE_PACKAGES,
     fetched_for,
@@ -40,12 +39,7 @@ def needed_sources(s: Settings) -> dict[str, dict[str, Any]]:
     return {name: e for name, e in sorted(s.compile_sources().items()) if fetched_for(e, arch)}
 
 
-def expected_version(s: Settings) -> str:
-    """What `importlib.metadata.version("vllm")` says after the compile: setup.py adds the CUDA it built with."""
-    return upstream_compile.local_version(s.vllm_version, s.cuda_version)
-
-
-class UpstreamCompile(Upstream):
+class UpstreamCompile(RuntimeKind):
     name = "upstream-compile"
     lock_tree = "sdist"  # the release's source archive, from the index
 
@@ -86,13 +80,13 @@ class UpstreamCompile(Upstream):
             if name not in upstream_compile.REQUIRED_SOURCES  # handed over by the compile's own two variables
         }
         return {
-            "kind": self.name,
             "kernel_modules": list(upstream_releases.KERNEL_MODULES),
             "vllm_sdist": {
                 "version": s.vllm_version,
                 "sha256": s.vllm_sdist_hash(),
                 "filename": sdist.filename,
-                "expected_version": expected_version(s),
+                # What importlib.metadata.version("vllm") says after the compile: setup.py adds the CUDA it built with.
+                "expected_version": upstream_compile.local_version(s.vllm_version, s.cuda_version),
             },
             "build_requires": list(sdist.build_requires),
             "pins": pins(s),
@@ -102,7 +96,6 @@ class UpstreamCompile(Upstream):
             "torch_packages": list(TORCH_LANE_PACKAGES),
             "torch_exact": torch_exact_versions(s),
             "torch_index_url": s.torch_index_url,
-            "cuda_home": s.cuda_home,
             "arch_list": s.gpu_compute_capability,
             "sm75_patches": s.sm75_patches(),
             "patch_status": s.vllm_wheel().patch,

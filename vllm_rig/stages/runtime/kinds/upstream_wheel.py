@@ -15,13 +15,10 @@ from __future__ import annotations
 from typing import Any
 
 from vllm_rig.known import cuda_toolkit, upstream_releases
-from vllm_rig.paths import Layout, RuntimeDirs
+from vllm_rig.paths import RuntimeDirs
 from vllm_rig.settings import Settings
-from vllm_rig.stages.runtime.kinds.base import FLASHINFER, WHEEL_DISK, GitSources
-from vllm_rig.stages.runtime.kinds.upstream import Upstream
+from vllm_rig.stages.runtime.kinds.base import FLASHINFER, WHEEL_DISK, GitSources, RuntimeKind
 
-CUDA_TOOLKIT = cuda_toolkit.DISTRIBUTION
-CUDA_TOOLKIT_PARTS = cuda_toolkit.PARTS
 TORCH_PACKAGES = ("torch", "torchvision", "torchaudio")
 
 
@@ -32,21 +29,16 @@ def cuda_toolkit_version(torch: str) -> str:
         raise ValueError(f"no CUDA toolkit is known for PyPI's torch {torch}") from None
 
 
-def cuda_home(venv: str, python_version: str) -> str:
-    """Where the cuda-toolkit wheels put the toolkit inside a venv."""
-    return f"{venv}/lib/python{python_version}/site-packages/nvidia/cu13"
-
-
 def pins(s: Settings) -> dict[str, str]:
     r = s.vllm_wheel()
-    return {"vllm": r.version, **r.pins(), CUDA_TOOLKIT: cuda_toolkit_version(r.torch)}
+    return {"vllm": r.version, **r.pins(), cuda_toolkit.DISTRIBUTION: cuda_toolkit_version(r.torch)}
 
 
 def wheel_sha256(s: Settings) -> str:
     return s.vllm_wheel_sha256 or s.vllm_wheel().sha256
 
 
-class UpstreamWheel(Upstream):
+class UpstreamWheel(RuntimeKind):
     name = "upstream-wheel"
     disk = WHEEL_DISK
     lock_tree = None  # the release's wheel: its METADATA's pins are the set, no source tree
@@ -75,14 +67,12 @@ class UpstreamWheel(Upstream):
         """What vllm_rig/host/upstream_build.py reads."""
         r = s.vllm_wheel()
         return {
-            "kind": self.name,
             "kernel_modules": list(upstream_releases.KERNEL_MODULES),
             "vllm_wheel": {"sha256": wheel_sha256(s), "version": r.version},
             "pins": pins(s),
             "torch_packages": list(TORCH_PACKAGES),
             "torch_exact": {name: pins(s)[name] for name in TORCH_PACKAGES},  # PyPI's: no local version
-            "cuda_toolkit": {"version": cuda_toolkit_version(r.torch), "parts": list(CUDA_TOOLKIT_PARTS)},
-            "cuda_home": cuda_home(f"{dirs.dir}/venv", s.python_version),
+            "cuda_toolkit": {"version": cuda_toolkit_version(r.torch), "parts": list(cuda_toolkit.PARTS)},
             "sm75_patches": s.sm75_patches(),
             "patch_status": r.patch,
             "sources": {"flashqla": dirs.flashqla},
@@ -100,12 +90,9 @@ class UpstreamWheel(Upstream):
         parts = ",".join(toolkit["parts"])
         return [*(f"{n}=={spec_pins[n]}" for n in names), f"cuda-toolkit[{parts}]=={toolkit['version']}"]
 
-    def lock_extra_index(self, s: Settings) -> str | None:
-        return None  # PyPI's torch: no torch index
-
-    def service_cuda_home(self, s: Settings, layout: Layout) -> str:
-        """The CUDA 13.0 toolkit in the current runtime's venv: the one PyPI's torch is built with."""
-        return cuda_home(f"{layout.current}/venv", s.python_version)
+    def cuda_home(self, s: Settings, runtime: str) -> str:
+        """The CUDA 13.0 toolkit the cuda-toolkit wheels put in the runtime's venv: PyPI's torch is built with it."""
+        return f"{runtime}/venv/lib/python{s.python_version}/site-packages/nvidia/cu13"
 
     def sources_label(self, s: Settings) -> str:
         return "SM75 patch set and FlashQLA at their pins"
