@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import re
+from functools import cache
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,17 +39,31 @@ def layer_of(module: str) -> int | None:
     return None
 
 
+def shown(path: Path) -> str:
+    """The path from the repository's top; a probe made under a test's tmp_path is shown as if it were there
+    (the probes never write into the repository, where another test running beside them would see them)."""
+    parts = path.parts
+    if "vllm_rig" in parts:
+        return "/".join(parts[len(parts) - 1 - parts[::-1].index("vllm_rig") :])
+    return path.relative_to(REPO).as_posix()
+
+
 def module_name(path: Path) -> str:
-    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    parts = shown(path).removesuffix(".py").split("/")
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def imported(path: Path) -> set[str]:
+    return _imported(path, path.read_text())
+
+
+@cache  # the checks below read every file; each is parsed once per test process
+def _imported(path: Path, text: str) -> set[str]:
     """Every vllm_rig module (or package) a file imports, relative imports resolved."""
     here = module_name(path).split(".")
     package = here if path.name == "__init__.py" else here[:-1]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(ast.parse(text)):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -66,30 +81,35 @@ def project_files() -> list[Path]:
     return files + sorted((REPO / "tasks").glob("*.py")) + package
 
 
-def violations() -> list[str]:
+def violations(files: list[Path]) -> list[str]:
     found = []
-    for path in project_files():
+    for path in files:
         mine = layer_of(module_name(path))
-        assert mine is not None, f"{path.relative_to(REPO)} is in no layer of docs/architecture.md's table"
+        assert mine is not None, f"{shown(path)} is in no layer of docs/architecture.md's table"
         for name in sorted(imported(path)):
             theirs = layer_of(name)
             if theirs is not None and theirs < mine:
-                found.append(f"{path.relative_to(REPO)} ({LAYERS[mine][0]}) imports {name} ({LAYERS[theirs][0]})")
+                found.append(f"{shown(path)} ({LAYERS[mine][0]}) imports {name} ({LAYERS[theirs][0]})")
     return found
 
 
+def probe(tmp_path: Path, name: str, text: str) -> Path:
+    """A module as if it were vllm_rig/known/<name>.py, made under tmp_path."""
+    path = tmp_path / "vllm_rig" / "known" / f"{name}.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
 def test_no_module_imports_a_layer_above_its_own() -> None:
-    assert violations() == []
+    assert violations(project_files()) == []
 
 
 def test_the_check_sees_an_upward_import(tmp_path: Path) -> None:
     # The rule is real: a settings-floor module importing a stage is reported.
-    bad = REPO / "vllm_rig" / "known" / "_layers_probe.py"
-    bad.write_text("from vllm_rig.stages.service.command import settings_args\n")
-    try:
-        assert any("_layers_probe" in line and "(stages)" in line for line in violations())
-    finally:
-        bad.unlink()
+    bad = probe(tmp_path, "_layers_probe", "from vllm_rig.stages.service.command import settings_args\n")
+    found = violations([*project_files(), bad])
+    assert any(line.startswith("vllm_rig/known/_layers_probe.py (known) imports") for line in found), found
 
 
 def test_host_programs_import_only_their_own_package() -> None:
@@ -161,17 +181,14 @@ def test_no_modules_import_each_other() -> None:
     assert import_cycles(project_files()) == []
 
 
-def test_the_cycle_check_sees_a_ring() -> None:
-    probes = [REPO / "vllm_rig" / "known" / f"_ring_{n}.py" for n in "abc"]
-    for here, there in zip(probes, probes[1:] + probes[:1], strict=True):
-        here.write_text(f"def f():\n    from vllm_rig.known import {there.stem}\n")
-    try:
-        assert sorted(p.stem for p in probes) in [
-            [m.rsplit(".", 1)[1] for m in c] for c in import_cycles(project_files())
-        ]
-    finally:
-        for p in probes:
-            p.unlink()
+def test_the_cycle_check_sees_a_ring(tmp_path: Path) -> None:
+    names = [f"_ring_{n}" for n in "abc"]
+    probes = [
+        probe(tmp_path, here, f"def f():\n    from vllm_rig.known import {there}\n")
+        for here, there in zip(names, names[1:] + names[:1], strict=True)
+    ]
+    cycles = import_cycles([*project_files(), *probes])
+    assert names in [[m.rsplit(".", 1)[1] for m in c] for c in cycles], cycles
 
 
 # A dispatch on the runtime kind: its settings compared, or a kind-named value compared with a kind's name.
@@ -191,13 +208,15 @@ def kind_dispatches(files: list[Path]) -> dict[str, str]:
     found = {}
     for path in files:
         text = path.read_text()
-        where = path.relative_to(REPO).as_posix()
+        where = shown(path)
+        lines = text.splitlines()
         raw = [
             (f.lineno, f.end_lineno or f.lineno, f"{where}:{f.name}")
-            for f in ast.walk(ast.parse(text))
-            if isinstance(f, ast.FunctionDef) and BEFORE_VALIDATION in (ast.get_source_segment(text, f) or "")
+            for f in (ast.walk(ast.parse(text)) if BEFORE_VALIDATION in text else ())
+            if isinstance(f, ast.FunctionDef)
+            and any(BEFORE_VALIDATION in x for x in lines[f.lineno - 1 : f.end_lineno])
         ]
-        for number, line in enumerate(text.splitlines(), 1):
+        for number, line in enumerate(lines, 1):
             if KIND_DISPATCH.search(line):
                 said = [name for first, last, name in raw if first <= number <= last]
                 found[f"{where}:{number}: {line.strip()}"] = said[0] if said else ""
@@ -218,26 +237,20 @@ def test_the_runtime_kind_is_picked_in_one_place() -> None:
     assert set(found.values()) - {""} == raw
 
 
-def test_the_dispatch_check_sees_one() -> None:
-    probe = REPO / "vllm_rig" / "known" / "_kind_probe.py"
-    probe.write_text(
+def test_the_dispatch_check_sees_one(tmp_path: Path) -> None:
+    made = probe(
+        tmp_path,
+        "_kind_probe",
         'def f(s):\n    return s.upstream_build != "wheel"\n\n\n'
         'def g(kind):\n    return kind == "fork"\n\n\n'
-        'def h(data):\n    # Before validation: a probe\n    return data.get("runtime_kind") in ("fork",)\n'
+        'def h(data):\n    # Before validation: a probe\n    return data.get("runtime_kind") in ("fork",)\n',
     )
-    try:
-        found = {
-            line.split(": ", 1)[1]: raw
-            for line, raw in kind_dispatches(project_files()).items()
-            if "_kind_probe" in line
-        }
-        assert found == {
-            'return s.upstream_build != "wheel"': "",
-            'return kind == "fork"': "",
-            'return data.get("runtime_kind") in ("fork",)': "vllm_rig/known/_kind_probe.py:h",
-        }
-    finally:
-        probe.unlink()
+    found = {line.split(": ", 1)[1]: raw for line, raw in kind_dispatches([made]).items()}
+    assert found == {
+        'return s.upstream_build != "wheel"': "",
+        'return kind == "fork"': "",
+        'return data.get("runtime_kind") in ("fork",)': "vllm_rig/known/_kind_probe.py:h",
+    }
 
 
 def test_every_kind_the_settings_name_has_a_module_and_rules() -> None:
