@@ -445,8 +445,9 @@ def test_remove_takes_what_the_deploy_installed_and_keeps_the_model(rig: Rig, la
         "ls -A /opt/vllm-rig; ls -A /opt/vllm-rig/models; ls -d /var/lib/vllm-rig /etc/vllm-rig /var/lib/vllm "
         "/etc/nginx/conf.d/vllm-rig-lan.conf 2>/dev/null; true",
     ).split()
-    name = Path(model_dir).name  # a symlink to its snapshot beside it, name.rev-<commit>
-    assert left[0] == "models" and left[1:] and all(e.startswith((name, f".{name}.")) for e in left[1:]), left
+    name = Path(model_dir).name  # a link into huggingface_hub's cache beside it (hf-cache/), its fetch lock
+    kept = [e for e in left[1:] if e != "hf-cache"]
+    assert left[0] == "models" and "hf-cache" in left and all(e.startswith((name, f".{name}.")) for e in kept), left
     assert rig.ssh("rig1", f"test -f {model_dir}/config.json && echo kept").strip() == "kept"
     assert rig.ssh("rig1", "dpkg-query -W -f='${Status}' nginx").strip() == "install ok installed"
     assert status(https(BOX, "/v1/models")) == "ConnectionRefusedError"

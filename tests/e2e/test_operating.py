@@ -27,7 +27,7 @@ from tests.e2e.deploys import deploy, serving_rig, staged
 from tests.sandbox import machine, paths
 from tests.sandbox.__main__ import up
 from tests.sandbox.fixtures import forge
-from vllm_rig.stages.triage import bundle
+from tests.unit.test_triage import GIVEN_PARTS, HOST_PARTS  # the bundle's parts, listed once
 
 pytestmark = pytest.mark.sandbox
 BUILD_SECONDS = 40  # the stand-in fork's build, long enough to read the status in the middle of it
@@ -178,7 +178,7 @@ def test_triage_bundle_of_a_serving_host_has_every_part_and_no_secret(two_hosts:
     [archive] = set((paths.REPO / "triage").glob("rig1-triage-*.tar.gz")) - before
     print(f"\ntriage bundle of rig1: {took:.1f}s, {archive.stat().st_size} bytes")
     members = _members(archive)
-    assert set(members) == {*bundle.HOST_PARTS, *bundle.GIVEN_PARTS, "MANIFEST.json"}
+    assert set(members) == {*HOST_PARTS, *GIVEN_PARTS, "MANIFEST.json"}
     everything = b"".join(members.values())
     assert key.encode() not in everything and token.encode() not in everything
     assert key not in run.log and token not in run.log

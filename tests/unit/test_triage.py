@@ -32,6 +32,7 @@ HOST_PARTS = (
     "journal/build-log.txt",
     "kernel/nvidia.txt",
 )
+GIVEN_PARTS = ("settings.json", "preflight.json", "status.json")  # what the control machine adds
 
 
 def _run(spec: dict) -> dict:
@@ -113,6 +114,7 @@ def test_settings_go_in_with_every_secret_key_redacted() -> None:
     assert data["hf_token"] == "<redacted>" and TOKEN not in json.dumps(data)
     assert data["model_repo"] == s.model_repo  # the rest is there as set
     assert set(bundle.host_parts(s)) == set(HOST_PARTS)
+    assert set(bundle.given_parts(s, "{}", {})) == set(GIVEN_PARTS)
     assert TOKEN in bundle.spec(s, "/x.tar.gz", "t", {})["secrets"]  # redacted wherever the host echoes it
 
 
