@@ -18,9 +18,11 @@ from tests.lanes import checkout, plan, report, schedule
 
 REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / ".sandbox" / "lanes" / "run"  # this run's logs and JUnit files
-# Three: with two lanes on a 2-core machine the CPUs sat half idle (vmstat over a whole run: 50% idle; the
-# scenarios wait on boots, timers and services); three took the run from 34.6 to 25.5 min (docs/verified.md).
-DEFAULT_LANES = 3
+# Four: with two lanes on a 2-core machine the CPUs sat half idle (vmstat over a whole run: 50% idle; the
+# scenarios wait on boots, timers and services); three took the run from 34.6 to 25.5 min, and still left 12%
+# idle (download timeouts, watchdog rounds, reboots) when the suite had grown to 33.5 min of lanes; a fourth
+# fills those waits (docs/verified.md has the runs).
+DEFAULT_LANES = 4
 
 
 def say(line: str) -> None:
