@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from vllm_rig.stages.driver.keyring import key_check
+from tests.unit.fake_host import plan
+from vllm_rig.stages.driver.keyring import key_check, keyring_deb
 
 URL = "https://mirror.example/repos/ubuntu2404/x86_64/cuda-keyring_1.1-1_all.deb"
 pytestmark = pytest.mark.skipif(not (shutil.which("gpg") and shutil.which("dpkg-deb")), reason="needs gpg, dpkg-deb")
@@ -88,3 +89,20 @@ def test_a_package_without_a_key_is_refused(tmp_path: Path, keys) -> None:
     deb = _deb(tmp_path, {"etc/apt/sources.list.d/cuda.list": b"deb https://mirror.example/ /\n"})
     run = _check(deb, keys["nvidia"][0])
     assert run.returncode == 1 and "holds the key(s) none" in run.stderr
+
+
+def test_a_package_dpkg_cannot_open_is_refused_in_its_words_not_as_a_key(tmp_path: Path, keys) -> None:
+    deb = tmp_path / "cuda-keyring.deb"
+    deb.write_bytes(b"<html>a captive portal</html>\n")
+    run = _check(deb, keys["nvidia"][0])
+    assert run.returncode == 1 and "holds the key(s)" not in run.stderr and "dpkg-deb" in run.stderr, run.stderr
+    assert not deb.exists()
+
+
+def test_a_failed_download_stops_the_chain_before_the_check_and_apt(tmp_path: Path) -> None:
+    """The check is one step of the operation's command: a download that fails is curl's error, not a key's."""
+    url = (tmp_path / "none" / "cuda-keyring_1.1-1_all.deb").as_uri()
+    _, commands = plan({}, keyring_deb, url=url, fingerprint="EB693B3035CD5710E231E123A4B469963BF863CC")
+    run = subprocess.run(["bash", "-c", commands[0]], capture_output=True, text=True, timeout=60)
+    assert run.returncode != 0 and "holds the key(s)" not in run.stderr, run.stderr
+    assert "apt-get" not in run.stderr

@@ -32,7 +32,8 @@ def parse_deb_filename(url: str) -> tuple[str, str]:
 
 
 def key_check(deb: str, url: str, fingerprint: str) -> str:
-    """Shell that exits 1 with one line unless every primary key in the .deb's keyrings is `fingerprint`."""
+    """Shell that exits 1 with one line unless every primary key in the .deb's keyrings is `fingerprint`. A
+    subshell: one step of the operation's `&&` chain, its temporary directory removed on every way out."""
     said = shlex.quote(f"the keyring package from {url} holds the key(s) ")
     why = shlex.quote(
         f", not the repository's signing key {fingerprint} (nvidia_repo_key_fingerprint): a mirror or the "
@@ -40,12 +41,13 @@ def key_check(deb: str, url: str, fingerprint: str) -> str:
     )
     primaries = "awk -F: '/^pub:/{p=1;next} /^fpr:/{if(p)print $10; p=0}'"
     return (
-        f"d=$(mktemp -d) && dpkg-deb -x {deb} $d/root && "
-        'found=$(for k in $d/root/usr/share/keyrings/* $d/root/etc/apt/trusted.gpg.d/*; do [ -f "$k" ] && '
-        'GNUPGHOME=$d gpg --batch --show-keys --with-colons "$k" 2>/dev/null; done '
-        f"| {primaries} | sort -u | paste -sd' '); rm -rf $d; "
+        "(d=$(mktemp -d) || exit 1; trap 'rm -rf \"$d\"' EXIT; "
+        f'dpkg-deb -x {deb} "$d/root" || {{ rm -f {deb}; exit 1; }}; '
+        'found=$(for k in "$d"/root/usr/share/keyrings/* "$d"/root/etc/apt/trusted.gpg.d/*; do [ -f "$k" ] && '
+        'GNUPGHOME="$d" gpg --batch --show-keys --with-colons "$k" 2>/dev/null; done '
+        f"| {primaries} | sort -u | paste -sd' '); "
         f'[ "$found" = {shlex.quote(fingerprint)} ] || '
-        f'{{ echo {said}"${{found:-none}}"{why} >&2; rm -f {deb}; exit 1; }}'
+        f'{{ echo {said}"${{found:-none}}"{why} >&2; rm -f {deb}; exit 1; }})'
     )
 
 
