@@ -167,23 +167,18 @@ def signable(d: Path, extra: list[str]) -> tuple[set[str], set[str], list[str]]:
     constraints = ca_constraints(d / "ca.crt")
     ok_dns, ok_ips = permitted_by(constraints, dns, ips)
     remake = REMAKE.format(ca=d / "ca.crt")
-    if constraints is None:
-        return (
-            ok_dns,
-            ok_ips,
-            [f"the local CA has no name constraints (an older vllm-rig made it): it can sign any name; {remake}"],
-        )
     refused = sorted(dns - ok_dns) + sorted(ips - ok_ips)
-    if not refused:
-        return ok_dns, ok_ips, []
-    return (
-        ok_dns,
-        ok_ips,
-        [
+    warnings = []
+    if constraints is None:
+        warnings.append(
+            f"the local CA has no name constraints (an older vllm-rig made it): it can sign any name; {remake}"
+        )
+    elif refused:
+        warnings.append(
             f"the local CA does not permit {', '.join(refused)} (it was made before the host had them): server.crt "
             f"leaves them out, so clients cannot reach it by them; {remake}"
-        ],
-    )
+        )
+    return ok_dns, ok_ips, warnings
 
 
 def status(d: Path, extra: list[str]) -> list[str]:
