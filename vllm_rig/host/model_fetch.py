@@ -7,7 +7,7 @@ starts `fetch` as a transient systemd unit (so an SSH drop does not kill it) and
 progress line; `check` is instant.
 
     model_fetch.py fetch  --repo R --revision REV --dest DIR [--endpoint URL] [--disable-xet]
-                          [--status-file F] [--max-workers N] [--verify-endpoint URL]
+                          --status-file F [--max-workers N] [--verify-endpoint URL]
                           [--peer NAME=http://ADDRESS:PORT [--peer-wait-s S]]
     model_fetch.py check  --repo R --revision REV --dest DIR
 
