@@ -206,13 +206,11 @@ def test_prompts_never_hit_the_prefix_cache(standin: StandIn) -> None:
     standin.set_rates(FAST)
     server = bench.Server(standin.url, API_KEY, 30.0)
     size = bench.Size(300, 1, 2)
-    first = bench.measure(server, "qwen-local", bench.make_prompt(300, bench.random.Random(1)), size, 1, 0.2, True)
+    first = bench.measure(server, "qwen-local", bench.make_prompt(300, bench.random.Random(1)), size, 1)
     prompt = bench.make_prompt(300, bench.random.Random(1))  # same words, new UUID
-    again = bench.measure(server, "qwen-local", prompt, size, 2, 0.2, True)
+    again = bench.measure(server, "qwen-local", prompt, size, 2)
     assert first.cached_tokens == 0 and again.cached_tokens == 0, (first, again)
-    repeat = bench.measure(
-        server, "qwen-local", prompt, size, 3, 0.2, True
-    )  # the very same prompt: the cache serves it
+    repeat = bench.measure(server, "qwen-local", prompt, size, 3)  # the very same prompt: the cache serves it
     assert repeat.cached_tokens is not None and repeat.cached_tokens > repeat.prompt_tokens // 2, repeat
     usage = bench.stream_chat(server, bench.chat_body("qwen-local", prompt, 2, True, stream=True)).usage
     assert not (usage.get("prompt_tokens_details") or {}).get("cached_tokens")  # what bench used to read: null
@@ -288,31 +286,21 @@ def _saved(label: str, ttft: list[float], decode: list[float], mtp: list[float],
     return {"label": label, "summary": bench.summarize(runs)}
 
 
-def test_compare_prints_the_seed_summary(tmp_path: Path) -> None:
+def test_compare_prints_the_seed_summary() -> None:
     """The seed's 20K rows, from its run tables: FP16 (A) against FP8 (B)."""
     fp16 = _saved("FP16", [13.180, 13.236, 13.162], [87.0, 87.0, 81.5], [0.775, 0.771, 0.716])
     fp8 = _saved("FP8", [13.090, 13.138, 13.182], [88.0, 77.6, 87.8], [0.789, 0.683, 0.789])
     fp16["summary"].update(_saved("FP16", [45.733, 46.042], [117.7, 94.9], [0.811, 0.683], "60K")["summary"])
     fp8["summary"].update(_saved("FP8", [45.587, 46.039], [87.1, 105.6], [0.636, 0.761], "60K")["summary"])
-    (tmp_path / "a.json").write_text(json.dumps(fp16))
-    (tmp_path / "b.json").write_text(json.dumps(fp8))
-    proc = subprocess.run(
-        [*BENCH, "compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert proc.returncode == 0, proc.stderr
-    rows = {
-        " ".join(line.split()[:2]): line.split()[2:] for line in proc.stdout.splitlines() if line[:3] in ("20K", "60K")
-    }
-    assert proc.stdout.splitlines()[0].split() == ["Metric", "FP16", "mean", "FP8", "mean", "Difference"]
+    table = bench.compare_table(fp16, fp8)
+    rows = {" ".join(line.split()[:2]): line.split()[2:] for line in table.splitlines() if line[:3] in ("20K", "60K")}
+    assert table.splitlines()[0].split() == ["Metric", "FP16", "mean", "FP8", "mean", "Difference"]
     assert rows["20K TTFT"] == ["13.193s", "13.137s", "-0.4%"]  # the seed's own figures
     assert rows["20K Decode"] == ["85.2", "tok/s", "84.5", "tok/s", "-0.8%"]
     assert rows["60K TTFT"] == ["45.888s", "45.813s", "-0.2%*"]
     assert rows["60K Decode"] == ["106.3", "tok/s", "96.3", "tok/s", "-9.4%*"]
     assert rows["60K MTP"] == ["74.7%", "69.8%", "-4.9pp*"]
-    assert "* fewer than 3 samples (60K: 2 and 2 runs)" in proc.stdout
+    assert "* fewer than 3 samples (60K: 2 and 2 runs)" in table
 
 
 def test_prompts_of_one_length_hold_about_the_same_tokens() -> None:

@@ -257,24 +257,20 @@ def test_a_missing_compiler_is_one_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("printed", "kv", "rc", "says"),
+    ("printed", "kv", "says"),
     [
-        (_lines(V0_6_16), "fp8_e4m3", 0, "ok: FlashInfer 0.6.16.post3"),
-        (_lines(V0_6_14), "fp8", 1, "FAIL: FlashInfer 0.6.16.post3's head-dim-256 prefill tile"),
-        (_lines(V0_6_14), "auto", 1, "with the FP16 KV cache served"),
-        (_lines(V0_6_16), "int8", 1, "no shared-memory probe for KV cache dtype 'int8'"),
+        (_lines(V0_6_16), "fp8", None),
+        (_lines(V0_6_14), "fp8", "FlashInfer 0.6.16.post3's head-dim-256 prefill tile"),
+        (_lines(V0_6_14), "fp16", "with the FP16 KV cache served"),
     ],
 )
-def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str], printed: str, kv: str, rc: int, says: str) -> None:
-    python = _python(tmp_path, _site(tmp_path / "site"))
-    nvcc = _nvcc(tmp_path, printed)
-    assert fs.main(["--python", str(python), "--nvcc", str(nvcc), "--kv", kv]) == rc
-    out = capsys.readouterr()
-    said = (out.out + out.err).strip()
-    assert says in said and len(said.splitlines()) == 1
-
-
-def test_cli_json_is_the_record(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    python = _python(tmp_path, _site(tmp_path / "site"))
-    assert fs.main(["--python", str(python), "--nvcc", str(_nvcc(tmp_path)), "--kv", "fp8", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["fits"] is True
+def test_the_probe_compiles_and_judges_the_installed_headers(
+    tmp_path: Path, printed: str, kv: str, says: str | None
+) -> None:
+    installed, sizes = fs.probe(_python(tmp_path, _site(tmp_path / "site")), _nvcc(tmp_path, printed))
+    failed = fs.verdict(installed.version, sizes, kv)
+    if says is None:
+        assert failed is None
+    else:
+        assert failed is not None and says in failed and len(failed.splitlines()) == 1
+    assert fs.record(installed, sizes, kv)["fits"] is (failed is None)

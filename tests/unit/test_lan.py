@@ -309,6 +309,13 @@ def test_local_ca_may_sign_only_the_hosts_names_and_addresses(tmp_path: Path, mo
 
     # the host's own certificate, and a new one for its names, verify with both openssl and cryptography
     server = x509.load_pem_x509_certificate((d / "server.crt").read_bytes())
+    made = {c: {type(e.value).__name__: e.critical for e in c.extensions} for c in (ca, server)}
+    ids = {"SubjectKeyIdentifier": False}  # openssl's own; the distribution's openssl.cnf adds nothing
+    assert made[ca] == {"BasicConstraints": True, "KeyUsage": True, "NameConstraints": True, **ids}
+    assert made[server] == {
+        **{"BasicConstraints": True, "KeyUsage": True, "ExtendedKeyUsage": False, "SubjectAlternativeName": False},
+        **{**ids, "AuthorityKeyIdentifier": False},
+    }
     for name in ("rig-x", "rig-x.local", "box.example", "localhost", "192.0.2.10", "10.9.9.9", "2001:db8::10"):
         assert _verified(d, server, name), name
     assert _openssl_verify(d, server, tmp_path).returncode == 0

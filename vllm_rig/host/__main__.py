@@ -8,7 +8,6 @@ import sys
 PROGRAMS = (
     "bench",
     "build_runtime",
-    "flashinfer_smem",
     "fork_releases",
     "gpu_facts",
     "gpu_verdict",

@@ -15,7 +15,9 @@ the UUID alone and of the UUID plus known words), and every warm-up's real count
 
     bench.py [run] [--base-url URL] [--model NAME] [--api-key-file PATH] [--sizes 20000:3:256,60000:2:128]
                    [--warmup-short 2] [--warmup-sized 1] [--label NAME] [--json-out FILE]
-    bench.py compare A.json B.json      the summary table: metric, A mean, B mean, difference
+
+Every run decodes max_tokens tokens (vLLM's ignore_eos). The A/B summary of two results is compare_table, printed
+by the control side (vllm_rig/stages/bench/charts.py compare, and the guarded fork update).
 
 The API key comes from --api-key-file (the service's env file, or a file holding the bare key), else the environment
 variable VLLM_API_KEY (none: no key sent). /metrics is read by prometheus_client's parser: the deploy runs this with
@@ -49,6 +51,7 @@ DRAFTED = "vllm:spec_decode_num_draft_tokens_total"
 # unit never passes.
 CACHE_HITS = "vllm:prefix_cache_hits_total"
 SHORT_WORDS = 32  # words in a short warm-up request
+METRICS_SETTLE_S = 0.2  # the server records a request's last step stats just after its last chunk
 TEXT_KEYS = (*server_client.TEXT_KEYS, "tool_calls")  # a delta that carries tokens
 
 # Plain English words of one to three syllables; any list would do, only its randomness matters.
@@ -315,12 +318,12 @@ class Run:
     e2e_s: float
 
 
-def measure(server: Server, model: str, prompt: str, size: Size, run: int, settle: float, ignore_eos: bool) -> Run:
+def measure(server: Server, model: str, prompt: str, size: Size, run: int) -> Run:
     """One streamed request, with the spec-decode counters read just before and just after it."""
     before = SpecCounters.read(server)
-    stream = stream_chat(server, chat_body(model, prompt, size.max_tokens, ignore_eos, stream=True))
+    stream = stream_chat(server, chat_body(model, prompt, size.max_tokens, True, stream=True))
     done = time.perf_counter()
-    time.sleep(settle)  # the server records a request's last step stats just after its last chunk
+    time.sleep(METRICS_SETTLE_S)
     after = SpecCounters.read(server)
     accepted, drafted = after.since(before)
     return _run_figures(stream, size, run, accepted, drafted, done, after.cached_since(before))
@@ -373,11 +376,7 @@ class Bench:
 
     def sized(self, size: Size, run: int) -> tuple[int, Run]:
         words = self.calibration.words_for(size.tokens)
-        opts = self.options
-        result = measure(
-            self.server, self.model, make_prompt(words, self.rng), size, run, opts.metrics_settle, opts.ignore_eos
-        )
-        return words, result
+        return words, measure(self.server, self.model, make_prompt(words, self.rng), size, run)
 
     def warm_up(self, sizes: list[Size]) -> None:
         for i in range(self.options.warmup_short):
@@ -423,7 +422,7 @@ def run_bench(options: argparse.Namespace, log: Callable[[str], None]) -> dict[s
             "sizes": [asdict(s) for s in options.sizes],
             "warmup_short": options.warmup_short,
             "warmup_sized": options.warmup_sized,
-            "ignore_eos": options.ignore_eos,
+            "ignore_eos": True,
             "calibration": asdict(bench.calibration),
         },
         "warmups": bench.warmups,
@@ -566,31 +565,12 @@ def run_parser() -> argparse.ArgumentParser:
     p.add_argument("--label", default="", help="name of this configuration, for compare (e.g. FP8 KV)")
     p.add_argument("--json-out", help="write every figure to this JSON file")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds one request may take (default 900)")
-    p.add_argument("--metrics-settle", type=float, default=0.2, help="seconds before reading /metrics after a run")
-    p.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false", help="let the model stop early")
     p.add_argument("--seed", type=int, help="seed for the word choice (the UUIDs stay random)")
     return p
 
 
-def compare_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="bench.py compare", description="Summary of two bench.py JSON files.")
-    p.add_argument("a", help="baseline (A)")
-    p.add_argument("b", help="candidate (B): differences are B against A")
-    args = p.parse_args(argv)
-    try:
-        with open(args.a) as fa, open(args.b) as fb:
-            a, b = json.load(fa), json.load(fb)
-    except (OSError, ValueError) as exc:
-        print(f"bench.py compare: {exc}", file=sys.stderr)
-        return 2
-    print(compare_table(a, b))
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["compare"]:
-        return compare_main(argv[1:])
     options = run_parser().parse_args(argv[1:] if argv[:1] == ["run"] else argv)
     try:
         result = run_bench(options, log=lambda line: print(line, file=sys.stderr, flush=True))

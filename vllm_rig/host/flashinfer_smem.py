@@ -1,27 +1,21 @@
-#!/usr/bin/env python3
 """Prove that FlashInfer's head-dim-256 prefill tile fits SM75's shared memory, by compiling the installed headers.
 
 FlashInfer JIT-compiles its FA2 prefill from the headers in its package (flashinfer/data/include). On SM75
 (2080 Ti) a thread block may opt in to 65,536 B of shared memory; when SharedStorageQKVO at head dim 256 (1 KV
 warp, CTA_TILE_Q 64, the CTA_TILE_KV the dispatcher picks) is larger, the kernel cannot launch (0.6.10 to
 0.6.15.post1: 65,568 to 65,616 B; 0.6.8.post1 and 0.6.16+: 65,536 B). Marker strings in the header only say
-which fix is there; this measures the struct itself, with the compiler the runtime uses:
+which fix is there; this measures the struct itself, with the compiler the runtime uses.
 
-    python3 vllm-rig-host.pyz flashinfer_smem --python <venv>/bin/python --nvcc <cuda_home>/bin/nvcc [--kv fp8]
-
-It writes a small probe to a temporary directory, compiles it with `nvcc -std=c++17 -arch=sm_75` against the
-package's own data/include (and its vendored CCCL, when the wheel has one), runs it and prints one line; exit 1
-when the size the served KV cache needs is over the limit. The build calls `probe` and `verdict` directly and
-records `record(...)` in runtime.json, so the service's start check compares hashes only. Stdlib only.
+`probe` writes a small program to a temporary directory, compiles it with `nvcc -std=c++17 -arch=sm_75` against
+the package's own data/include (and its vendored CCCL, when the wheel has one) and runs it. The runtime build
+(runtime_build.py) calls `probe` and `verdict` and records `record(...)` in runtime.json, so the service's start
+check compares hashes only. Stdlib only.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -247,34 +241,3 @@ def record(installed: Installed, sizes: Sizes, kv: str, exact: bool = False) -> 
         "limit": LIMIT,
         "fits": verdict(installed.version, sizes, kv, exact) is None,
     }
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--python", required=True, help="the runtime's python (flashinfer installed)")
-    parser.add_argument("--nvcc", required=True, help="the runtime's nvcc")
-    parser.add_argument("--kv", default="auto", help="the served --kv-cache-dtype (auto, fp8, fp8_e4m3, ...)")
-    parser.add_argument("--json", action="store_true", help="print the runtime.json record instead of a line")
-    parser.add_argument(
-        "--exact", action="store_true", help="the headers' dispatcher sizes its tile from sizeof samples (PR 3621)"
-    )
-    args = parser.parse_args(argv)
-    try:
-        kv = kv_kind(args.kv)
-        installed, sizes = probe(args.python, args.nvcc)
-    except (ProbeError, ValueError) as err:
-        print(f"flashinfer_smem: FAIL: {err}", file=sys.stderr)
-        return 1
-    failed = verdict(installed.version, sizes, kv, args.exact)
-    if args.json:
-        print(json.dumps(record(installed, sizes, kv, args.exact), sort_keys=True))
-    elif failed is None:
-        print(f"flashinfer_smem: ok: {ok_line(installed.version, sizes, kv, args.exact)}")
-    if failed is not None:
-        print(f"flashinfer_smem: FAIL: {failed}", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -167,23 +167,18 @@ def signable(d: Path, extra: list[str]) -> tuple[set[str], set[str], list[str]]:
     constraints = ca_constraints(d / "ca.crt")
     ok_dns, ok_ips = permitted_by(constraints, dns, ips)
     remake = REMAKE.format(ca=d / "ca.crt")
-    if constraints is None:
-        return (
-            ok_dns,
-            ok_ips,
-            [f"the local CA has no name constraints (an older vllm-rig made it): it can sign any name; {remake}"],
-        )
     refused = sorted(dns - ok_dns) + sorted(ips - ok_ips)
-    if not refused:
-        return ok_dns, ok_ips, []
-    return (
-        ok_dns,
-        ok_ips,
-        [
+    warnings = []
+    if constraints is None:
+        warnings.append(
+            f"the local CA has no name constraints (an older vllm-rig made it): it can sign any name; {remake}"
+        )
+    elif refused:
+        warnings.append(
             f"the local CA does not permit {', '.join(refused)} (it was made before the host had them): server.crt "
             f"leaves them out, so clients cannot reach it by them; {remake}"
-        ],
-    )
+        )
+    return ok_dns, ok_ips, warnings
 
 
 def status(d: Path, extra: list[str]) -> list[str]:
@@ -200,45 +195,35 @@ def status(d: Path, extra: list[str]) -> list[str]:
     return [f"ok: server.crt valid to {end}; CA sha256 {fingerprint(d / 'ca.crt')}", *notes]
 
 
-CONFIG = """[req]
-distinguished_name = dn
-prompt = no
-[dn]
-CN = {cn}
-[v3_ca]
-basicConstraints = critical, CA:TRUE, pathlen:0
-keyUsage = critical, keyCertSign, cRLSign
-subjectKeyIdentifier = hash
-nameConstraints = critical, {permitted}
-[v3_server]
-basicConstraints = critical, CA:FALSE
-keyUsage = critical, digitalSignature
-extendedKeyUsage = serverAuth
-subjectKeyIdentifier = hash
-authorityKeyIdentifier = keyid
-subjectAltName = @alt
-[alt]
-{alt}
-"""
+# OpenSSL 3's `req -x509` adds the subjectKeyIdentifier, and the authorityKeyIdentifier when -CA signs.
+CA_EXTENSIONS = ["basicConstraints=critical,CA:TRUE,pathlen:0", "keyUsage=critical,keyCertSign,cRLSign"]
+SERVER_EXTENSIONS = [
+    "basicConstraints=critical,CA:FALSE",
+    "keyUsage=critical,digitalSignature",
+    "extendedKeyUsage=serverAuth",
+]
 
 
-def config(tmp: Path, cn: str, dns: set[str], ips: set[str]) -> Path:
-    """The openssl config: the server certificate names `dns` and `ips`, the CA permits exactly them (each
-    address as a single-address network)."""
-    alt = [f"DNS.{i} = {n}" for i, n in enumerate(sorted(dns), 1)]
-    alt += [f"IP.{i} = {a}" for i, a in enumerate(sorted(ips), 1)]
+def names_extensions(dns: set[str], ips: set[str]) -> tuple[str, str]:
+    """(the server certificate's subjectAltName, the CA's nameConstraints): both exactly `dns` and `ips`, each
+    address a single-address network. The names are checked DNS names or addresses: no comma can split them."""
     nets = [ipaddress.ip_network(a) for a in sorted(ips)]
+    alt = [f"DNS:{n}" for n in sorted(dns)] + [f"IP:{a}" for a in sorted(ips)]
     permitted = [f"permitted;DNS:{n}" for n in sorted(dns)]
     permitted += [f"permitted;IP:{n.network_address}/{n.netmask}" for n in nets]
-    path = tmp / "openssl.cnf"
-    path.write_text(
-        CONFIG.format(
-            cn=cn,
-            alt="\n".join(alt) or "DNS.1 = localhost",
-            permitted=", ".join(permitted) or "permitted;DNS:localhost",
-        )
+    return (
+        "subjectAltName=" + (",".join(alt) or "DNS:localhost"),
+        "nameConstraints=critical," + (",".join(permitted) or "permitted;DNS:localhost"),
     )
-    return path
+
+
+def new_certificate(key: Path, crt: Path, cn: str, days: int, extensions: list[str], *signer: str) -> None:
+    """A new EC P-256 key and its certificate, self-signed or signed by `signer` (-CA, -CAkey). `-config
+    /dev/null`: the distribution's openssl.cnf adds no extension of its own."""
+    must("req", "-x509", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-noenc",
+         "-keyout", str(key), "-out", str(crt), "-config", "/dev/null", "-subj", f"/CN={cn}", "-days", str(days),
+         "-sha256", "-set_serial", f"0x{secrets.randbits(63):x}", *signer,
+         *(arg for ext in extensions for arg in ("-addext", ext)))  # fmt: skip
 
 
 def install(src: Path, dest: Path, mode: int) -> None:
@@ -255,24 +240,19 @@ def ensure(d: Path, extra: list[str]) -> list[str]:
     with tempfile.TemporaryDirectory(dir=d) as name:
         tmp = Path(name)
         if ca_problem(d):
-            cnf = config(tmp, f"vllm-rig local CA ({host})", *wanted(extra))
+            _, constraints = names_extensions(*wanted(extra))
             key, crt = tmp / "ca.key", tmp / "ca.crt"
-            must("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", str(key))
-            must("req", "-x509", "-new", "-key", str(key), "-days", str(CA_DAYS), "-sha256", "-config", str(cnf),
-                 "-extensions", "v3_ca", "-out", str(crt))  # fmt: skip
+            new_certificate(key, crt, f"vllm-rig local CA ({host})", CA_DAYS, [*CA_EXTENSIONS, constraints])
             install(key, d / "ca.key", 0o600)
             install(crt, d / "ca.crt", 0o644)
             (d / "server.crt").unlink(missing_ok=True)  # signed by the old CA, if any
             done.append(f"lan_tls: made the local CA {d / 'ca.crt'} (sha256 {fingerprint(d / 'ca.crt')})")
         dns, ips, _ = signable(d, extra)
         if server_problem(d, dns, ips):
-            cnf = config(tmp, host, dns, ips)
-            key, csr, crt = tmp / "server.key", tmp / "server.csr", tmp / "server.crt"
-            must("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", str(key))
-            must("req", "-new", "-key", str(key), "-config", str(cnf), "-out", str(csr))
-            must("x509", "-req", "-in", str(csr), "-CA", str(d / "ca.crt"), "-CAkey", str(d / "ca.key"),
-                 "-set_serial", f"0x{secrets.randbits(63):x}", "-days", str(CERT_DAYS), "-sha256",
-                 "-extfile", str(cnf), "-extensions", "v3_server", "-out", str(crt))  # fmt: skip
+            alt, _ = names_extensions(dns, ips)
+            key, crt = tmp / "server.key", tmp / "server.crt"
+            signer = ("-CA", str(d / "ca.crt"), "-CAkey", str(d / "ca.key"))
+            new_certificate(key, crt, host, CERT_DAYS, [*SERVER_EXTENSIONS, alt], *signer)
             install(key, d / "server.key", 0o600)
             install(crt, d / "server.crt", 0o644)
             done.append(f"lan_tls: made {d / 'server.crt'} for {', '.join(sorted(dns) + sorted(ips))}")

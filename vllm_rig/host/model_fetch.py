@@ -3,15 +3,13 @@
 switch to it.
 
 Runs on the host with the tools venv's python (huggingface_hub 2.4.0, pinned by the model stage). The deploy
-starts `fetch` as a transient systemd unit (so an SSH drop does not kill it) and polls `status` for its progress
-line; `check` is instant.
+starts `fetch` as a transient systemd unit (so an SSH drop does not kill it) and reads its status file for the
+progress line; `check` is instant.
 
-    model_fetch.py plan   --repo R --revision REV [--endpoint URL] [--disable-xet]
     model_fetch.py fetch  --repo R --revision REV --dest DIR [--endpoint URL] [--disable-xet]
-                          [--status-file F] [--owner USER] [--refresh] [--max-workers N]
+                          --status-file F [--max-workers N] [--verify-endpoint URL]
                           [--peer NAME=http://ADDRESS:PORT [--peer-wait-s S]]
-    model_fetch.py check  --repo R --revision REV --dest DIR [--deep]
-    model_fetch.py status [--status-file F | --dest DIR] [--json]
+    model_fetch.py check  --repo R --revision REV --dest DIR
 
 Exit codes: 0 complete and verified; 1 usage or unexpected error; 2 the endpoint could not be reached, or the
 repo or revision is unknown there, or access was denied (checked before anything is written); 3 incomplete
@@ -46,8 +44,7 @@ Layout beside DIR (the service's model_dir):
   hf-cache/               huggingface_hub's cache, shared by the model directories of this parent. The snapshot
                           DIR left is removed after a switch unless another model directory points to it.
   DIR.rev-*, DIR.partial-*  the layout before the cache: adopted (hard links), deleted after the switch.
-  .DIR.peer/, .DIR.fetch.lock, .DIR.fetch-status.json  a model peer's files before adoption, the lock held
-                          while a fetch runs, the default status file (phase, bytes done of total).
+  .DIR.peer/, .DIR.fetch.lock  a model peer's files before adoption, the lock held while a fetch runs.
 
 With --peer, the files come from another rig's model_serve.py instead (model_peer.py: it waits while that rig
 still downloads, resumes by Range), and are checked against this host's own plan from the endpoint just the
@@ -55,9 +52,8 @@ same; a peer that is unreachable, refuses or serves a bad file is named in one l
 what is still missing. The marker (in the snapshot) records how many files came from the peer.
 
 A marker for the same repo and revision in DIR's snapshot in the cache makes `fetch` and `check` instant and
-offline. A branch such as "main" is thus pinned to the commit first fetched: `fetch --refresh` resolves it
-again and, if it moved, downloads the new commit beside the old one. The cache's files end up root-owned
-(group USER's with --owner), a+rX and go-w: the service reads them and cannot change them.
+offline (a branch such as "main" is thus pinned to the commit first fetched). The cache's files end up a+rX
+and go-w: the service reads them and cannot change them.
 """
 
 from __future__ import annotations
@@ -69,7 +65,6 @@ import datetime
 import fcntl
 import json
 import os
-import pwd
 import re
 import shutil
 import signal
@@ -128,9 +123,6 @@ class RemoteFile:
     sha256: str | None  # lfs.oid; None for a plain git file
     git_oid: str  # the git blob sha1
 
-    def as_json(self) -> dict[str, Any]:
-        return {"path": self.path, "size": self.size, "sha256": self.sha256, "git_oid": self.git_oid}
-
 
 @dataclass(frozen=True)
 class Plan:
@@ -147,17 +139,6 @@ class Plan:
     @property
     def short(self) -> str:
         return self.commit[:12]
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "repo": self.repo,
-            "revision": self.revision,
-            "commit": self.commit,
-            "endpoint": endpoint_host(self.endpoint),
-            "total_bytes": self.total_bytes,
-            "file_count": len(self.files),
-            "files": [f.as_json() for f in self.files],
-        }
 
 
 def endpoint_host(endpoint: str) -> str:
@@ -391,10 +372,6 @@ class Places:
     def lock(self) -> Path:
         return self.parent / f".{self.dest.name}.fetch.lock"
 
-    @property
-    def default_status(self) -> Path:
-        return self.parent / f".{self.dest.name}.fetch-status.json"
-
     def old_layout(self) -> list[Path]:
         """The snapshots and staging of the layout before the cache (DIR.rev-*, DIR.partial-*)."""
         found = [*self.parent.glob(f"{self.dest.name}.rev-*"), *self.parent.glob(f"{self.dest.name}.partial-*")]
@@ -617,30 +594,17 @@ def make_marker(plan: Plan, peer: PeerUse | None = None) -> dict[str, Any]:
 # ---- ownership and the switch ---------------------------------------------------------------------
 
 
-def owner_gid(owner: str | None) -> int | None:
-    if owner is None:
-        return None
-    if os.geteuid() != 0:  # found out now, not after a 29 GB download
-        raise FetchError(EXIT_ERROR, f"--owner {owner}: only root can hand the files to root:<group>")
-    try:
-        return pwd.getpwnam(owner).pw_gid
-    except KeyError:
-        raise FetchError(EXIT_ERROR, f"--owner {owner}: no such user") from None
-
-
-def lock_down(top: Path, gid: int | None) -> None:
-    """root:<group>, a+rX, go-w: the service reads every file and can change none."""
+def lock_down(top: Path) -> None:
+    """a+rX, go-w: the service reads every file and can change none."""
     for path in [top, *top.rglob("*")]:
         if path.is_symlink():
             continue
         mode = path.stat().st_mode
         read = 0o555 if path.is_dir() or mode & 0o111 else 0o444
         os.chmod(path, (mode | read) & ~0o022 & 0o7777)
-        if gid is not None:
-            os.chown(path, 0, gid)
 
 
-def switch_to(places: Places, snapshot: Path, gid: int | None) -> Path | None:
+def switch_to(places: Places, snapshot: Path) -> Path | None:
     """Point DIR at `snapshot` in one rename; return what DIR pointed to before (None if nothing)."""
     dest = places.dest
     previous: Path | None = None
@@ -655,8 +619,6 @@ def switch_to(places: Places, snapshot: Path, gid: int | None) -> Path | None:
     link = dest.with_name(f".{dest.name}.link-{os.getpid()}")
     link.unlink(missing_ok=True)
     link.symlink_to(os.path.relpath(snapshot, dest.parent))  # relative: the tree can be moved or mounted elsewhere
-    if gid is not None:
-        os.lchown(link, 0, gid)
     link.replace(dest)
     return previous
 
@@ -897,12 +859,12 @@ def raise_for_verdicts(plan: Plan, verdicts: Mapping[str, Verdict], error: str) 
         raise FetchError(EXIT_INCOMPLETE, f"{name}: {len(missing)} file(s) not downloaded, e.g. {missing[0]}{more}")
 
 
-def finish_fetch(places: Places, plan: Plan, gid: int | None, peer: PeerUse | None) -> Path:
+def finish_fetch(places: Places, plan: Plan, peer: PeerUse | None) -> Path:
     """Marker, ownership, switch DIR, drop the previous snapshot."""
     snapshot = places.snapshot(plan)
     write_json_atomic(snapshot / MARKER, make_marker(plan, peer))
-    lock_down(places.cache, gid)
-    drop_previous(places, switch_to(places, snapshot, gid))
+    lock_down(places.cache)
+    drop_previous(places, switch_to(places, snapshot))
     return snapshot
 
 
@@ -923,17 +885,16 @@ def same_commit_is_live(places: Places, plan: Plan) -> bool:
 
 def fetch(args: argparse.Namespace) -> int:
     places = Places(Path(args.dest).absolute())
-    gid = owner_gid(args.owner)
     refuse_if_busy(places)  # before the status file: it belongs to the fetch that runs
-    status = Status(Path(args.status_file) if args.status_file else places.default_status, args.repo, args.revision)
-    if not args.refresh and quick_check(places.dest, args.repo, args.revision) == EXIT_OK:
+    status = Status(Path(args.status_file), args.repo, args.revision)
+    if quick_check(places.dest, args.repo, args.revision) == EXIT_OK:
         status.already_complete(read_marker(places.dest) or {})
         say(f"{args.repo}@{args.revision}: already complete in {places.dest} (marker matches; no network used)")
         return EXIT_OK
     status.update("resolving")
     peer = PeerUse(Peer.parse(args.peer, args.peer_wait_s)) if args.peer else None
     try:
-        fetch_snapshot(args, places, status, gid, peer)
+        fetch_snapshot(args, places, status, peer)
     except FetchError as err:
         if err.code != EXIT_BUSY:
             status.finish(err.code, str(err))
@@ -973,9 +934,7 @@ def second_opinion(plan: Plan, endpoint: str, resolver: Callable[..., Plan] = re
     return f"{second} lists the same hashes for all {len(plan.files)} files of commit {plan.short}"
 
 
-def fetch_snapshot(
-    args: argparse.Namespace, places: Places, status: Status, gid: int | None, peer: PeerUse | None = None
-) -> Path:
+def fetch_snapshot(args: argparse.Namespace, places: Places, status: Status, peer: PeerUse | None = None) -> Path:
     """Preflight, then download, verify and switch; returns the snapshot DIR now points to."""
     plan = resolve(args.repo, args.revision, args.endpoint)
     say(f"{plan.repo}@{plan.revision} is commit {plan.commit}: {len(plan.files)} files, {human(plan.total_bytes)}")
@@ -990,13 +949,13 @@ def fetch_snapshot(
     verdicts, error = download_and_verify(plan, places, status, args.max_workers, peer)
     raise_for_verdicts(plan, verdicts, error)
     status.update("switching")
-    snapshot = finish_fetch(places, plan, gid, peer)
+    snapshot = finish_fetch(places, plan, peer)
     note = f"; {peer.note()}" if peer and peer.files else ""
     say(f"complete: {places.dest} -> snapshot {plan.commit} ({len(plan.files)} files verified by hash{note})")
     return snapshot
 
 
-# ---- check, plan, status --------------------------------------------------------------------------
+# ---- check --------------------------------------------------------------------------------------
 
 
 def quick_check(dest: Path, repo: str, revision: str) -> int:
@@ -1009,13 +968,6 @@ def quick_check(dest: Path, repo: str, revision: str) -> int:
     if wrong:
         return EXIT_CORRUPT
     return EXIT_INCOMPLETE if missing else EXIT_OK
-
-
-def deep_check(dest: Path, marker: Mapping[str, Any]) -> list[str]:
-    """Files whose checksum no longer matches the marker (an older marker holds a sha256 for every file)."""
-    files = [RemoteFile(p, m["size"], m.get("sha256"), m.get("git_oid") or "") for p, m in marker["files"].items()]
-    verdicts = verify_all(dest, files, lambda: None)
-    return sorted(p for p, v in verdicts.items() if not v.ok)
 
 
 def check(args: argparse.Namespace) -> int:
@@ -1031,57 +983,17 @@ def check(args: argparse.Namespace) -> int:
         say(f"{name}: in {dest}, not yet in huggingface_hub's cache (a fetch adopts its files, downloading none)")
         return EXIT_INCOMPLETE
     missing, wrong = marker_problems(dest, marker)
-    bad = deep_check(dest, marker) if args.deep and not (missing or wrong) else []
-    if wrong or bad:
-        say(f"{name}: corrupt in {dest}: {', '.join(wrong or bad)}")
+    if wrong:
+        say(f"{name}: corrupt in {dest}: {', '.join(wrong)}")
         return EXIT_CORRUPT
     if missing:
         say(f"{name}: incomplete in {dest}: missing {', '.join(missing)}")
         return EXIT_INCOMPLETE
-    how = "sha256 re-checked" if args.deep else "sizes checked"
     peer = marker.get("from_peer") or {}
     came = f", {peer['files']} from model peer {peer['name']}" if peer.get("files") else ""
     files = len(marker["files"])
-    say(f"{name}: complete, commit {marker['commit'][:12]}, {files} files ({how}{came}) in {dest.resolve()}")
+    say(f"{name}: complete, commit {marker['commit'][:12]}, {files} files (sizes checked{came}) in {dest.resolve()}")
     return EXIT_OK
-
-
-def plan_command(args: argparse.Namespace) -> int:
-    plan = resolve(args.repo, args.revision, args.endpoint)
-    print(json.dumps(plan.as_json(), indent=1))
-    return EXIT_OK
-
-
-def _alive(pid: object) -> bool:
-    if not isinstance(pid, int):
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def status_command(args: argparse.Namespace) -> int:
-    """Print the progress line. Exit: the fetch's own code when it finished, 3 while running or interrupted."""
-    if args.status_file:
-        path = Path(args.status_file)
-    elif args.dest:
-        path = Places(Path(args.dest).absolute()).default_status
-    else:
-        raise FetchError(EXIT_ERROR, "status needs --status-file or --dest")
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        print(f"no status yet ({path})")
-        return EXIT_INCOMPLETE
-    if data.get("exit_code") is None and not _alive(data.get("pid")):
-        data = {**data, "phase": "interrupted", "message": f"fetch (pid {data.get('pid')}) is gone"}
-    print(json.dumps(data) if args.json else status_line(data))
-    code = data.get("exit_code")
-    return code if isinstance(code, int) else EXIT_INCOMPLETE
 
 
 # ---- command line ---------------------------------------------------------------------------------
@@ -1091,50 +1003,33 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="model_fetch.py", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def repo_args(p: argparse.ArgumentParser, dest: bool) -> None:
+    def repo_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--repo", required=True, help="owner/name")
         p.add_argument("--revision", default="main", help="branch, tag or commit")
-        if dest:
-            p.add_argument("--dest", required=True, help="the model directory the service reads (a symlink)")
+        p.add_argument("--dest", required=True, help="the model directory the service reads (a symlink)")
 
-    def endpoint_args(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--endpoint", default=None, help="HF endpoint or mirror (default: HF_ENDPOINT or the Hub)")
-        p.add_argument("--disable-xet", action="store_true", help="plain HTTP downloads (HF_HUB_DISABLE_XET=1)")
-
-    p_plan = sub.add_parser("plan", help="print {commit, files, total_bytes} as JSON (the preflight)")
-    repo_args(p_plan, dest=False)
-    endpoint_args(p_plan)
     p_fetch = sub.add_parser("fetch", help="download, verify and switch")
-    repo_args(p_fetch, dest=True)
-    endpoint_args(p_fetch)
-    p_fetch.add_argument("--status-file", default=None, help="JSON progress file (default: .DIR.fetch-status.json)")
-    p_fetch.add_argument("--owner", default=None, help="files become root:<this user's group>, read-only")
-    p_fetch.add_argument("--refresh", action="store_true", help="resolve the revision again even if a marker matches")
+    repo_args(p_fetch)
+    p_fetch.add_argument("--endpoint", default=None, help="HF endpoint or mirror (default: HF_ENDPOINT or the Hub)")
+    p_fetch.add_argument("--disable-xet", action="store_true", help="plain HTTP downloads (HF_HUB_DISABLE_XET=1)")
+    p_fetch.add_argument("--status-file", required=True, help="the JSON progress file the deploy reads")
     p_fetch.add_argument("--max-workers", type=int, default=8, help="parallel downloads (snapshot_download's)")
     p_fetch.add_argument("--verify-endpoint", default=None, help="a second endpoint whose hashes must match")
     p_fetch.add_argument("--peer", default=None, help="NAME=http://ADDRESS:PORT: a rig that serves this model")
     p_fetch.add_argument("--peer-wait-s", type=float, default=3600.0, help="how long to wait for the peer to hold it")
-    p_check = sub.add_parser("check", help="is DIR complete for repo@revision (offline, instant)")
-    repo_args(p_check, dest=True)
-    p_check.add_argument("--deep", action="store_true", help="also re-hash every file against the marker")
-    p_status = sub.add_parser("status", help="print the progress line from the status file")
-    p_status.add_argument("--status-file", default=None)
-    p_status.add_argument("--dest", default=None, help="find the default status file beside DIR")
-    p_status.add_argument("--json", action="store_true", help="print the status file's JSON")
+    repo_args(sub.add_parser("check", help="is DIR complete for repo@revision (offline, instant)"))
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.command in ("plan", "fetch"):
+    if args.command == "fetch":
         apply_env(hub_env(os.environ, args.endpoint, args.disable_xet))
         args.endpoint = os.environ.get("HF_ENDPOINT", DEFAULT_ENDPOINT).rstrip("/")
     signal.signal(signal.SIGTERM, on_sigterm)
     commands: dict[str, Callable[[argparse.Namespace], int]] = {
-        "plan": plan_command,
         "fetch": fetch,
         "check": check,
-        "status": status_command,
     }
     try:
         return commands[args.command](args)

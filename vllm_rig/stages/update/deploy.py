@@ -8,7 +8,7 @@ beside, checked, switched; the old one stays as `previous`); the GPU verdict; th
 proven with a real completion; the same benchmark on it. When decode and prefill at every size are at most
 fork_update_margin_pct percent below the old runtime's, the new one stays; otherwise the rollback script puts
 the old one back (the new one is kept as `previous`, marked rolled back), the service is proven again, and the
-comparison says why. Either way the comparison (bench.py compare's table) is printed. Both GPUs hold one
+comparison says why. Either way the comparison (bench's compare_table) is printed. Both GPUs hold one
 server, so the new runtime is measured in the service's place: the service restarts twice when it is kept back.
 Make a switch stick by setting fork_ref in the host's settings; trying the same commit again re-uses its build.
 """
