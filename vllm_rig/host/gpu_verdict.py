@@ -565,7 +565,7 @@ def _links(report: Report) -> gpu_rules.Links:
 
 
 def check_nvlink(report: Report) -> dict[str, Any]:
-    """NV# between every pair in topo -m, and every link of every GPU up: preflight's rule (gpu_rules)."""
+    """NV# between every pair (NVML's links), and every link of every GPU up: preflight's rule (gpu_rules)."""
     if len(report.smi.gpus) < 2:
         return gate("nvlink", None, "NV# between GPUs", NOT_APPLICABLE, False)
     links = _links(report)

@@ -93,15 +93,16 @@ class NvidiaGpus(SectionFact[GpusResult | None]):
     def default() -> GpusResult | None:
         return None
 
-    def requires_command(self) -> str:
-        return "nvidia-smi"
-
     def command(self) -> str:
         return section_command({"gpus": run_from_stdin("gpu_facts", []) + " 2>&1"})
 
-    def parse(self, sections: Sections) -> GpusResult:
+    def parse(self, sections: Sections) -> GpusResult | None:
         facts, links = gpu_facts.from_record(sections.lines("gpus"))
         error = facts.error
+        if error and error.rc == 127:
+            # No nvidia-smi: None, "not installed yet". The reader says so itself: pyinfra's requires_command
+            # would skip the command without reading the host package on stdin, and the write would fail.
+            return None
         return GpusResult(
             rc=error.rc if error else 0,
             error=error.message if error else None,
