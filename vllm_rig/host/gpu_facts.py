@@ -202,6 +202,8 @@ def from_record(lines: list[str]) -> tuple[GpuFacts, nvml.Links | None]:
         links = data.get("links")
         if links is None:
             return facts, None
+        known = {f.name for f in fields(nvml.Links)}  # a key another version of the reader adds is left out
+        links = {k: v for k, v in links.items() if k in known}
         return facts, nvml.Links(**{**links, "nvlink": {int(k): v for k, v in links["nvlink"].items()}})
     except (StopIteration, ValueError, TypeError, KeyError, AttributeError) as err:
         said = " | ".join(line.strip() for line in lines[-3:] if line.strip()) or "nothing"

@@ -14,7 +14,7 @@ from typing import TypedDict, cast
 from vllm_rig.core.facts import SectionFact, Sections, section_command
 from vllm_rig.core.host_package import run_from_stdin, stdin_text
 from vllm_rig.core.secrets import SecretStdin
-from vllm_rig.host import gpu_facts, nvml
+from vllm_rig.host import gpu_facts
 
 
 class GpuInfo(TypedDict):
@@ -74,13 +74,6 @@ def _gpu_info(gpu: gpu_facts.Gpu) -> GpuInfo:
     return cast(GpuInfo, info)  # GpuInfo names Gpu's fields but its processes
 
 
-def _topology(links: nvml.Links) -> TopologyResult:
-    """The links but NVML's mismatch flag (nvidia-smi's sentence already said it: the XML is read first)."""
-    data = asdict(links)
-    data.pop("mismatch")
-    return cast(TopologyResult, data)
-
-
 def reader_stdin() -> SecretStdin:
     """What NvidiaGpus's command reads: no secret line, then the host package."""
     return SecretStdin(stdin_text())
@@ -112,5 +105,5 @@ class NvidiaGpus(SectionFact[GpusResult | None]):
             problem=facts.problem,
             driver_version=facts.driver_version,
             gpus=[_gpu_info(gpu) for gpu in facts.gpus],
-            links=None if links is None else _topology(links),
+            links=None if links is None else cast(TopologyResult, asdict(links)),
         )
