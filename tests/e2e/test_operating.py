@@ -190,6 +190,13 @@ def test_triage_bundle_of_a_serving_host_has_every_part_and_no_secret(two_hosts:
     assert json.loads(members["settings.json"])["hf_token"] == "<redacted>"
     assert json.loads(members["preflight.json"])["go"] is True
     assert json.loads(members["gpu-verdict.json"])["verdict"] == "pass"
+    # The links come from NVML on the box (the libnvidia-ml the driver package installs), in preflight and the
+    # verdict alike: NV2 between the pair, both links of each GPU up, nothing NVML could not answer.
+    preflight = {c["name"]: c for c in json.loads(members["preflight.json"])["checks"]}
+    nvlink = preflight["nvlink"]
+    assert nvlink["status"] == "ok" and nvlink["detail"].startswith("GPU0-GPU1 NV2; 2 link(s)")
+    verdict = json.loads(members["gpu-verdict.json"])
+    assert verdict["topology"]["GPU0"]["GPU1"] == "NV2" and verdict["nvlink_down"] == [] and verdict["notes"] == []
     assert json.loads(members["status.json"])["sections"]["service"]["state"] == "active (running)"
     assert json.loads(members["versions/runtime.json"])["fingerprint"]
     assert json.loads(members["model/marker.json"])["repo"]

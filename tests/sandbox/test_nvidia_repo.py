@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -23,8 +24,9 @@ import pytest
 
 from tests.sandbox import paths
 from tests.sandbox.fixtures import nvidia_repo
-from tests.sandbox.fixtures.nvidia_repo import aptrepo, catalog
+from tests.sandbox.fixtures.nvidia_repo import aptrepo, catalog, nvml_lib
 from tests.sandbox.fixtures.nvidia_repo.standin import kmod_elf
+from vllm_rig.host import nvml
 
 CAPTURES = Path(__file__).parents[1] / "unit" / "fixtures" / "tool_outputs" / "h200"
 OLD, NEW = catalog.DRIVER_VERSIONS
@@ -89,6 +91,16 @@ class Machine:
     def smi(self, *args: str, user: list[str] | None = None) -> subprocess.CompletedProcess[str]:
         return self.run("/usr/bin/nvidia-smi", *args, user=user)
 
+    def nvml(self) -> dict:
+        """The product's NVML reader run here against the installed libnvidia-ml stand-in (nvml.Links)."""
+        env = {**os.environ, "NVIDIA_STANDIN_ROOT": str(self.root), "LD_LIBRARY_PATH": str(self.file(nvml_lib.LIB_DIR))}
+        code = "import dataclasses, json; from vllm_rig.host import nvml; "
+        code += "print(json.dumps(dataclasses.asdict(nvml.read_links())))"
+        run = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=30, check=True
+        )
+        return json.loads(run.stdout)
+
     def dkms(self, *args: str) -> subprocess.CompletedProcess[str]:
         return self.run("/usr/sbin/dkms", *args)
 
@@ -109,7 +121,7 @@ def machine(repo: Path) -> Iterator[Machine]:
     root.chmod(0o755)  # an unprivileged nvidia-smi must reach the files too
     try:
         m = Machine(root, repo)
-        for name in ("nvidia-smi", "nvidia-kernel-open-dkms", "nvidia-persistenced"):
+        for name in ("nvidia-smi", "libnvidia-ml1", "nvidia-kernel-open-dkms", "nvidia-persistenced"):
             m.unpack(name, OLD)
         m.unpack("dkms")
         m.unpack(f"linux-headers-{KERNEL}")
@@ -401,43 +413,50 @@ def test_plain_table_has_the_real_layout(machine: Machine) -> None:
     assert ours[9] == "| 27%   34C    P8             18W /  250W |       1MiB /  22528MiB |      0%      Default |"
 
 
-def test_nvlink_and_topology_with_the_bridge(machine: Machine) -> None:
-    status = machine.smi("nvlink", "-s").stdout
-    assert status.count("\t Link 0: 25.781 GB/s\n\t Link 1: 25.781 GB/s\n") == 2
-    caps = machine.smi("nvlink", "-c", "-i", "1").stdout
-    assert caps.startswith("GPU 1: NVIDIA GeForce RTX 2080 Ti") and caps.count("P2P is supported: true") == 2
-    matrix = machine.smi("topo", "-m").stdout.splitlines()
-    assert matrix[0] == "\t\x1b[4mGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m"
-    assert re.fullmatch(r"GPU0\t X \tNV2\t[0-9,-]+\t0\t\tN/A", matrix[1])
-    assert re.fullmatch(r"GPU1\tNV2\t X \t[0-9,-]+\t0\t\tN/A", matrix[2])
-    assert "\n".join(matrix[3:]) + "\n" == "\n".join(capture("nvidia-smi_topo_m").splitlines()[2:]) + "\n"
-    for mode in ("r", "w", "rw"):
-        p2p = machine.smi("topo", "-p2p", mode).stdout.splitlines()
-        assert p2p[:3] == [" \t\x1b[4mGPU0\tGPU1\t\x1b[0m", " GPU0\tX\tOK\t", " GPU1\tOK\tX\t"]
-        assert p2p[3:] == capture(f"nvidia-smi_topo_p2p_{mode}").splitlines()[2:]
+def test_nvml_links_with_the_bridge(machine: Machine) -> None:
+    """The product's NVML reader (vllm_rig/host/nvml.py) against the libnvidia-ml stand-in the package
+    installs: two links each way at the 2080 Ti's 25.781 GB/s, NV2 between the GPUs, P2P granted."""
+    assert machine.smi("-L").returncode == 0  # the driver is brought up by nvidia-smi first, as the reader does
+    links = machine.nvml()
+    assert links["error"] is None and links["nvlink"] == {"0": [25.781, 25.781], "1": [25.781, 25.781]}
+    assert links["topo"] == {"GPU0": {"GPU1": "NV2"}, "GPU1": {"GPU0": "NV2"}} and links["nvlink_down"] == []
+    assert links["p2p"] == {"GPU0": {"GPU1": "OK"}, "GPU1": {"GPU0": "OK"}}
 
 
-def test_without_the_bridge_links_are_inactive_and_p2p_refused(machine: Machine) -> None:
+def test_without_the_bridge_links_are_down_and_p2p_refused(machine: Machine) -> None:
     machine.knobs(nvlink_bridge=False)
-    assert machine.smi("nvlink", "-s").stdout.count("<inactive>") == 4
-    assert "P2P is supported" not in machine.smi("nvlink", "-c").stdout
-    assert "\tPHB\t" in machine.smi("topo", "-m").stdout
-    assert machine.smi("topo", "-p2p", "r").stdout.splitlines()[1] == " GPU0\tX\tCNS\t"
-    assert machine.smi("topo", "-p2p", "n").stdout.splitlines()[1] == " GPU0\tX\tNS\t"
+    machine.smi("-L")
+    links = machine.nvml()
+    assert links["topo"]["GPU0"]["GPU1"] == "PHB" and links["p2p"]["GPU0"]["GPU1"] == "CNS"
+    assert links["nvlink"]["0"] == [None, None] and links["nvlink_down"] == ["GPU0 all links", "GPU1 all links"]
     machine.knobs(pcie_path="SYS", p2p_without_bridge="NS")
-    assert "\tSYS\t" in machine.smi("topo", "-m").stdout
+    machine.smi("-L")
+    assert machine.nvml()["topo"]["GPU0"]["GPU1"] == "SYS" and machine.nvml()["p2p"]["GPU1"]["GPU0"] == "NS"
 
 
-def test_a_missing_gpu_leaves_one_and_the_real_single_gpu_layout(machine: Machine) -> None:
+def test_nvml_says_what_nvidia_smi_says_when_the_driver_is_not_usable(machine: Machine) -> None:
+    """One GPU gone: one GPU, its links down; no nvidia-smi call yet: no driver (nvmlInit_v2's
+    NVML_ERROR_DRIVER_NOT_LOADED), one line."""
+    machine.knobs(missing_gpus=[0])
+    machine.smi("-L")
+    links = machine.nvml()
+    assert links["topo"] == {} and links["nvlink_down"] == ["GPU0 all links"]
+    machine.file("/var/lib/nvidia-standin/nvml.txt").unlink()
+    assert machine.nvml()["error"] == "NVML nvmlInit_v2: Driver Not Loaded (return code 9)"
+
+
+def test_a_missing_gpu_leaves_one(machine: Machine) -> None:
     machine.knobs(missing_gpus=[0])
     assert machine.smi("-L").stdout.splitlines()[0].startswith("GPU 0: NVIDIA GeForce RTX 2080 Ti")
     assert len(machine.smi("-L").stdout.splitlines()) == 1
     assert "00000000:02:00.0" in machine.smi("--query-gpu=pci.bus_id", "--format=csv,noheader").stdout
-    ours = machine.smi("topo", "-m").stdout
-    real = capture("nvidia-smi_topo_m")
-    assert re.sub(r"\t[0-9,-]+\t0\t", "\tCPUS\t0\t", ours) == re.sub(r"\t[0-9,-]+\t0\t", "\tCPUS\t0\t", real)
-    assert machine.smi("topo", "-p2p", "r").stdout == capture("nvidia-smi_topo_p2p_r")
-    assert machine.smi("nvlink", "-s").stdout.count("<inactive>") == 2
+
+
+def test_the_stand_in_exports_every_nvml_function_the_product_calls(machine: Machine) -> None:
+    """A call the stand-in lacks must fail loudly: each of nvml.FUNCTIONS is a symbol of the installed library."""
+    library = machine.file("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1")
+    symbols = subprocess.run(["nm", "-D", "--defined-only", str(library)], capture_output=True, text=True).stdout
+    assert set(nvml.FUNCTIONS) <= {line.split()[-1] for line in symbols.splitlines()}
 
 
 def test_pcie_width_knob(machine: Machine) -> None:

@@ -3,11 +3,14 @@ stand-in writes them (tests/sandbox/fixtures/nvidia_repo/standin/smi_xml.py, fro
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from tests.sandbox.fixtures.nvidia_repo.standin import smi_xml
 from tests.sandbox.fixtures.nvidia_repo.standin.state import default_state
+from vllm_rig.host import gpu_facts
 
 H100_XML = Path(__file__).parent / "fixtures" / "tool_outputs" / "h100-xml"
 
@@ -30,3 +33,10 @@ def cards_xml(*cards: tuple[str, int, list[dict[str, Any]]]) -> str:
     base = default_state()["gpus"][0]
     gpus = [({**base, "pci_bus_id": bus}, used, apps) for bus, used, apps in cards]
     return smi_xml.render("580.159.03", "13.0", len(gpus), gpus, 0.0)
+
+
+def record(text: str, rc: int = 0, links: Any = None) -> list[str]:
+    """The GPU reader's record (vllm_rig/host/gpu_facts.py `record`) for this nvidia-smi output and these links
+    (nvml.Links or None), as NvidiaGpus's section reads it."""
+    facts = gpu_facts.parse(text, rc)
+    return ["@@gpus", json.dumps({**asdict(facts), "links": links and asdict(links)})]

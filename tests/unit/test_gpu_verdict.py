@@ -11,13 +11,14 @@ from typing import Any
 import pytest
 
 from tests.unit.gpu_xml import real_xml, rtx_xml
-from vllm_rig.host import gpu_facts
+from vllm_rig.host import gpu_facts, nvml
 from vllm_rig.host import gpu_verdict as gv
 
 ROOT = Path(__file__).resolve().parents[2]
 OUTPUTS = ROOT / "tests" / "unit" / "fixtures" / "tool_outputs"
 H200 = OUTPUTS / "h200"
 XML = gpu_facts.COMMAND
+NVML = ("nvml",)  # the links NVML answers (vllm_rig/host/nvml.py, tested in test_nvml.py), beside the commands
 
 
 def _real(name: str) -> list[str]:
@@ -28,43 +29,19 @@ def _real_result(name: str) -> Any:
     return gv.ToolResult(int((H200 / f"{name}.rc").read_text()), _real(name))
 
 
-# One real H100's XML (h100-xml/) beside the one-GPU H200's topology commands: neither has a peer.
-H200_OUTPUTS = {
-    XML: gv.ToolResult(0, real_xml("nvidia-smi_q_x").splitlines()),
-    gv.SMI_TOPO: _real_result("nvidia-smi_topo_m"),
-    gv.SMI_P2P: _real_result("nvidia-smi_topo_p2p_rw"),
-    gv.SMI_NVLINK: _real_result("nvidia-smi_nvlink_s"),
-}
+# One real H100's XML (h100-xml/) and the links NVML gave on the real one-H100 machine (h100-nvml/): no peer.
+H100_LINKS = gpu_facts.from_record((OUTPUTS / "h100-nvml" / "gpu_facts.json").read_text().splitlines())[1]
+H200_OUTPUTS = {XML: gv.ToolResult(0, real_xml("nvidia-smi_q_x").splitlines()), NVML: H100_LINKS}
 
 # Two 2080 Ti with a bridge: the sandbox stand-in's XML (tests/unit/gpu_xml.py).
 RTX_XML = rtx_xml()
-RTX_TOPO = [
-    "\t\x1b[4mGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m",
-    "GPU0\t X \tNV2\t0-15\t0\t\tN/A",
-    "GPU1\tNV2\t X \t0-15\t0\t\tN/A",
-    "",
-    "Legend:",
-    "",
-    "  X    = Self",
-    "  NV#  = Connection traversing a bonded set of # NVLinks",
-]
-RTX_P2P = [" \t\x1b[4mGPU0\tGPU1\t\x1b[0m", " GPU0\tX\tOK\t", " GPU1\tOK\tX\t", "", "Legend:", "  OK   = Status Ok"]
-RTX_NVLINK = [
-    "GPU 0: NVIDIA GeForce RTX 2080 Ti (UUID: GPU-a4211eb1-75b7-df20-7a29-4bd4fd504774)",
-    "\t Link 0: 25.781 GB/s",
-    "\t Link 1: 25.781 GB/s",
-    "GPU 1: NVIDIA GeForce RTX 2080 Ti (UUID: GPU-39ac7bce-e3d6-b426-008e-fa47897c72d5)",
-    "\t Link 0: 25.781 GB/s",
-    "\t Link 1: 25.781 GB/s",
-]
-
-
-RTX_OUTPUTS = {
-    XML: gv.ToolResult(0, RTX_XML.splitlines()),
-    gv.SMI_TOPO: gv.ToolResult(0, RTX_TOPO),
-    gv.SMI_P2P: gv.ToolResult(0, RTX_P2P),
-    gv.SMI_NVLINK: gv.ToolResult(0, RTX_NVLINK),
-}
+PAIR = {"GPU0": {"GPU1": "NV2"}, "GPU1": {"GPU0": "NV2"}}
+RTX_LINKS = nvml.Links(
+    topo=PAIR,
+    p2p={"GPU0": {"GPU1": "OK"}, "GPU1": {"GPU0": "OK"}},
+    nvlink={0: [25.781, 25.781], 1: [25.781, 25.781]},
+)
+RTX_OUTPUTS = {XML: gv.ToolResult(0, RTX_XML.splitlines()), NVML: RTX_LINKS}
 RIG = [
     "--expect-gpus",
     "2",
@@ -139,6 +116,10 @@ def _runner(outputs: dict[tuple, Any]) -> Any:
     return run
 
 
+def _links(outputs: dict[tuple, Any]) -> Any:
+    return lambda: outputs[NVML]
+
+
 def verdict(
     outputs: dict[tuple, Any],
     probe: Any,
@@ -153,7 +134,7 @@ def verdict(
             raise probe
         return probe
 
-    rc = gv.main(["--json", *args], run=_runner(outputs), load_probe=load, which=which)
+    rc = gv.main(["--json", *args], run=_runner(outputs), load_probe=load, which=which, read_links=_links(outputs))
     out = capsys.readouterr().out
     assert out.count("\n") == 1, out  # one JSON object, one line
     data = json.loads(out)
@@ -167,7 +148,7 @@ def gates(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 # --- parsing (the shared parser's results, as the report keeps them) ----------------------------------
 def test_report_keeps_every_field_of_the_real_h100() -> None:
-    view = gv.collect_smi(_runner(H200_OUTPUTS), which=lambda n: n)
+    view = gv.collect_smi(_runner(H200_OUTPUTS), which=lambda n: n, read_links=_links(H200_OUTPUTS))
     [gpu] = view.gpus
     assert gpu["name"] == "NVIDIA H100 80GB HBM3" and gpu["memory_mib"] == 81559 and gpu["memory_used_mib"] == 0
     assert (gpu["compute_cap"], view.driver_version, gpu["persistence"]) == ("9.0", "580.159.04", True)
@@ -350,17 +331,16 @@ def test_thresholds_unset_report_figures_without_judging(capsys: pytest.CaptureF
 
 
 def test_pcie_only_box_warns_but_is_judged_by_bandwidth(capsys: pytest.CaptureFixture) -> None:
-    topo = [line.replace("NV2", "PHB") for line in RTX_TOPO]
-    p2p = [line.replace("OK", "CNS") for line in RTX_P2P]
+    links = nvml.Links(
+        topo={"GPU0": {"GPU1": "PHB"}, "GPU1": {"GPU0": "PHB"}}, p2p={"GPU0": {"GPU1": "CNS"}, "GPU1": {"GPU0": "CNS"}}
+    )
     xml = rtx_xml(
         gpu0={"persistence_mode": False, "power_limit_w": 300.0},
         gpu1={"persistence_mode": False, "power_limit_w": 300.0},
     )
     outputs = {
         **RTX_OUTPUTS,
-        gv.SMI_TOPO: gv.ToolResult(0, topo),
-        gv.SMI_P2P: gv.ToolResult(0, p2p),
-        gv.SMI_NVLINK: gv.ToolResult(0, []),
+        NVML: links,
         XML: gv.ToolResult(0, xml.splitlines()),
     }
     rc, data = verdict(outputs, FakeProbe(devices=2), RIG, capsys)
@@ -380,54 +360,39 @@ def test_many_equal_links_read_short() -> None:
     assert gv._speeds([25.781, None]) == "25.781 GB/s, inactive" and gv._speeds([]) == "none"
 
 
+def _rtx_links(**changes: Any) -> dict[tuple, Any]:
+    return {**RTX_OUTPUTS, NVML: nvml.Links(**{**RTX_LINKS.__dict__, **changes})}
+
+
 def test_inactive_nvlink_warns(capsys: pytest.CaptureFixture) -> None:
-    outputs = {**RTX_OUTPUTS, gv.SMI_NVLINK: gv.ToolResult(0, [*RTX_NVLINK[:-1], "\t Link 1: <inactive>"])}
+    outputs = _rtx_links(nvlink={0: [25.781] * 2, 1: [25.781, None]}, nvlink_down=["GPU1 link 1"])
     _, data = verdict(outputs, FakeProbe(devices=2), RIG, capsys)
     assert gates(data)["nvlink"]["result"] == "warn" and gates(data)["nvlink"]["detail"] == "GPU1 link 1 inactive"
-
-
-def test_inactive_links_of_a_real_v100_are_named(capsys: pytest.CaptureFixture) -> None:
-    """v100/nvidia-smi_nvlink_s: GPU 3's links 3 and 5 <inactive> (only GPU 3 was published), told as GPU 1
-    of the two the XML lists (the rule judges the GPUs nvidia-smi lists)."""
-    v100 = [line.replace("GPU 3:", "GPU 1:") for line in _box("v100/nvidia-smi_nvlink_s").out]
-    outputs = {**RTX_OUTPUTS, gv.SMI_NVLINK: gv.ToolResult(0, v100)}
-    _, data = verdict(outputs, FakeProbe(devices=2), RIG, capsys)
-    assert gates(data)["nvlink"]["detail"] == "GPU1 link 3, GPU1 link 5 inactive"
-    assert data["nvlink_down"] == ["GPU1 link 3", "GPU1 link 5"]
+    assert data["nvlink_down"] == ["GPU1 link 1"]
 
 
 def test_all_links_inactive_names_the_bridge_as_down(capsys: pytest.CaptureFixture) -> None:
-    """Case 2: b200/nvidia-smi_nvlink_s, one NVML message for GPU 2 instead of its link lines (told as GPU 1)."""
-    b200 = [line.replace("GPU 2:", "GPU 1:") for line in _box("b200/nvidia-smi_nvlink_s").out]
-    outputs = {**RTX_OUTPUTS, gv.SMI_NVLINK: gv.ToolResult(0, RTX_NVLINK[:3] + b200)}
+    """A GPU whose NVLinks NVML lists, none of them up (a bridge missing or not seated)."""
+    outputs = _rtx_links(
+        topo={"GPU0": {"GPU1": "PHB"}, "GPU1": {"GPU0": "PHB"}},
+        nvlink={0: [None, None], 1: [None, None]},
+        nvlink_down=["GPU0 all links", "GPU1 all links"],
+    )
     load = FakeProbe(devices=2)
     _, data = verdict(outputs, load, RIG, capsys)
     nvlink = gates(data)["nvlink"]
     assert nvlink["result"] == "warn" and nvlink["detail"] == (
-        "GPU1: NVML says all links are inactive: the NVLink bridge is down (missing or not seated)"
+        "GPU0, GPU1: NVML says all links are inactive: the NVLink bridge is down (missing or not seated)"
     )
-    gv.main(RIG, run=_runner(outputs), load_probe=lambda: load, which=lambda n: n)
+    gv.main(RIG, run=_runner(outputs), load_probe=lambda: load, which=lambda n: n, read_links=_links(outputs))
     assert "  NVLink GPU1: all links inactive (NVML: the bridge is down or missing)" in capsys.readouterr().out
 
 
-def test_a_failing_topology_command_is_a_note_not_silence(capsys: pytest.CaptureFixture) -> None:
-    """Case 6: h200/nvidia-smi_topo_m_bad_index (exit 6) for topo -m."""
-    outputs = {**RTX_OUTPUTS, gv.SMI_TOPO: _real_result("nvidia-smi_topo_m_bad_index")}
+def test_links_nvml_could_not_read_are_a_note_not_silence(capsys: pytest.CaptureFixture) -> None:
+    outputs = {**RTX_OUTPUTS, NVML: nvml.Links(error="NVML nvmlDeviceGetP2PStatus: Unknown Error (return code 999)")}
     _, data = verdict(outputs, FakeProbe(devices=2), RIG, capsys)
-    assert data["notes"] == ["nvidia-smi topo -m exited 6: No devices were found"]
+    assert data["notes"] == ["NVML nvmlDeviceGetP2PStatus: Unknown Error (return code 999)"]
     assert data["topology"] == {} and gates(data)["nvlink"]["result"] == "warn"
-
-
-def test_topology_aligned_with_spaces_is_read(capsys: pytest.CaptureFixture) -> None:
-    """Case 1: rtx3090/nvidia-smi_topo_m_spaces and rtx5090/nvidia-smi_topo_p2p_rw_spaces (PHB, GNS)."""
-    outputs = {
-        **RTX_OUTPUTS,
-        gv.SMI_TOPO: _box("rtx3090/nvidia-smi_topo_m_spaces"),
-        gv.SMI_P2P: _box("rtx5090/nvidia-smi_topo_p2p_rw_spaces"),
-    }
-    _, data = verdict(outputs, FakeProbe(devices=2), RIG, capsys)
-    assert gates(data)["nvlink"]["measured"] == {"GPU0-GPU1": "PHB"}
-    assert gates(data)["p2p_grant"]["measured"] == {"GPU0-GPU1": "GNS"} and data["notes"] == []
 
 
 # --- could not run --------------------------------------------------------------------------------------
@@ -509,7 +474,8 @@ def test_run_tool_reports_a_missing_command() -> None:
 # --- the human table ------------------------------------------------------------------------------------
 def test_table_for_two_gpus(capsys: pytest.CaptureFixture) -> None:
     load = FakeProbe(devices=2)
-    rc = gv.main(RIG, run=_runner(RTX_OUTPUTS), load_probe=lambda: load, which=lambda n: n)
+    links = _links(RTX_OUTPUTS)
+    rc = gv.main(RIG, run=_runner(RTX_OUTPUTS), load_probe=lambda: load, which=lambda n: n, read_links=links)
     out = capsys.readouterr().out
     assert rc == 0 and out.startswith("GPU verdict: PASS (exit 0")
     assert "  NVLink GPU0: 2 link(s): 25.781 GB/s, 25.781 GB/s" in out
@@ -520,7 +486,10 @@ def test_table_for_two_gpus(capsys: pytest.CaptureFixture) -> None:
 
 
 def test_table_for_one_gpu(capsys: pytest.CaptureFixture) -> None:
-    rc = gv.main([], run=_runner(H200_OUTPUTS), load_probe=lambda: FakeProbe(1, "9.0"), which=lambda n: n)
+    one = FakeProbe(1, "9.0")
+    rc = gv.main(
+        [], run=_runner(H200_OUTPUTS), load_probe=lambda: one, which=lambda n: n, read_links=_links(H200_OUTPUTS)
+    )
     out = capsys.readouterr().out
     assert rc == 0 and "Links: not applicable (1 GPU)" in out and "Bandwidth: not applicable" in out
     assert "NVIDIA H100 80GB HBM3" in out and "131072 MiB" in out

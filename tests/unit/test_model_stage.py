@@ -214,10 +214,10 @@ def test_preflight_model_row() -> None:
 def test_preflight_verdict_includes_the_model_only_when_read() -> None:
     from tests.unit.test_preflight import HEALTHY_HOST
 
-    without = preflight.verdict(HEALTHY_HOST, None, None, SETTINGS)
+    without = preflight.verdict(HEALTHY_HOST, None, SETTINGS)
     assert "model" not in {c.name for c in without}
     refused = {"ok": False, "kind": "endpoint", "problem": "a/b@main: repository not found at https://x"}
-    checks = preflight.verdict(HEALTHY_HOST, None, None, SETTINGS, model=refused)
+    checks = preflight.verdict(HEALTHY_HOST, None, SETTINGS, model=refused)
     assert preflight.has_failures(checks) and checks[-1].name == "model"
 
 

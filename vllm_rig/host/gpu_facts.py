@@ -5,11 +5,11 @@ not promise to keep stable. Standard library only: preflight and the status prob
 box, and the verdict and the GPU wait on one whose venv may be what is broken; NVML's Python binding would need
 a venv. The control side's facts import it as `vllm_rig.host.gpu_facts` and parse what the host printed.
 
-    python3 vllm-rig-host.pyz gpu_facts     # one JSON object: the record below
+    python3 vllm-rig-host.pyz gpu_facts     # one JSON object: GpuFacts, and `links` (nvml.Links)
 
-What the XML lacks, read elsewhere: the topology between GPUs and the driver's P2P grant (no matrix in the
-DTD: `nvidia-smi topo -m` / `topo -p2p rw`), the NVLink link states (`nvidia-smi nvlink -s`), and the compute
-capability (the DTD has the architecture, which names it for every architecture but Ampere, 8.0 or 8.6).
+What the XML lacks: the topology between GPUs, the driver's P2P grant and the NVLink link states (no matrix in
+the DTD), read through NVML itself (nvml.py); and the compute capability (the DTD has the architecture, which
+names it for every architecture but Ampere, 8.0 or 8.6).
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
+from . import nvml
 from .nvidia_smi import SmiError, parse_error
 
 COMMAND = ("nvidia-smi", "-q", "-x")
@@ -178,19 +179,50 @@ def read(timeout: float = 60.0) -> GpuFacts:
     try:
         run = subprocess.run(COMMAND, capture_output=True, text=True, timeout=timeout, check=False)
     except FileNotFoundError:
-        return GpuFacts(error=SmiError("nvidia-smi not found: no NVIDIA driver installed, or not on PATH"))
+        return GpuFacts(error=SmiError("nvidia-smi not found: no NVIDIA driver installed, or not on PATH", 127))
     except subprocess.TimeoutExpired:
-        return GpuFacts(error=SmiError(f"nvidia-smi -q -x gave no answer in {timeout:.0f} s"))
+        return GpuFacts(error=SmiError(f"nvidia-smi -q -x gave no answer in {timeout:.0f} s", 124))
     return parse(run.stdout if run.returncode == 0 else run.stdout + run.stderr, run.returncode)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argparse.ArgumentParser(description="nvidia-smi -q -x as one JSON object (exit 1: no facts, and why)").parse_args(
-        argv
-    )
+SCALARS = (str, int, float, bool, type(None))
+
+
+def from_record(lines: list[str]) -> tuple[GpuFacts, nvml.Links | None]:
+    """`main`'s record read back on the control side (its last JSON line), the links None where the reader did
+    not ask NVML. What is not such a record is `problem`, quoting the end of what the host printed."""
+    try:
+        data = next(d for line in reversed(lines) if line.startswith("{") and isinstance(d := json.loads(line), dict))
+        names = {f.name for f in fields(Gpu)} - {"processes"}
+        gpus = tuple(Gpu(**{k: v for k, v in gpu.items() if k in names}) for gpu in data["gpus"])
+        if any(not isinstance(v, SCALARS) for gpu in gpus for v in asdict(gpu).values() if v != ()):
+            raise ValueError("a GPU field that is not a number or a word")
+        error = SmiError(**data["error"]) if data["error"] else None
+        facts = GpuFacts(data["driver_version"], data["cuda_version"], gpus, error, data["problem"])
+        links = data.get("links")
+        if links is None:
+            return facts, None
+        known = {f.name for f in fields(nvml.Links)}  # a key another version of the reader adds is left out
+        links = {k: v for k, v in links.items() if k in known}
+        return facts, nvml.Links(**{**links, "nvlink": {int(k): v for k, v in links["nvlink"].items()}})
+    except (StopIteration, ValueError, TypeError, KeyError, AttributeError) as err:
+        said = " | ".join(line.strip() for line in lines[-3:] if line.strip()) or "nothing"
+        why = err or type(err).__name__
+        return GpuFacts(problem=f"the GPU reader's answer was not understood ({why}): {said}"), None
+
+
+def record() -> dict:
+    """The GPUs (the XML) and, when nvidia-smi answered, the links between them (NVML): one JSON object."""
     facts = read()
-    print(json.dumps(asdict(facts)))
-    return 0 if facts.why_not is None else 1
+    return {**asdict(facts), "links": asdict(nvml.read_links()) if facts.why_not is None else None}
+
+
+def main(argv: list[str] | None = None) -> int:
+    description = "nvidia-smi -q -x and NVML's links as one JSON object (exit 1: no facts, and why)"
+    argparse.ArgumentParser(description=description).parse_args(argv)
+    data = record()
+    print(json.dumps(data))
+    return 0 if data["error"] is None and data["problem"] is None else 1
 
 
 if __name__ == "__main__":

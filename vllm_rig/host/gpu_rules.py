@@ -2,8 +2,8 @@
 judges on the box, both by these. Standard library only (the verdict imports it inside the host package).
 
 A GPU is a mapping with gpu_facts.Gpu's keys (index, memory_mib, compute_cap, architecture); a matrix is
-{"GPU0": {"GPU1": cell}} as nvidia_smi.parse_matrix reads `topo -m` and `topo -p2p rw`; `down` is
-NvlinkStatus.down()'s list ("GPU1 link 2", "GPU0 all links").
+{"GPU0": {"GPU1": cell}} in nvidia-smi's words, as nvml.Links carries the topology and the P2P grant; `down` is
+nvml.Links.nvlink_down ("GPU1 link 2", "GPU0 all links").
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class Links:
         return None
 
     def not_nvlink(self) -> dict[str, str | None]:
-        """The pairs `topo -m` does not connect by NVLink (PHB, SYS... or unread)."""
+        """The pairs NVML does not join by an active NVLink (PHB, SYS... or unread)."""
         return {pair: kind for pair, kind in self.kinds.items() if not (kind and kind.startswith("NV"))}
 
     def refused(self) -> dict[str, str | None]:

@@ -6,8 +6,8 @@ package's GPU reader and rules (gpu_facts.py, gpu_rules.py: the ones preflight u
                                          [--compute-cap 7.5] [--power-limit-w W] [--min-p2p-gbps X]
                                          [--min-allreduce-gbps Y] [--skip-bandwidth]
 
-What it reads: nvidia-smi's XML (GPUs, driver, BAR1, PCIe, persistence, power limit), its topology and NVLink
-commands (what the XML lacks: topology, the driver's P2P grant, link states) and torch (CUDA devices, peer
+What it reads: nvidia-smi's XML (GPUs, driver, BAR1, PCIe, persistence, power limit), NVML (what the XML
+lacks: topology, the driver's P2P grant, link states; nvml.py) and torch (CUDA devices, peer
 access). What it measures, in spawned child processes that are killed at a timeout (a broken P2P path hangs
 rather than fails): P2P copy bandwidth both ways between every pair of GPUs, and NCCL all-reduce bus
 bandwidth over two ranks on GPUs 0 and 1.
@@ -37,14 +37,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import gpu_facts, gpu_rules
-from .nvidia_smi import NvlinkStatus, first_line, parse_driver_module, parse_matrix, parse_nvlink_status
+from . import gpu_facts, gpu_rules, nvml
+from .nvidia_smi import first_line, parse_driver_module
 
 EXIT_PASS, EXIT_FAIL, EXIT_CANNOT = 0, 1, 2
 
-SMI_TOPO = ("nvidia-smi", "topo", "-m")
-SMI_P2P = ("nvidia-smi", "topo", "-p2p", "rw")
-SMI_NVLINK = ("nvidia-smi", "nvlink", "-s")
 MODULE_VERSION = ("cat", "/proc/driver/nvidia/version")  # read when NVML refuses: which module is loaded
 
 P2P_MIB = 256  # copy size: large enough to sit on the bandwidth plateau
@@ -97,17 +94,15 @@ class SmiView:
     error: str | None = None
     driver_version: str | None = None
     gpus: list[dict[str, Any]] = field(default_factory=list)
-    topology: dict[str, dict[str, str]] = field(default_factory=dict)
-    p2p_grant: dict[str, dict[str, str]] = field(default_factory=dict)
-    nvlink_status: NvlinkStatus = field(default_factory=NvlinkStatus)
+    links: nvml.Links = field(default_factory=nvml.Links)
     notes: list[str] = field(default_factory=list)
 
-    @property
-    def nvlink(self) -> dict[int, list[float | None]]:
-        return self.nvlink_status.speeds()
 
-
-def collect_smi(run: Runner, which: Callable[[str], str | None] = shutil.which) -> SmiView:
+def collect_smi(
+    run: Runner,
+    which: Callable[[str], str | None] = shutil.which,
+    read_links: Callable[[], nvml.Links] = nvml.read_links,
+) -> SmiView:
     if which("nvidia-smi") is None:
         return SmiView(error="nvidia-smi not found: no NVIDIA driver installed, or not on PATH")
     result = run(gpu_facts.COMMAND)
@@ -118,16 +113,10 @@ def collect_smi(run: Runner, which: Callable[[str], str | None] = shutil.which) 
         return SmiView(error=facts.problem)
     view = SmiView(driver_version=facts.driver_version, gpus=[_gpu_dict(gpu) for gpu in facts.gpus])
     if len(view.gpus) > 1:
-        view.topology = _matrix_or_note(view, run(SMI_TOPO), "topo -m")
-        view.p2p_grant = _matrix_or_note(view, run(SMI_P2P), "topo -p2p rw")
-        view.nvlink_status = parse_nvlink_status(*_out_rc(run(SMI_NVLINK)))
-        if view.nvlink_status.problem:
-            view.notes.append(view.nvlink_status.problem)
+        view.links = read_links()
+        if view.links.error:  # one line on why the links could not be read, not silence
+            view.notes.append(view.links.error)
     return view
-
-
-def _out_rc(result: ToolResult) -> tuple[list[str], int]:
-    return [*result.out, *result.err], result.rc
 
 
 def _failure(run: Runner, error: gpu_facts.SmiError) -> str:
@@ -142,14 +131,6 @@ def _failure(run: Runner, error: gpu_facts.SmiError) -> str:
     ]
     said = ", ".join(v for v in versions if v)
     return f"{error.message} ({said})" if said else error.message
-
-
-def _matrix_or_note(view: SmiView, result: ToolResult, what: str) -> dict[str, dict[str, str]]:
-    """The matrix, or {} and a note that says why it could not be read (the command failed: one line)."""
-    matrix = parse_matrix(*_out_rc(result), command=what)
-    if matrix.problem:
-        view.notes.append(matrix.problem)
-    return matrix.cells
 
 
 # ---- torch: devices, peer access, and the measuring jobs --------------------------------------------
@@ -383,9 +364,15 @@ class Report:
         return len(self.torch["devices"]) if self.torch and not self.torch.get("error") else 0
 
 
-def collect(options: argparse.Namespace, run: Runner, load_probe: Callable[[], Any], which: Callable) -> Report:
+def collect(
+    options: argparse.Namespace,
+    run: Runner,
+    load_probe: Callable[[], Any],
+    which: Callable,
+    read_links: Callable[[], nvml.Links] = nvml.read_links,
+) -> Report:
     report = Report(options)
-    report.smi = collect_smi(run, which)
+    report.smi = collect_smi(run, which, read_links)
     if report.smi.error:
         report.problems.append(report.smi.error)
     probe = _probe(report, load_probe)
@@ -574,11 +561,11 @@ def gate_allreduce(report: Report) -> dict[str, Any]:
 
 def _links(report: Report) -> gpu_rules.Links:
     indexes = [g["index"] for g in report.smi.gpus]
-    return gpu_rules.links(report.smi.topology, report.smi.p2p_grant, report.smi.nvlink_status.down(), indexes)
+    return gpu_rules.links(report.smi.links.topo, report.smi.links.p2p, report.smi.links.nvlink_down, indexes)
 
 
 def check_nvlink(report: Report) -> dict[str, Any]:
-    """NV# between every pair in topo -m, and every link of every GPU up: preflight's rule (gpu_rules)."""
+    """NV# between every pair (NVML's links), and every link of every GPU up: preflight's rule (gpu_rules)."""
     if len(report.smi.gpus) < 2:
         return gate("nvlink", None, "NV# between GPUs", NOT_APPLICABLE, False)
     links = _links(report)
@@ -640,10 +627,10 @@ def as_json(report: Report, elapsed: float) -> dict[str, Any]:
         "driver_version": report.smi.driver_version,
         "gpus": report.smi.gpus,
         "torch": report.torch,
-        "nvlink": {str(k): v for k, v in report.smi.nvlink.items()},
-        "nvlink_down": report.smi.nvlink_status.down(),
-        "topology": report.smi.topology,
-        "p2p_grant": report.smi.p2p_grant,
+        "nvlink": {str(k): v for k, v in report.smi.links.nvlink.items()},
+        "nvlink_down": report.smi.links.nvlink_down,
+        "topology": report.smi.links.topo,
+        "p2p_grant": report.smi.links.p2p,
         "peer_access": report.peer_access,
         "p2p_bandwidth": report.p2p_bandwidth,
         "allreduce": report.allreduce,
@@ -786,10 +773,11 @@ def main(
     run: Runner = run_tool,
     load_probe: Callable[[], Any] = load_torch_probe,
     which: Callable[[str], str | None] = shutil.which,
+    read_links: Callable[[], nvml.Links] = nvml.read_links,
 ) -> int:
     started = time.monotonic()
     options = parse_args(argv)
-    report = collect(options, run, load_probe, which)
+    report = collect(options, run, load_probe, which, read_links)
     data = as_json(report, time.monotonic() - started)
     print(json.dumps(data) if options.json else render_table(data))
     if options.json_out:

@@ -15,7 +15,7 @@ from vllm_rig.host.nvidia_smi import MISMATCH
 from vllm_rig.settings import Settings
 from vllm_rig.stages.driver.packages import archive_driver, archive_modules
 from vllm_rig.stages.preflight.facts import Host
-from vllm_rig.stages.preflight.gpu_facts import GpuInfo, GpusResult, TopologyResult
+from vllm_rig.stages.preflight.gpu_facts import GpuInfo, GpusResult
 from vllm_rig.stages.runtime import kinds
 
 # PCI device ids of TU102 (RTX 2080 Ti, TITAN RTX, Quadro RTX 6000/8000).
@@ -46,7 +46,6 @@ def fail(name: str, detail: str, way_out: str) -> Check:
 def verdict(
     host: Host | None,
     gpus: GpusResult | None,
-    topo: TopologyResult | None,
     s: Settings,
     model: dict[str, Any] | None = None,
 ) -> list[Check]:
@@ -69,7 +68,7 @@ def verdict(
         *check_cuda_sources(host),
     ]
     checks += check_driver_gpus(gpus, s, host["driver_loaded"], installed_driver_version(host))
-    checks += check_links(gpus, topo, s)
+    checks += check_links(gpus, s)
     if model is not None:
         checks.append(check_model(model, s))
     return checks
@@ -407,23 +406,22 @@ def _gpu_checks(gpu: GpuInfo, s: Settings) -> list[Check]:
     return checks or [ok(name, f"{memory} MiB, CC {gpu['compute_cap']}, PCIe {width_text}{bar1_text}")]
 
 
-def check_links(gpus: GpusResult | None, topo: TopologyResult | None, s: Settings) -> list[Check]:
+def check_links(gpus: GpusResult | None, s: Settings) -> list[Check]:
     """NVLink and the driver's P2P grant between every pair of the GPUs the rig uses (the first gpu_count
     that nvidia-smi lists), and every NVLink of those GPUs up: the verdict's rules (gpu_rules.links)."""
-    if s.gpu_count < 2 or not gpus or gpus["rc"] != 0 or len(gpus["gpus"]) < 2 or not topo:
+    if s.gpu_count < 2 or not gpus or gpus["rc"] != 0 or len(gpus["gpus"]) < 2 or not (topo := gpus["links"]):
         return []  # fewer than two GPUs seen: the GPU count check already says so
-    problems = topo.get("problems") or ({"topo": topo["error"] or f"exited {topo['rc']}"} if topo["rc"] else {})
-    if problems:  # one line: what could not be read, not a guess from half a matrix
+    if topo["error"]:  # one line: what could not be read, not a guess from half a matrix
         return [
             warn(
                 "nvlink",
-                "NVLink and P2P not read: " + "; ".join(problems.values()),
+                f"NVLink and P2P not read: {topo['error']}",
                 "run nvidia-smi topo -m and nvidia-smi nvlink -s on the host to see why",
             )
         ]
     used = [gpu["index"] for gpu in gpus["gpus"][: s.gpu_count]]
-    found = gpu_rules.links(topo["topo"], topo["p2p"], topo.get("nvlink_down", []), used)
-    return [_nvlink_check(found, topo.get("nvlink") or {}, used), _p2p_check(found)]
+    found = gpu_rules.links(topo["topo"], topo["p2p"], topo["nvlink_down"], used)
+    return [_nvlink_check(found, topo["nvlink"], used), _p2p_check(found)]
 
 
 def _nvlink_check(found: gpu_rules.Links, nvlink: dict, used: list[int]) -> Check:
@@ -434,7 +432,7 @@ def _nvlink_check(found: gpu_rules.Links, nvlink: dict, used: list[int]) -> Chec
             way = "reseat the NVLink bridge (a link down halves the bandwidth between the pair)"
             return warn("nvlink", f"{problem} ({pairs})", way)
         return warn("nvlink", problem, seat)
-    up = {i: [v for v in nvlink.get(i, nvlink.get(str(i), [])) if v] for i in used}
+    up = {i: [v for v in nvlink.get(i, []) if v] for i in used}
     counts = {len(v) for v in up.values()}
     speeds = sorted({v for links in up.values() for v in links})
     if not speeds:

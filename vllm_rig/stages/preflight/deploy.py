@@ -12,15 +12,14 @@ from vllm_rig.core.checks import require
 from vllm_rig.settings import Settings
 from vllm_rig.stages.model.facts import ModelPreflight, preflight_stdin
 from vllm_rig.stages.preflight import checks as preflight
-from vllm_rig.stages.preflight.gpu_facts import NvidiaGpus, NvidiaTopology
+from vllm_rig.stages.preflight.gpu_facts import NvidiaGpus, reader_stdin
 from vllm_rig.stages.preflight.host_state import host_state
 
 
 def preflight_checks(s: Settings) -> list[preflight.Check]:
     """The verdict's checks for the current host (read-only; the triage bundle records them too)."""
     state = host_state(s.install_root)
-    gpus = host.get_fact(NvidiaGpus)
-    topo = host.get_fact(NvidiaTopology) if gpus and gpus["rc"] == 0 and s.gpu_count > 1 else None
+    gpus = host.get_fact(NvidiaGpus, _stdin=reader_stdin())
     model = host.get_fact(
         ModelPreflight,
         endpoint=s.hf_endpoint,
@@ -29,7 +28,7 @@ def preflight_checks(s: Settings) -> list[preflight.Check]:
         dest=s.model_dir,
         _stdin=preflight_stdin(s.hf_token),  # the checker and the token go on stdin, never on a command line
     )
-    return preflight.verdict(state, gpus, topo, s, model=model)
+    return preflight.verdict(state, gpus, s, model=model)
 
 
 @deploy("Preflight")
