@@ -275,20 +275,9 @@ def test_the_model_peer_server_runs_unprivileged_with_the_system_read_only() -> 
 # ---- one read of a complete download per run -------------------------------------------------------
 
 
-class _Box:
-    """A run's Host object (what the kept state is keyed on)."""
-
-
-class _Run:
-    def __init__(self) -> None:
-        self.box = _Box()
-        self.inventory = self
-
-    def get_host(self, name: str) -> _Box:
-        return self.box
-
-
 class _Host:
+    """A run's Host object: what kept_once keys on and asks."""
+
     name = "box"
 
     def __init__(self, found: dict[str, object]) -> None:
@@ -307,19 +296,19 @@ class _Host:
         (["@@unit", "ActiveState=inactive", "@@check", "model_fetch: R@main: incomplete", "rc=3"], 3),
     ],
 )
-def test_a_complete_download_is_read_once_per_run(
-    monkeypatch: pytest.MonkeyPatch, lines: list[str], reads: int
-) -> None:
-    from vllm_rig.stages.model import operations
+def test_a_complete_download_is_read_once_per_run(lines: list[str], reads: int) -> None:
+    from pyinfra.context import ctx_host
+
+    from vllm_rig.stages.model.operations import fetch_state
 
     box = _Host(dict(parse_fetch_state(lines)))
-    monkeypatch.setattr(operations, "host", box)
-    monkeypatch.setattr(operations, "run_state", _Run())
-    for _ in range(3):  # model start, resume and finish
-        operations.fetch_state(SPEC)
-    assert box.reads == reads
-    operations.fetch_state(replace(SPEC, revision="v2"))  # another model is its own read
-    assert box.reads == reads + 1
-    monkeypatch.setattr(operations, "run_state", _Run())  # the next run reads the host again
-    operations.fetch_state(SPEC)
-    assert box.reads == reads + 2
+    with ctx_host.use(box):
+        for _ in range(3):  # model start, resume and finish
+            fetch_state(SPEC)
+        assert box.reads == reads
+        fetch_state(replace(SPEC, revision="v2"))  # another model is its own read
+        assert box.reads == reads + 1
+    again = _Host(box.found)  # the next run has its own Host objects: it reads the host again
+    with ctx_host.use(again):
+        fetch_state(SPEC)
+    assert again.reads == 1

@@ -13,14 +13,12 @@ import shlex
 import time
 from dataclasses import dataclass
 from typing import Any
-from weakref import WeakKeyDictionary
 
 from pyinfra import host, logger
-from pyinfra import state as run_state
 from pyinfra.api import FunctionCommand, StringCommand, operation
-from pyinfra.api.host import Host
 
 from vllm_rig.core.become import sudo_args
+from vllm_rig.core.facts import kept_once
 from vllm_rig.core.heartbeat import elapsed
 from vllm_rig.core.secrets import PrivateFile, Secret, SecretStdin
 from vllm_rig.host.units import human
@@ -162,22 +160,10 @@ def failure_line(state: dict[str, Any], spec: FetchSpec) -> str:
     return state["check"] or "no download has run"
 
 
-# A complete download's state, per host (one Host object per run) and fact arguments, kept for the rest of the
-# run: model start, resume and finish each ask, and nothing in a run takes a complete model away (models_keep
-# runs last and keeps the one served). A re-run reads the check once instead of three times (~130 ms each).
-_complete: WeakKeyDictionary[Host, dict[tuple[tuple[str, str], ...], FetchState]] = WeakKeyDictionary()
-
-
 def fetch_state(spec: FetchSpec) -> FetchState:
-    """The host's ModelFetch for `spec`: read again until it says complete, then the same for the run."""
-    known = _complete.setdefault(run_state.inventory.get_host(host.name), {})
-    key = tuple(sorted(spec.fact_args().items()))
-    if key in known:
-        return known[key]
-    found = host.get_fact(ModelFetch, **spec.fact_args())
-    if found["check_rc"] == 0 and not is_running(found):
-        known[key] = found
-    return found
+    """The host's ModelFetch for `spec`, read once per run when complete (model start, resume and finish each ask;
+    nothing in a run takes a complete model away: models_keep runs last and keeps the one served)."""
+    return kept_once(ModelFetch, lambda found: found["check_rc"] == 0 and not is_running(found), **spec.fact_args())
 
 
 @operation()
