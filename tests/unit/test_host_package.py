@@ -74,25 +74,18 @@ def test_a_program_sent_on_stdin_runs_without_an_upload_and_gets_its_secret_env(
 
 
 def test_the_zip_is_placed_once_per_run_per_destination(monkeypatch: pytest.MonkeyPatch) -> None:
-    placed: list[str] = []
+    from pyinfra.context import ctx_host
 
-    class Box:
+    class Box:  # a run's Host object
         name = "box"
 
-    class Run:
-        def __init__(self) -> None:
-            self.box, self.inventory = Box(), self
-
-        def get_host(self, name: str) -> Box:
-            return self.box
-
-    monkeypatch.setattr(host_package, "host", Box())
-    monkeypatch.setattr(host_package, "state", Run())
+    placed: list[str] = []
     monkeypatch.setattr(host_package, "config_files", lambda name, files: placed.extend(f.dest for f in files))
-    for _ in range(6):  # every stage of deploy.py that runs a host program
-        host_package.host_programs("/opt/a/vllm-rig-host.pyz")
-    host_package.host_programs("/opt/b/vllm-rig-host.pyz")
+    with ctx_host.use(Box()):
+        for _ in range(6):  # every stage of deploy.py that runs a host program
+            host_package.host_programs("/opt/a/vllm-rig-host.pyz")
+        host_package.host_programs("/opt/b/vllm-rig-host.pyz")
     assert placed == ["/opt/a/vllm-rig-host.pyz", "/opt/b/vllm-rig-host.pyz"]
-    monkeypatch.setattr(host_package, "state", Run())  # a new run (its own Host objects) checks it again
-    host_package.host_programs("/opt/a/vllm-rig-host.pyz")
+    with ctx_host.use(Box()):  # the next run (its own Host objects) checks it again
+        host_package.host_programs("/opt/a/vllm-rig-host.pyz")
     assert placed[-1] == "/opt/a/vllm-rig-host.pyz" and len(placed) == 3

@@ -14,12 +14,9 @@ import shlex
 import zipfile
 from functools import cache
 from pathlib import Path
-from weakref import WeakKeyDictionary
-
-from pyinfra import host, state
-from pyinfra.api.host import Host
 
 from vllm_rig.core.files import ConfigFile, config_files
+from vllm_rig.core.run import first_in_run
 
 PACKAGE = Path(__file__).resolve().parents[1] / "host"
 ZIP_DATE = (2026, 1, 1, 0, 0, 0)  # any fixed date: file times would make every checkout's zip differ
@@ -76,17 +73,9 @@ def stdin_text(secret: str | None = None) -> str:
     return f"{secret or ''}\n{base64.b64encode(zip_bytes()).decode()}\n"
 
 
-# The hosts (one Host object per run) and destinations whose zip this run already placed.
-_placed: WeakKeyDictionary[Host, set[str]] = WeakKeyDictionary()
-
-
 def host_programs(dest: str) -> None:
     """Upload the zip to `dest` when it differs (one remote command when it does not). Every stage that runs
-    a host program calls this, so each stage also runs alone; in a whole deploy only the first call of a run
-    places it (the stages run in order and none removes it): one check per run where each stage made its own
-    (six on a re-run of deploy.py, ~40 ms each)."""
-    placed = _placed.setdefault(state.inventory.get_host(host.name), set())
-    if dest in placed:
-        return
-    placed.add(dest)
-    config_files(name="Host programs (vllm-rig-host.pyz)", files=(package_file(dest),))
+    a host program calls this, so each stage also runs alone; a whole deploy checks it once (a re-run of
+    deploy.py checked it six times, ~40 ms each)."""
+    if first_in_run("host programs", dest):
+        config_files(name="Host programs (vllm-rig-host.pyz)", files=(package_file(dest),))
