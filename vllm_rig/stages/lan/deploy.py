@@ -25,7 +25,7 @@ from vllm_rig.paths import Layout
 from vllm_rig.settings import Settings
 from vllm_rig.stages.chat_page import layout as chat
 from vllm_rig.stages.lan import certificate
-from vllm_rig.stages.lan.facts import LanHost
+from vllm_rig.stages.lan.facts import lan_host
 from vllm_rig.stages.lan.operations import (
     client_keys_made,
     default_site_off,
@@ -53,7 +53,7 @@ def serve_lan(s: Settings) -> None:
         _direct(s)
         return
     layout = Layout.of(s)
-    found = host.get_fact(LanHost, default_site=paths.NGINX_DEFAULT_SITE)  # fixed facts: IPv6, whose site
+    found = lan_host(paths.NGINX_DEFAULT_SITE)  # fixed facts: IPv6, whose site
     default_site_off(name="The distribution's port-80 default site stays off", path=paths.NGINX_DEFAULT_SITE)
     lists_fresh(name="Package lists know nginx and are less than a day old", packages=["nginx"])
     distro_packages(name="nginx and openssl from the distribution", packages=["nginx", "openssl"])

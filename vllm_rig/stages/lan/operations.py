@@ -7,7 +7,7 @@ import shlex
 from pyinfra import host, logger
 from pyinfra.api import operation
 
-from vllm_rig.stages.lan.facts import DEFAULT_SITE_MARK, ClientKeys, Digest, KeyMap, LanHost, LanTls, lan_keys
+from vllm_rig.stages.lan.facts import DEFAULT_SITE_MARK, ClientKeys, Digest, KeyMap, LanTls, lan_host, lan_keys
 
 
 # Own operation: files.put would overwrite a default site someone else put there.
@@ -15,7 +15,7 @@ from vllm_rig.stages.lan.facts import DEFAULT_SITE_MARK, ClientKeys, Digest, Key
 def default_site_off(path: str):
     """Before nginx is installed: a comment-only sites-enabled/default, so Debian's postinst does not link its
     port-80 welcome page (it links only when nothing is there). A site someone else put there is left alone."""
-    state = host.get_fact(LanHost, default_site=path)["default_site"]
+    state = lan_host(path)["default_site"]
     if state == "ours":
         host.noop("the distribution's default site is off")
         return
