@@ -71,3 +71,21 @@ def test_a_program_sent_on_stdin_runs_without_an_upload_and_gets_its_secret_env(
     assert result.returncode == 0, result.stderr
     assert "usage: model_preflight.py" in result.stdout
     assert "hf_secret" not in command
+
+
+def test_the_zip_is_placed_once_per_run_per_destination(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pyinfra.context import ctx_host
+
+    class Box:  # a run's Host object
+        name = "box"
+
+    placed: list[str] = []
+    monkeypatch.setattr(host_package, "config_files", lambda name, files: placed.extend(f.dest for f in files))
+    with ctx_host.use(Box()):
+        for _ in range(6):  # every stage of deploy.py that runs a host program
+            host_package.host_programs("/opt/a/vllm-rig-host.pyz")
+        host_package.host_programs("/opt/b/vllm-rig-host.pyz")
+    assert placed == ["/opt/a/vllm-rig-host.pyz", "/opt/b/vllm-rig-host.pyz"]
+    with ctx_host.use(Box()):  # the next run (its own Host objects) checks it again
+        host_package.host_programs("/opt/a/vllm-rig-host.pyz")
+    assert placed[-1] == "/opt/a/vllm-rig-host.pyz" and len(placed) == 3

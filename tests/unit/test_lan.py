@@ -407,3 +407,24 @@ def test_lan_tls_fact_reads_the_state_and_its_warnings() -> None:
         "state": "ok: server.crt valid to X; CA sha256 AB",
         "warnings": ["the local CA has no name constraints"],
     }
+
+
+@pytest.mark.parametrize(("site", "reads"), [("ours", 1), ("other", 1), ("absent", 3)])
+def test_the_lan_host_is_read_once_per_run_once_its_default_site_is_settled(site: str, reads: int) -> None:
+    from pyinfra.context import ctx_host
+
+    from vllm_rig.stages.lan.facts import lan_host
+
+    class Box:  # a run's Host object
+        name = "box"
+        asked = 0
+
+        def get_fact(self, fact: object, **kwargs: object) -> dict[str, object]:
+            self.asked += 1
+            return {"ipv6": True, "default_site": site}
+
+    box = Box()
+    with ctx_host.use(box):
+        for _ in range(3):  # the LAN stage's planning, its default-site operation, the front's planning
+            assert lan_host("/etc/nginx/sites-enabled/default")["ipv6"]
+    assert box.asked == reads  # absent: the operation writes it, so every reader asks again

@@ -98,3 +98,23 @@ def test_requests_are_counted_per_key_since_a_time_across_the_rotated_log(tmp_pa
     [(title, counts)] = report.keys_section(raw).items()
     assert title == "requests since 2025-12-06T10:00:01+00:00"
     assert counts == "agent 1, chat-page 0, laptop 1, server 0, no key 0"
+
+
+def test_a_revoked_api_key_name_is_said_by_the_read_that_makes_the_keys(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from tests.unit.fake_host import plan
+    from vllm_rig.stages.lan.operations import client_keys_made
+
+    state = json.dumps({"keys": ["phone"], "revoked": ["laptop", "chat-page"]})
+    changes, commands = plan(
+        {"lan_keys state": ["@@state", state]},
+        client_keys_made,
+        package="/opt/vllm-rig/bin/vllm-rig-host.pyz",
+        keys_dir="/etc/vllm-rig/keys",
+        names=("phone", "laptop", "tablet", "chat-page"),
+        said_if_revoked=("phone", "laptop", "tablet"),
+    )
+    assert "api_keys names laptop, revoked on the box" in caplog.text
+    assert "chat-page" not in caplog.text and "phone," not in caplog.text  # its stage says the page's own
+    assert changes and len(commands) == 1 and "tablet" in commands[0] and "laptop" not in commands[0]

@@ -270,3 +270,45 @@ def test_the_model_peer_server_runs_unprivileged_with_the_system_read_only() -> 
     for prop in ("DynamicUser=yes", "ProtectSystem=strict", "ProtectHome=yes", "NoNewPrivileges=yes"):
         assert f"--property={prop}" in words, prop
     assert "--property=CapabilityBoundingSet=" in words and "--property=RuntimeMaxSec=3600" in words
+
+
+# ---- one read of a complete download per run -------------------------------------------------------
+
+
+class _Host:
+    """A run's Host object: what kept_once keys on and asks."""
+
+    name = "box"
+
+    def __init__(self, found: dict[str, object]) -> None:
+        self.found, self.reads = found, 0
+
+    def get_fact(self, fact: object, **kwargs: object) -> dict[str, object]:
+        self.reads += 1
+        return self.found
+
+
+@pytest.mark.parametrize(
+    ("lines", "reads"),
+    [
+        (["@@unit", "ActiveState=inactive", "@@check", "model_fetch: R@main: complete", "rc=0"], 1),
+        (["@@unit", "ActiveState=active", "@@check", "rc=running"], 3),  # a running download is read each time
+        (["@@unit", "ActiveState=inactive", "@@check", "model_fetch: R@main: incomplete", "rc=3"], 3),
+    ],
+)
+def test_a_complete_download_is_read_once_per_run(lines: list[str], reads: int) -> None:
+    from pyinfra.context import ctx_host
+
+    from vllm_rig.stages.model.operations import fetch_state
+
+    box = _Host(dict(parse_fetch_state(lines)))
+    with ctx_host.use(box):
+        for _ in range(3):  # model start, resume and finish
+            fetch_state(SPEC)
+        assert box.reads == reads
+        fetch_state(replace(SPEC, revision="v2"))  # another model is its own read
+        assert box.reads == reads + 1
+    again = _Host(box.found)  # the next run has its own Host objects: it reads the host again
+    with ctx_host.use(again):
+        fetch_state(SPEC)
+    assert again.reads == 1

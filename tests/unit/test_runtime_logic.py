@@ -355,3 +355,27 @@ def test_an_sm75_compile_gets_flash_attention_whatever_the_pinned_cmake_does() -
     assert sorted(needed) == ["flashmla", "qutlass", "vllm-flash-attn"]
     spec = fork.KIND.spec_part(s, runtime.RuntimeDirs("/r", "x"))["fetchcontent"]
     assert spec["vllm-flash-attn"]["env"] == "VLLM_FLASH_ATTN_SRC_DIR"
+
+
+def test_a_complete_runtime_is_read_once_per_run_a_building_one_each_time() -> None:
+    from pyinfra.context import ctx_host
+
+    from vllm_rig.stages.runtime.facts import built_state
+
+    class Box:
+        name = "box"
+
+        def __init__(self, output: list[str]) -> None:
+            self.found, self.reads = parse_build_state(output), 0
+
+        def get_fact(self, fact: object, **kwargs: object) -> object:
+            self.reads += 1
+            return self.found
+
+    done = Box(["@@complete", "yes", "@@unit", "ActiveState=inactive"])
+    building = Box(["@@complete", "@@unit", "ActiveState=active"])
+    for box, reads in ((done, 1), (building, 2)):
+        with ctx_host.use(box):
+            built_state("/opt/vllm-rig/runtimes/a", "vllm-rig-build-a.service")  # the artifact offer
+            built_state("/opt/vllm-rig/runtimes/a", "vllm-rig-build-a.service")  # the build
+        assert box.reads == reads

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
+
 from tests.unit.fake_host import plan
 from vllm_rig.core.users import SystemUser, system_user
 
@@ -55,3 +57,24 @@ def test_only_what_differs_is_changed() -> None:
 def test_no_gpu_groups_leaves_the_groups_alone() -> None:
     found = _found(PASSWD, "vllm docker", "vllm", "vllm:vllm")
     assert plan(found, system_user, **{**USER, "groups": []}) == (False, [])
+
+
+def test_the_service_user_is_planned_once_per_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pyinfra.context import ctx_host
+
+    from tests.unit.groupdata import profile_data
+    from vllm_rig.core import users
+    from vllm_rig.paths import Layout
+    from vllm_rig.validation import load_settings
+
+    class Box:  # a run's Host object
+        name = "box"
+
+    planned: list[tuple[str, ...]] = []
+    monkeypatch.setattr(users, "system_user", lambda **kw: planned.append(tuple(kw["groups"])))
+    layout = Layout.of(load_settings(profile_data()))
+    with ctx_host.use(Box()):
+        users.service_user(layout, ["video"])  # the runtime stage
+        users.service_user(layout, ["video"])  # the service stage
+        users.service_user(layout, ["video", "render"])  # other groups: planned again
+    assert planned == [("video",), ("video", "render")]

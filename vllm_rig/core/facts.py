@@ -48,8 +48,9 @@ where a value cannot be read (the field's name as the tool spells it), and add `
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
-from typing import Generic, NoReturn, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, Generic, NoReturn, TypeVar
+from weakref import WeakKeyDictionary
 
 from pyinfra import logger
 from pyinfra.api import FactBase
@@ -173,3 +174,22 @@ def fail_host(fact: str, what: str, default: T) -> T:
     if state.is_executing:
         return default
     raise FactUnreadable(line)
+
+
+# What kept_once kept, per host (one Host object per run) and fact with its arguments.
+_kept: WeakKeyDictionary[Any, dict[tuple[Any, ...], Any]] = WeakKeyDictionary()
+
+
+def kept_once(fact: type[FactBase[T]], settled: Callable[[T], bool], **args: Any) -> T:
+    """The current host's `fact`, read again on each call until `settled` says the answer can no longer change in
+    this run (a complete download, a built runtime), then kept for the rest of the run: pyinfra 3 keeps no fact
+    across operations, and several stages ask the same question of a finished thing."""
+    host = ctx_host.get()
+    known = _kept.setdefault(host, {})
+    key = (fact, *sorted(args.items()))
+    if key in known:
+        return known[key]
+    found = host.get_fact(fact, **args)
+    if settled(found):
+        known[key] = found
+    return found

@@ -16,6 +16,7 @@ from functools import cache
 from pathlib import Path
 
 from vllm_rig.core.files import ConfigFile, config_files
+from vllm_rig.core.run import first_in_run
 
 PACKAGE = Path(__file__).resolve().parents[1] / "host"
 ZIP_DATE = (2026, 1, 1, 0, 0, 0)  # any fixed date: file times would make every checkout's zip differ
@@ -74,5 +75,7 @@ def stdin_text(secret: str | None = None) -> str:
 
 def host_programs(dest: str) -> None:
     """Upload the zip to `dest` when it differs (one remote command when it does not). Every stage that runs
-    a host program calls this, so each stage also runs alone."""
-    config_files(name="Host programs (vllm-rig-host.pyz)", files=(package_file(dest),))
+    a host program calls this, so each stage also runs alone; a whole deploy checks it once (a re-run of
+    deploy.py checked it six times, ~40 ms each)."""
+    if first_in_run("host programs", dest):
+        config_files(name="Host programs (vllm-rig-host.pyz)", files=(package_file(dest),))

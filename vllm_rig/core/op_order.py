@@ -3,10 +3,11 @@
 pyinfra orders operations by the line numbers of the calls that led to them, from the deploy file down
 (pyinfra/api/util.py: get_operation_order_from_stack). It reads them with inspect.stack(), which opens
 every frame's source file and searches sys.modules for each frame's module: ~3 ms per operation, ~135 ms
-of a no-op re-run of deploy.py. The frames hold the same file names and line numbers. The hook replaces
-the function where pyinfra's operation module calls it, once per process, from config.py and our
-inventories; tests/unit/test_op_order.py runs a deploy of nested calls through the real CLI with and
-without it and compares every operation's order.
+of a no-op re-run of deploy.py on an idle machine; on a loaded 2-core one (load 7, the sandbox's re-run of 69
+operations, timed inside the process, three runs each) 0.60-1.04 s against 2-6 ms here. The frames hold the same
+file names and line numbers. The hook replaces the function where pyinfra's operation module calls it, once
+per process, from config.py and our inventories; tests/unit/test_op_order.py runs a deploy of nested calls
+through the real CLI with and without it and compares every operation's order.
 """
 
 from __future__ import annotations

@@ -10,12 +10,16 @@ from pyinfra import host
 from pyinfra.api import operation
 
 from vllm_rig.core.facts import SectionFact, Sections, section_command
+from vllm_rig.core.run import first_in_run
 from vllm_rig.paths import Layout
 
 
 def service_user(layout: Layout, gpu_groups: list[str]) -> None:
     """A system user with a home for its caches (HF, FlashInfer, Triton, torch extensions) and the groups
-    that own /dev/nvidia* and /dev/dri where a distribution restricts them (only those that exist)."""
+    that own /dev/nvidia* and /dev/dri where a distribution restricts them (only those that exist). The runtime
+    and service stages each ask for it; a whole deploy reads it once."""
+    if not first_in_run("service user", layout.service_user, layout.service_home, *gpu_groups):
+        return
     system_user(
         name=f"System user {layout.service_user} (home {layout.service_home} holds its caches)",
         user=layout.service_user,

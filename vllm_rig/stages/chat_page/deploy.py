@@ -24,7 +24,7 @@ from vllm_rig.settings import Settings, chat_page_torch_index
 from vllm_rig.stages.chat_page import layout as chat
 from vllm_rig.stages.chat_page.layout import ChatDirs
 from vllm_rig.stages.chat_page.operations import chat_env, chat_started, chat_venv
-from vllm_rig.stages.lan.facts import ClientKeys, LanHost
+from vllm_rig.stages.lan.facts import ClientKeys, lan_host
 from vllm_rig.stages.lan.operations import nginx_loaded, site_absent
 from vllm_rig.stages.service import unit
 
@@ -139,7 +139,7 @@ def serve_chat_page(s: Settings) -> None:
     said_if_revoked(s)
     _units(s, dirs)
     page_with_its_key(s)
-    found = host.get_fact(LanHost, default_site=paths.NGINX_DEFAULT_SITE)
+    found = lan_host(paths.NGINX_DEFAULT_SITE)
     site = rendered(chat.NGINX_SITE, "chat_page/nginx-site.conf.j2", **site_context(s, ipv6=found["ipv6"]))
     config_files(name=f"nginx site: the chat page on port {s.chat_page_port}", files=(site,))
     nginx_loaded(

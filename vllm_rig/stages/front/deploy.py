@@ -26,7 +26,7 @@ from vllm_rig.paths import Layout
 from vllm_rig.setting_types import DNS_NAME
 from vllm_rig.settings import Settings
 from vllm_rig.stages.front.operations import box_files
-from vllm_rig.stages.lan.facts import LanHost
+from vllm_rig.stages.lan.facts import lan_host
 from vllm_rig.stages.lan.operations import nginx_loaded, site_absent
 
 TEMPLATE = "front/nginx-front.conf.j2"
@@ -88,7 +88,7 @@ def serve_front(s: Settings) -> None:
             ca_dest=each.ca,
             key_dest=each.key,
         )
-    ipv6 = host.get_fact(LanHost, default_site=paths.NGINX_DEFAULT_SITE)["ipv6"]
+    ipv6 = lan_host(paths.NGINX_DEFAULT_SITE)["ipv6"]
     site = rendered(paths.FRONT_SITE, TEMPLATE, **site_context(s, boxes, ipv6))
     config_files(name=f"nginx site: one URL for {len(boxes)} boxes on port {s.front_port}", files=(site,))
     nginx_loaded(

@@ -25,7 +25,7 @@ from vllm_rig.paths import Layout
 from vllm_rig.settings import Settings
 from vllm_rig.stages.chat_page import layout as chat
 from vllm_rig.stages.lan import certificate
-from vllm_rig.stages.lan.facts import ClientKeys, LanHost, LanTls
+from vllm_rig.stages.lan.facts import lan_host
 from vllm_rig.stages.lan.operations import (
     client_keys_made,
     default_site_off,
@@ -53,15 +53,12 @@ def serve_lan(s: Settings) -> None:
         _direct(s)
         return
     layout = Layout.of(s)
-    found = host.get_fact(LanHost, default_site=paths.NGINX_DEFAULT_SITE)  # fixed facts: IPv6, whose site
+    found = lan_host(paths.NGINX_DEFAULT_SITE)  # fixed facts: IPv6, whose site
     default_site_off(name="The distribution's port-80 default site stays off", path=paths.NGINX_DEFAULT_SITE)
     lists_fresh(name="Package lists know nginx and are less than a day old", packages=["nginx"])
     distro_packages(name="nginx and openssl from the distribution", packages=["nginx", "openssl"])
     host_programs(layout.host_package)  # lan_tls and lan_keys run from it
     if s.lan_tls == "local_ca":
-        tls = host.get_fact(LanTls, package=layout.host_package, directory=paths.LAN_DIR, names=tuple(s.lan_tls_names))
-        for line in tls["warnings"]:  # on every run until the owner re-makes the CA (docs/lan.md: Security model)
-            logger.warning(f"[{host.name}] LAN: {line}")
         local_ca(
             name="Local CA and a certificate naming this host and its addresses",
             package=layout.host_package,
@@ -113,18 +110,12 @@ def client_names(s: Settings) -> tuple[str, ...]:
 def client_keys(s: Settings, package: str) -> None:
     """api_keys made on the box; a name revoked there is said on every run, not made again (docs/lan.md). The
     chat page's revoked key is said by its stage, in its own words."""
-    found = host.get_fact(ClientKeys, package=package, keys_dir=paths.KEYS_DIR)
-    for name in s.api_keys:
-        if name in found["revoked"] and name not in found["keys"] and not (s.chat_page and name == chat.KEY_NAME):
-            logger.warning(
-                f"[{host.name}] LAN: api_keys names {name}, revoked on the box with bin/rig keys revoke: not made "
-                f"again (take it out of api_keys, or bin/rig keys add {name} for a new key)"
-            )
     client_keys_made(
         name="A key on the box for each name of api_keys and the chat page (root only; never printed)",
         package=package,
         keys_dir=paths.KEYS_DIR,
         names=client_names(s),
+        said_if_revoked=tuple(n for n in s.api_keys if not (s.chat_page and n == chat.KEY_NAME)),
     )
 
 

@@ -6,7 +6,7 @@ import json
 import shlex
 from typing import TypedDict
 
-from vllm_rig.core.facts import SectionFact, Sections, section_command
+from vllm_rig.core.facts import SectionFact, Sections, kept_once, section_command
 
 # The first line of Debian's sites-enabled/default when vllm-rig put it there (the stock site stays off).
 DEFAULT_SITE_MARK = "# vllm-rig: the distribution's default site (port 80) stays off on this box"
@@ -42,6 +42,12 @@ class LanHost(SectionFact[LanHostState]):
         if site not in ("absent", "ours", "other"):
             sections.unreadable("site", site)
         return {"ipv6": sections.first("ipv6") == "yes", "default_site": site}
+
+
+def lan_host(default_site: str) -> LanHostState:
+    """LanHost, read once per run once the default site is settled (ours, or someone else's: the stage leaves
+    both as they are); the planning and the default-site operation each ask."""
+    return kept_once(LanHost, lambda found: found["default_site"] != "absent", default_site=default_site)
 
 
 class LanTlsState(TypedDict):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import shlex
 
-from pyinfra import host
+from pyinfra import host, logger
 from pyinfra.api import operation
 
-from vllm_rig.stages.lan.facts import DEFAULT_SITE_MARK, ClientKeys, Digest, KeyMap, LanHost, LanTls, lan_keys
+from vllm_rig.stages.lan.facts import DEFAULT_SITE_MARK, ClientKeys, Digest, KeyMap, LanTls, lan_host, lan_keys
 
 
 # Own operation: files.put would overwrite a default site someone else put there.
@@ -15,7 +15,7 @@ from vllm_rig.stages.lan.facts import DEFAULT_SITE_MARK, ClientKeys, Digest, Key
 def default_site_off(path: str):
     """Before nginx is installed: a comment-only sites-enabled/default, so Debian's postinst does not link its
     port-80 welcome page (it links only when nothing is there). A site someone else put there is left alone."""
-    state = host.get_fact(LanHost, default_site=path)["default_site"]
+    state = lan_host(path)["default_site"]
     if state == "ours":
         host.noop("the distribution's default site is off")
         return
@@ -28,8 +28,13 @@ def default_site_off(path: str):
 
 @operation()
 def local_ca(package: str, directory: str, names: tuple[str, ...]):
-    """The local CA and a server certificate naming the host, its addresses and `names` (host program lan_tls)."""
-    state = host.get_fact(LanTls, package=package, directory=directory, names=names)["state"]
+    """The local CA and a server certificate naming the host, its addresses and `names` (host program lan_tls).
+    Its warnings are said here, on every run until the owner re-makes the CA (docs/lan.md: Security model), so
+    the one read of lan_tls (~0.3 s of openssl runs) serves both."""
+    tls = host.get_fact(LanTls, package=package, directory=directory, names=names)
+    for line in tls["warnings"]:
+        logger.warning(f"[{host.name}] LAN: {line}")
+    state = tls["state"]
     if state.startswith("ok"):
         host.noop(state)
         return
@@ -49,10 +54,17 @@ def key_map(package: str, keys_dir: str, env_file: str, map_file: str):
 
 
 @operation()
-def client_keys_made(package: str, keys_dir: str, names: tuple[str, ...]):
+def client_keys_made(package: str, keys_dir: str, names: tuple[str, ...], said_if_revoked: tuple[str, ...] = ()):
     """A key on the box for each name of api_keys that has none and was not revoked there (bin/rig keys
-    revoke); keys that are not in api_keys stay (bin/rig keys add made them)."""
+    revoke); keys that are not in api_keys stay (bin/rig keys add made them). Each name of `said_if_revoked`
+    revoked on the box is said on every run, from the same one read."""
     found = host.get_fact(ClientKeys, package=package, keys_dir=keys_dir)
+    for name in said_if_revoked:
+        if name in found["revoked"] and name not in found["keys"]:
+            logger.warning(
+                f"[{host.name}] LAN: api_keys names {name}, revoked on the box with bin/rig keys revoke: not made "
+                f"again (take it out of api_keys, or bin/rig keys add {name} for a new key)"
+            )
     missing = [n for n in names if n not in found["keys"] and n not in found["revoked"]]
     if not missing:
         host.noop(f"{len(names)} client key(s) of api_keys on the box" if names else "no client key in api_keys")

@@ -18,6 +18,7 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 
 from vllm_rig.core.become import sudo_args
+from vllm_rig.core.facts import kept_once
 from vllm_rig.core.heartbeat import elapsed
 from vllm_rig.core.secrets import PrivateFile, Secret, SecretStdin
 from vllm_rig.host.units import human
@@ -159,10 +160,16 @@ def failure_line(state: dict[str, Any], spec: FetchSpec) -> str:
     return state["check"] or "no download has run"
 
 
+def fetch_state(spec: FetchSpec) -> FetchState:
+    """The host's ModelFetch for `spec`, read once per run when complete (model start, resume and finish each ask;
+    nothing in a run takes a complete model away: models_keep runs last and keeps the one served)."""
+    return kept_once(ModelFetch, lambda found: found["check_rc"] == 0 and not is_running(found), **spec.fact_args())
+
+
 @operation()
 def model_fetch_started(spec: FetchSpec):
     """Start the download unless the marker says complete or it is already running (then re-attach)."""
-    state = host.get_fact(ModelFetch, **spec.fact_args())
+    state = fetch_state(spec)
     if is_running(state) and state["description"] == spec.description:
         host.noop(f"download of {spec.name} running since {state['since']}: re-attached")
         return
@@ -179,7 +186,7 @@ def model_fetch_resumed(spec: FetchSpec):
     """Start again a download that stopped before it was complete (the driver's reboot ends every transient
     unit); nothing when it runs, is complete, or was never started here (no tools venv: model start has not
     run). The fetch keeps whole files and drops the cut one's part (model_fetch.py), so little is lost."""
-    state = host.get_fact(ModelFetch, **spec.fact_args())
+    state = fetch_state(spec)
     if is_running(state):
         host.noop(f"download of {spec.name} running since {state['since']}")
         return
@@ -197,7 +204,7 @@ def model_fetch_resumed(spec: FetchSpec):
 def model_fetched(spec: FetchSpec, timeout_s: int):
     """Wait for the download with a progress line every so often, then trust only `model_fetch.py check`.
     Decided by the host's state when it runs (the start stage may have been run alone, long before)."""
-    state = host.get_fact(ModelFetch, **spec.fact_args())
+    state = fetch_state(spec)
     if not is_running(state) and state["check_rc"] == 0:
         if spec.peer:  # fetched in this run, from a peer or not: its one line, even when done before the wait
             _Reporter(host.name).peer_line(state["status"])

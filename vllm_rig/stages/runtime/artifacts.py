@@ -32,7 +32,7 @@ from vllm_rig.core.become import sudo_args
 from vllm_rig.host import runtime_artifact
 from vllm_rig.stages.runtime import artifact_signing
 from vllm_rig.stages.runtime.artifact_store import StoreSetting, local_dir, open_store
-from vllm_rig.stages.runtime.facts import BuildState
+from vllm_rig.stages.runtime.facts import BuildState, built_state
 from vllm_rig.stages.runtime.store import Store, StoreError
 
 # fingerprint -> the hosts of this run that plan to build it with no artifact stored; and, once the first
@@ -137,7 +137,7 @@ def artifact_offered(
 ):
     """Put the fingerprint's artifact on a host whose runtime is not built, if the store has one.
     `after_peer`: the offer after another host of this run compiled it (only a host that waited takes it)."""
-    found = host.get_fact(BuildState, runtime=runtime, unit=unit)
+    found = built_state(runtime, unit)
     compiled_by = waits_for(fingerprint) if after_peer else None
     if not use or found["complete"] or found["active"] or (after_peer and not compiled_by):
         host.noop("no artifact needed" if use else "runtime artifacts are off or a rebuild is forced")

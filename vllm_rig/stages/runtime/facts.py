@@ -9,7 +9,7 @@ import json
 import shlex
 from typing import Any, TypedDict
 
-from vllm_rig.core.facts import SectionFact, Sections, first_line, section_command, split_sections
+from vllm_rig.core.facts import SectionFact, Sections, first_line, kept_once, section_command, split_sections
 
 
 class Runtime(TypedDict):
@@ -109,6 +109,12 @@ class BuildState(SectionFact[Build]):
     @staticmethod
     def default() -> Build:
         return parse_build_state([])
+
+
+def built_state(runtime: str, unit: str) -> Build:
+    """BuildState, read once per run when the runtime is complete (the artifact offer and the build each ask; a
+    run removes only runtimes other than the ones it builds)."""
+    return kept_once(BuildState, lambda found: found["complete"], runtime=runtime, unit=unit)
 
 
 def parse_build_state(output: list[str] | Sections) -> Build:

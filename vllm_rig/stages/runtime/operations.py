@@ -30,6 +30,7 @@ from vllm_rig.stages.runtime.facts import (
     LogTail,
     RuntimeState,
     ServiceStart,
+    built_state,
     restart_needed,
 )
 
@@ -77,7 +78,7 @@ def build_runtime(
     and start the build unit, or re-attach to the one running; then follow it with progress until it
     ends or timeout_s passes. A complete runtime keeps the spec it was built from. `shared`: the fingerprint,
     when this host may leave the compile to another host of this run and install its artifact later."""
-    state = host.get_fact(BuildState, runtime=runtime, unit=unit)
+    state = built_state(runtime, unit)
     if state["complete"]:
         host.noop(f"{runtime} is built")
         return
