@@ -33,16 +33,14 @@ class Driver(TypedDict):
 
 
 class DriverState(SectionFact[Driver]):
-    @staticmethod
-    def default() -> Driver:
-        return {
-            "packages": {},
-            "holds": [],
-            "loaded_version": None,
-            "nouveau_loaded": False,
-            "boot_id": None,
-            "kernel": None,
-        }
+    DEFAULT: Driver = {
+        "packages": {},
+        "holds": [],
+        "loaded_version": None,
+        "nouveau_loaded": False,
+        "boot_id": None,
+        "kernel": None,
+    }
 
     def command(self) -> str:
         return section_command(SECTIONS)
@@ -107,9 +105,7 @@ class ModuleFailure(SectionFact[ModuleDiagnosis]):
         }
         return section_command(parts)
 
-    @staticmethod
-    def default() -> ModuleDiagnosis:
-        return {"kernel": None, "module_file": None, "dkms": [], "make_log": [], "journal": []}
+    DEFAULT: ModuleDiagnosis = {"kernel": None, "module_file": None, "dkms": [], "make_log": [], "journal": []}
 
     def parse(self, sections: Sections) -> ModuleDiagnosis:
         def clean(name: str) -> list[str]:

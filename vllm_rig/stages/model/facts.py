@@ -130,6 +130,4 @@ class ServedModels(SectionFact[list[dict[str, Any]] | None]):
                 return data["models"]
         return None
 
-    @staticmethod
-    def default() -> None:
-        return None
+    DEFAULT: None = None

@@ -60,9 +60,7 @@ def _glob(pattern: str) -> str:
 class Units(SectionFact[dict[str, list[str]]]):
     """vllm-rig's units: those systemd has loaded or running ("loaded"), and their files ("files")."""
 
-    @staticmethod
-    def default() -> dict[str, list[str]]:
-        return {"loaded": [], "files": []}
+    DEFAULT: dict[str, list[str]] = {"loaded": [], "files": []}
 
     def command(self, patterns: tuple[str, ...]) -> str:
         q = " ".join(shlex.quote(p) for p in patterns)
@@ -103,9 +101,7 @@ def units_removed(patterns: tuple[str, ...]):
 class Present(SectionFact[dict[str, list[str]]]):
     """Which of `candidates` exist ("present"), and the entries of each directory in `listed` ("<dir>")."""
 
-    @staticmethod
-    def default() -> dict[str, list[str]]:
-        return {"present": []}
+    DEFAULT: dict[str, list[str]] = {"present": []}
 
     def command(self, candidates: tuple[str, ...], listed: tuple[str, ...]) -> str:
         checks = "; ".join(f"[ -e {shlex.quote(p)} ] && echo {shlex.quote(p)}" for p in candidates)
@@ -226,9 +222,7 @@ def system_user_removed(user: str):
 class DriverPackages(SectionFact[dict[str, object]]):
     """vllm-rig's driver record, and the installed and the held packages of the driver and CUDA."""
 
-    @staticmethod
-    def default() -> dict[str, object]:
-        return {"record": None, "installed": [], "held": []}
+    DEFAULT: dict[str, object] = {"record": None, "installed": [], "held": []}
 
     def command(self, patterns: tuple[str, ...]) -> str:
         q = " ".join(shlex.quote(p) for p in patterns)
@@ -287,9 +281,7 @@ class LeftBehind(SectionFact[dict[str, list[str]]]):
     CUDA packages with their installed size, the CUDA toolkits, NVIDIA's apt source, the nouveau blacklist, nginx
     and its stub default site, and the driver's record (whether the driver is vllm-rig's)."""
 
-    @staticmethod
-    def default() -> dict[str, list[str]]:
-        return {}
+    DEFAULT: dict[str, list[str]] = {}
 
     def command(self, model_dirs: tuple[str, ...]) -> str:
         dirs = " ".join(shlex.quote(d) for d in model_dirs)
