@@ -103,6 +103,10 @@ class Sections:
         """The section's lines ([] when it printed nothing)."""
         return self.raw.get(name, [])
 
+    def words(self, name: str) -> list[str]:
+        """The section's non-blank lines, stripped."""
+        return [line.strip() for line in self.raw.get(name, []) if line.strip()]
+
     def first(self, name: str) -> str | None:
         """The section's first non-blank line, stripped; None when there is none."""
         return first_line(self.raw.get(name))

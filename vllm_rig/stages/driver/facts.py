@@ -108,14 +108,11 @@ class ModuleFailure(SectionFact[ModuleDiagnosis]):
     DEFAULT: ModuleDiagnosis = {"kernel": None, "module_file": None, "dkms": [], "make_log": [], "journal": []}
 
     def parse(self, sections: Sections) -> ModuleDiagnosis:
-        def clean(name: str) -> list[str]:
-            return [line.strip() for line in sections.lines(name) if line.strip()]
-
         module = sections.first("module") or ""
         return {
             "kernel": sections.first("kernel"),
             "module_file": module if module.startswith("/") else None,
-            "dkms": clean("dkms"),
-            "make_log": clean("makelog"),
-            "journal": clean("journal"),
+            "dkms": sections.words("dkms"),
+            "make_log": sections.words("makelog"),
+            "journal": sections.words("journal"),
         }

@@ -94,7 +94,7 @@ def parse_fetch_state(output: list[str]) -> FetchState:
 
 def fetch_state(sections: Sections) -> FetchState:
     props = dict(line.partition("=")[::2] for line in sections.lines("unit") if "=" in line)
-    check_lines = [line.strip() for line in sections.lines("check") if line.strip()]
+    check_lines = sections.words("check")
     rc_text = check_lines[-1].removeprefix("rc=") if check_lines and check_lines[-1].startswith("rc=") else ""
     try:
         # A progress file caught half-written is not an error: the next poll reads it whole.

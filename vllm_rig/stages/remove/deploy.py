@@ -73,7 +73,7 @@ class Units(SectionFact[dict[str, list[str]]]):
         )
 
     def parse(self, sections: Sections) -> dict[str, list[str]]:
-        return {k: [line.strip() for line in sections.lines(k) if line.strip()] for k in ("loaded", "files")}
+        return {k: sections.words(k) for k in ("loaded", "files")}
 
 
 # Own operation: which units there are is found on the box by pattern; systemd.service needs their names first.
@@ -111,11 +111,7 @@ class Present(SectionFact[dict[str, list[str]]]):
         return section_command(sections)
 
     def parse(self, sections: Sections) -> dict[str, list[str]]:
-        out = {"present": [line.strip() for line in sections.lines("present") if line.strip()]}
-        for name in sections.raw:
-            if name.startswith("dir"):
-                out[name] = [line.strip() for line in sections.lines(name) if line.strip()]
-        return out
+        return {name: sections.words(name) for name in sections.raw}  # "present", "dir0", "dir1"...
 
 
 def _within(path: str, top: str) -> bool:
@@ -236,10 +232,8 @@ class DriverPackages(SectionFact[dict[str, object]]):
         )
 
     def parse(self, sections: Sections) -> dict[str, object]:
-        def names(k: str) -> list[str]:
-            return sorted({line.strip() for line in sections.lines(k) if line.strip()})
-
-        return {"record": sections.first("record"), "installed": names("installed"), "held": names("held")}
+        names = {k: sorted(set(sections.words(k))) for k in ("installed", "held")}
+        return {"record": sections.first("record"), **names}
 
 
 @operation()
@@ -302,19 +296,7 @@ class LeftBehind(SectionFact[dict[str, list[str]]]):
         )
 
     def parse(self, sections: Sections) -> dict[str, list[str]]:
-        keys = (
-            "model",
-            "held",
-            "driver_kib",
-            "cuda",
-            "apt_source",
-            "nouveau",
-            "nginx",
-            "nginx_stub",
-            "record",
-            "chat_data",
-        )
-        return {k: [line.strip() for line in sections.lines(k) if line.strip()] for k in keys}
+        return {k: sections.words(k) for k in sections.raw}
 
 
 def _size(n_bytes: float) -> str:
