@@ -5,12 +5,11 @@ the service's systemd properties, and two local HTTP requests (/v1/models with t
 
 from __future__ import annotations
 
-import json
 import shlex
 from typing import Any
 
 from vllm_rig.core.facts import SectionFact, Sections, section_command
-from vllm_rig.core.host_package import run_from_stdin, stdin_text
+from vllm_rig.core.host_package import answer, run_from_stdin, said, stdin_text
 from vllm_rig.core.secrets import SecretStdin
 from vllm_rig.host import gpu_facts
 from vllm_rig.paths import (
@@ -126,12 +125,4 @@ class RigStatus(SectionFact[dict[str, Any]]):
 
 
 def parse_probe(output: list[str]) -> dict[str, Any]:
-    for line in reversed(output):
-        try:
-            data = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(data, dict) and "commands" in data:
-            return data
-    said = " | ".join(line.strip() for line in output[-3:] if line.strip()) or "no output"
-    return {"error": f"the status probe did not run on the host: {said}"}
+    return answer(output, "commands") or {"error": f"the status probe did not run on the host: {said(output)}"}
