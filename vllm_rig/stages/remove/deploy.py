@@ -30,22 +30,15 @@ from vllm_rig.host.model_fetch import CACHE as MODEL_CACHE
 from vllm_rig.paths import Layout
 from vllm_rig.settings import Settings
 from vllm_rig.stages.chat_page import layout as chat
+from vllm_rig.stages.cuda.deploy import PROFILE_FILE
 from vllm_rig.stages.driver.apt_pin import ARCHIVE_PIN_FILE
-from vllm_rig.stages.driver.deploy import PERSISTENCED_DROPIN
+from vllm_rig.stages.driver.deploy import LOCK_WAIT_FILE, NOUVEAU_FILE, PERSISTENCED_DROPIN, UNATTENDED_FILE
 from vllm_rig.stages.front.deploy import LOADED_STAMP as FRONT_STAMP
 from vllm_rig.stages.lan.deploy import LOADED_STAMP
 from vllm_rig.stages.lan.operations import site_absent
 
 UNIT_DIR = "/etc/systemd/system"
-NOUVEAU_FILE = "/etc/modprobe.d/vllm-rig-blacklist-nouveau.conf"
-DRIVER_FILES = (
-    "/etc/apt/apt.conf.d/50vllm-rig-lock-wait",
-    "/etc/apt/apt.conf.d/51vllm-rig-nvidia-blacklist",
-    NOUVEAU_FILE,
-    ARCHIVE_PIN_FILE,
-    PERSISTENCED_DROPIN,
-    "/etc/profile.d/vllm-rig-cuda.sh",
-)
+DRIVER_FILES = (LOCK_WAIT_FILE, UNATTENDED_FILE, NOUVEAU_FILE, ARCHIVE_PIN_FILE, PERSISTENCED_DROPIN, PROFILE_FILE)
 # What the driver and CUDA stages install, by package name (the driver, its libraries, DKMS modules, CUDA).
 DRIVER_PACKAGES = ("nvidia-*", "libnvidia-*", "xserver-xorg-video-nvidia-*", "cuda-*", "libcu*", "libnpp*",
                    "libnvjpeg*", "nsight-*")  # fmt: skip
