@@ -104,9 +104,7 @@ class BuildState(SectionFact[Build]):
     def parse(self, sections: Sections) -> Build:
         return parse_build_state(sections)
 
-    @staticmethod
-    def default() -> Build:
-        return parse_build_state([])
+    DEFAULT: Build = {"complete": False, "unit": {}, "active": False, "status": {}, "others": []}
 
 
 def built_state(runtime: str, unit: str) -> Build:
