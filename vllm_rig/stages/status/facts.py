@@ -12,6 +12,7 @@ from vllm_rig.core.facts import SectionFact, Sections, section_command
 from vllm_rig.core.host_package import answer, run_from_stdin, said, stdin_text
 from vllm_rig.core.secrets import SecretStdin
 from vllm_rig.host import gpu_facts
+from vllm_rig.host.model_fetch import MARKER as MODEL_MARKER
 from vllm_rig.paths import (
     DRIVER_RECORD,
     GPU_VERDICT,
@@ -48,7 +49,6 @@ TIMER_PROPERTIES = ("LoadState", "ActiveState", "NextElapseUSecRealtime", "NextE
 MARKER_KEYS = ["repo", "revision", "commit", "completed_at", "total_bytes", "endpoint"]
 RUNTIME_KEYS = ["name", "fingerprint", "built_at", "versions", "nvcc"]
 VERDICT_KEYS = ["verdict", "exit_code", "problems", "gates", "driver_version", "elapsed_s"]
-MODEL_MARKER = ".vllm-rig-complete.json"  # vllm_rig/host/model_fetch.py MARKER
 
 
 def probe_stdin() -> SecretStdin:
