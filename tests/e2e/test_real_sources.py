@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import Rig
 from tests.e2e.deploys import deploy, serving_rig
-from vllm_rig.core.systemd_quote import parse_env_file, unquote_words
+from tests.systemd_split import parse_env_file, unquote_words
 
 pytestmark = pytest.mark.sandbox
 REAL_OUTPUTS = Path(__file__).resolve().parents[1] / "sandbox" / "fixtures" / "forge" / "real_parser_outputs"

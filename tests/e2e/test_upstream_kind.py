@@ -23,7 +23,7 @@ from tests.sandbox import machine
 from tests.sandbox.__main__ import up
 from tests.sandbox.fixtures import pkg_index
 from tests.sandbox.fixtures.pkg_index import simple, upstream, wheelfile
-from vllm_rig.core.systemd_quote import parse_env_file
+from tests.systemd_split import parse_env_file
 from vllm_rig.paths import LOG_DIR
 
 pytestmark = pytest.mark.sandbox

@@ -379,3 +379,10 @@ def test_a_complete_runtime_is_read_once_per_run_a_building_one_each_time() -> N
             built_state("/opt/vllm-rig/runtimes/a", "vllm-rig-build-a.service")  # the artifact offer
             built_state("/opt/vllm-rig/runtimes/a", "vllm-rig-build-a.service")  # the build
         assert box.reads == reads
+
+
+def test_a_host_failed_on_the_build_fact_reads_as_no_build() -> None:
+    from vllm_rig.stages.runtime.facts import BuildState
+
+    assert BuildState().default() == parse_build_state([])
+    assert not BuildState().default()["active"] and not BuildState().default()["complete"]

@@ -16,9 +16,7 @@ from vllm_rig.core.facts import FactUnreadable, SectionFact, Sections, section_c
 
 
 class Pair(SectionFact[tuple[int, str]]):
-    @staticmethod
-    def default() -> tuple[int, str]:
-        return (0, "")
+    DEFAULT = (0, "")
 
     def command(self) -> str:
         return section_command({"n": "echo 3", "word": "echo w"})
@@ -28,9 +26,7 @@ class Pair(SectionFact[tuple[int, str]]):
 
 
 class Required(SectionFact[str | None]):
-    @staticmethod
-    def default() -> str | None:
-        return None
+    DEFAULT = None
 
     def command(self) -> str:
         return section_command({"id": "cat /proc/sys/kernel/random/boot_id"})
@@ -99,8 +95,17 @@ def test_while_executing_the_host_fails_and_gets_the_default() -> None:
 
 
 def test_a_fact_without_a_default_is_refused_when_defined() -> None:
-    with pytest.raises(TypeError, match="defines default"):
+    with pytest.raises(TypeError, match="sets DEFAULT"):
 
         class NoDefault(SectionFact[int]):
             def command(self) -> str:
                 return section_command({"n": "echo 1"})
+
+
+def test_each_caller_gets_its_own_copy_of_the_default() -> None:
+    class Listed(SectionFact[list[str]]):
+        DEFAULT: list[str] = []
+
+    got = Listed().default()
+    got.append("changed by a caller")
+    assert Listed().default() == [] and Listed.DEFAULT == []

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
+from tests.systemd_split import parse_env_file, unquote_words
 from tests.unit.groupdata import profile_data
 from vllm_rig.core.files import render_template
-from vllm_rig.core.systemd_quote import parse_env_file, unquote_words
 from vllm_rig.paths import Layout
 from vllm_rig.settings import JSON_SETTINGS, Settings
 from vllm_rig.stages.bench.command import bench_command

@@ -17,9 +17,10 @@ import re
 
 import pytest
 
+from tests.systemd_split import parse_env_file, unquote_words
 from tests.unit import seed_units
 from tests.unit.groupdata import profile_data
-from vllm_rig.core.systemd_quote import parse_env_file, quote_word, unquote_words
+from vllm_rig.core.systemd_quote import quote_word
 from vllm_rig.known import fork_interface, server_interface
 from vllm_rig.paths import Layout
 from vllm_rig.settings import Settings

@@ -19,9 +19,7 @@ class AlternativeState(TypedDict):
 class Alternative(SectionFact[AlternativeState]):
     """An alternative's mode and target, in one command."""
 
-    @staticmethod
-    def default() -> AlternativeState:
-        return {"mode": None, "target": None}
+    DEFAULT: AlternativeState = {"mode": None, "target": None}
 
     def command(self, link: str) -> str:  # ("name" is reserved by pyinfra for operation names)
         q = shlex.quote(link)

@@ -49,9 +49,7 @@ def parse_policy(lines: list[str]) -> dict[str, Policy]:
 class AptLists(SectionFact[ListsState]):
     """How old the package lists are and what they say of `packages`."""
 
-    @staticmethod
-    def default() -> ListsState:
-        return {"age_s": None, "packages": {}}
+    DEFAULT: ListsState = {"age_s": None, "packages": {}}
 
     def command(self, packages: tuple[str, ...]) -> str:
         marks = " ".join(shlex.quote(m) for m in REFRESH_MARKS)

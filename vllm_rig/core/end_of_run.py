@@ -4,7 +4,10 @@ where they are said (pyinfra's logger), as before."""
 
 from __future__ import annotations
 
-from pyinfra import logger
+from collections.abc import Callable, Iterable
+
+from pyinfra import host, logger, state
+from pyinfra.api import operation
 
 _deferred: list[str] | None = None
 
@@ -20,6 +23,18 @@ def say(line: str) -> None:
         logger.info(line)
     else:
         _deferred.append(line)
+
+
+# Own operation: pyinfra's python.call counts as a change on every run; saying lines changes nothing.
+@operation(is_idempotent=True)
+def lines_said(lines: tuple[str, ...] | Callable[[], Iterable[str]]):
+    """Lines for the owner, said last when the operation runs (a callable: made then, from the run's state)."""
+    if state.is_executing:
+        for line in lines() if callable(lines) else lines:
+            say(f"[{host.name}] {line}")
+    host.noop("said")
+    return
+    yield  # an operation is a generator, also one that yields nothing
 
 
 def take() -> list[str]:

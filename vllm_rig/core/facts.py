@@ -8,9 +8,7 @@ can afford (pyinfra's facts are one command each, and 3.x keeps none of them acr
 `SectionFact` is the base every fact of the rig uses. A fact:
 
     class CpuCount(SectionFact[int]):
-        @staticmethod
-        def default() -> int:
-            return 0  # what callers get back when the host failed on this fact (or pyinfra skipped it)
+        DEFAULT = 0  # what callers get back when the host failed on this fact (or pyinfra skipped it)
 
         def command(self, path: str) -> str:  # the fact's arguments, as pyinfra passes them
             return section_command({"cpus": "nproc", "disk": f"df -P -B1 {shlex.quote(path)}"})
@@ -37,16 +35,12 @@ traceback, and the other hosts go on:
 pyinfra itself would fail the host only on `FactProcessError` and print two lines for it; any other
 exception in `process()` aborts every host of the run with a traceback (pyinfra/api/facts.py, 3.10).
 pyinfra calls `process()` only when the command printed something: with no output at all (the command
-never ran) callers get `default()` too, so every subclass must define it (checked when it is defined).
-
-Adopting it for a fact that builds its own `@@` command (as the nvidia-smi ones did): subclass `SectionFact[T]`,
-return `section_command({name: snippet})` from `command()`, rename `process(output)` to
-`parse(sections)` (a parser of lines takes `sections.lines(name)`), call `Sections.unreadable(field, value)`
-where a value cannot be read (the field's name as the tool spells it), and add `default()`.
+never ran) callers get `default()` too, so every subclass sets DEFAULT (checked when it is defined).
 """
 
 from __future__ import annotations
 
+import copy
 import shlex
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, NoReturn, TypeVar
@@ -109,6 +103,10 @@ class Sections:
         """The section's lines ([] when it printed nothing)."""
         return self.raw.get(name, [])
 
+    def words(self, name: str) -> list[str]:
+        """The section's non-blank lines, stripped."""
+        return [line.strip() for line in self.raw.get(name, []) if line.strip()]
+
     def first(self, name: str) -> str | None:
         """The section's first non-blank line, stripped; None when there is none."""
         return first_line(self.raw.get(name))
@@ -141,12 +139,18 @@ class Sections:
 
 class SectionFact(FactBase[T], Generic[T]):
     """A fact read with one `section_command` and parsed by `parse`; see the module's docstring. Every
-    subclass says what its `default()` is: a failed host's callers get it while the run executes."""
+    subclass says its DEFAULT: a failed host's callers get a copy of it while the run executes."""
+
+    DEFAULT: T
 
     def __init_subclass__(cls) -> None:
         super().__init_subclass__()
-        if cls.default is FactBase.default:
-            raise TypeError(f"{cls.__name__}: a SectionFact defines default(), what a failed host's callers get")
+        if not hasattr(cls, "DEFAULT") and "default" not in vars(cls):
+            raise TypeError(f"{cls.__name__}: a SectionFact sets DEFAULT, what a failed host's callers get")
+
+    @classmethod
+    def default(cls) -> T:  # a copy: a caller may change what it got
+        return copy.deepcopy(cls.DEFAULT)
 
     def parse(self, sections: Sections) -> T:
         raise NotImplementedError

@@ -106,9 +106,7 @@ class FileState(TypedDict):
 
 # Many files' state in one remote command: sha256, mode, owner (None where missing).
 class FilesState(SectionFact[dict[str, FileState | None]]):
-    @staticmethod
-    def default() -> dict[str, FileState | None]:
-        return {}
+    DEFAULT: dict[str, FileState | None] = {}
 
     def command(self, paths: tuple[str, ...]) -> str:
         # One line per path: "<path>\t<sha256>\t<mode> <user> <group>", or "<path>\t-" when missing.

@@ -55,9 +55,7 @@ class GitCheckouts(SectionFact[dict[str, Checkout]]):
                 found[path] = {"head": head.strip() or None}
         return found
 
-    @staticmethod
-    def default() -> dict[str, Checkout]:
-        return {}
+    DEFAULT: dict[str, Checkout] = {}
 
 
 def require_commit(ref: str, label: str = "git ref") -> str:

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import shlex
 import zipfile
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from vllm_rig.core.files import ConfigFile, config_files
 from vllm_rig.core.run import first_in_run
@@ -66,6 +68,23 @@ def run_from_stdin(program: str, args: list[str], python: str = "python3", secre
     With `secret_env`, stdin's first line becomes that environment variable (never on a command line)."""
     env = f"VLLM_RIG_SECRET_ENV={shlex.quote(secret_env)} " if secret_env else ""
     return f"{env}{python} -c {shlex.quote(_BOOTSTRAP)} {shlex.join([program, *args])}"
+
+
+def answer(output: list[str], key: str) -> dict[str, Any] | None:
+    """A host program's answer: the last line of its output that is a JSON object holding `key`."""
+    for line in reversed(output):
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(data, dict) and key in data:
+            return data
+    return None
+
+
+def said(output: list[str]) -> str:
+    """What a host program said instead of its answer: its last lines, for a one-line error."""
+    return " | ".join(line.strip() for line in output[-3:] if line.strip()) or "no output"
 
 
 def stdin_text(secret: str | None = None) -> str:

@@ -60,9 +60,7 @@ class KeyFileState(TypedDict):
 class KeyFile(SectionFact[KeyFileState]):
     """An env file's state, without reading the key itself."""
 
-    @staticmethod
-    def default() -> KeyFileState:
-        return {"exists": False, "has_key": False, "keys": 0, "mode": None, "group": None}
+    DEFAULT: KeyFileState = {"exists": False, "has_key": False, "keys": 0, "mode": None, "group": None}
 
     def command(self, path: str) -> str:
         p = shlex.quote(path)
@@ -120,9 +118,7 @@ class PrivateFile(SectionFact["PrivateFileState | None"]):
     """A root-only file's mode, owner and sha256, or None: enough to tell whether it holds a secret, never
     reading the secret back."""
 
-    @staticmethod
-    def default() -> PrivateFileState | None:
-        return None
+    DEFAULT: PrivateFileState | None = None
 
     def command(self, path: str) -> str:
         q = shlex.quote(path)

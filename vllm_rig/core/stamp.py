@@ -39,9 +39,7 @@ ABSENT = Stamp()
 class Stamps(SectionFact[dict[str, Stamp]]):
     """{path: Stamp} for the stamp files that exist among `files`, in one command."""
 
-    @staticmethod
-    def default() -> dict[str, Stamp]:
-        return {}
+    DEFAULT: dict[str, Stamp] = {}
 
     def command(self, files: tuple[str, ...]) -> str:
         names = " ".join(shlex.quote(f) for f in files)

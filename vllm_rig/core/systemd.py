@@ -13,9 +13,7 @@ from vllm_rig.core.facts import SectionFact, Sections, section_command
 class UnitState(SectionFact[dict[str, str]]):
     """The unit's LoadState, ActiveState, SubState, UnitFileState and Result (those systemctl printed)."""
 
-    @staticmethod
-    def default() -> dict[str, str]:
-        return {}
+    DEFAULT: dict[str, str] = {}
 
     def command(self, unit: str) -> str:
         props = "-p LoadState -p ActiveState -p SubState -p UnitFileState -p Result"

@@ -75,9 +75,7 @@ class Account(TypedDict):
 class SystemUser(SectionFact[Account | None]):
     """The account of `user`; None when there is none."""
 
-    @staticmethod
-    def default() -> None:
-        return None
+    DEFAULT: None = None
 
     def command(self, user: str) -> str:
         u = shlex.quote(user)

@@ -24,9 +24,7 @@ PHASE = os.environ["VLLM_RIG_FACT_TEST_PHASE"]
 class TestValue(SectionFact[int]):
     """A number in a file; 0 when the host failed on it."""
 
-    @staticmethod
-    def default() -> int:
-        return 0
+    DEFAULT = 0
 
     def command(self, path: str) -> str:
         return section_command({"value": f"cat {shlex.quote(path)} 2>/dev/null"})

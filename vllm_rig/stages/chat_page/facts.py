@@ -14,9 +14,7 @@ class VenvState(TypedDict):
 
 
 class ChatVenv(SectionFact[VenvState]):
-    @staticmethod
-    def default() -> VenvState:
-        return {"complete": False, "current": None}
+    DEFAULT: VenvState = {"complete": False, "current": None}
 
     def command(self, stamp: str, key: str, link: str) -> str:
         return section_command(
@@ -44,9 +42,7 @@ class ChatEnv(SectionFact[str]):
     """ "same" when the page's env file holds the page's key as it is on the box (none when revoked) and a session
     secret, mode 600; else "differs"."""
 
-    @staticmethod
-    def default() -> str:
-        return "differs"
+    DEFAULT: str = "differs"
 
     def command(self, key_file: str, env_file: str) -> str:
         f = shlex.quote(env_file)

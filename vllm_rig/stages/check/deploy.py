@@ -35,9 +35,7 @@ class Contact(SectionFact[ContactState]):
             }
         )
 
-    @staticmethod
-    def default() -> ContactState:
-        return {"user": "?", "uid": -1, "sudo": "unknown", "python": None}
+    DEFAULT: ContactState = {"user": "?", "uid": -1, "sudo": "unknown", "python": None}
 
     def parse(self, sections: Sections) -> ContactState:
         return {

@@ -12,6 +12,8 @@ from vllm_rig.core.run import host_failed
 from vllm_rig.settings import Settings
 from vllm_rig.stages.cuda.facts import CudaToolkit
 
+PROFILE_FILE = "/etc/profile.d/vllm-rig-cuda.sh"
+
 
 def toolkit_problem(cuda_home: str, release: str) -> str | None:
     from pyinfra import host
@@ -37,13 +39,7 @@ def install_cuda(s: Settings) -> None:
     alternative(name=f"/usr/local/cuda stays on {s.cuda_version}", link_name="cuda", path=s.cuda_home)
     config_files(
         name="CUDA_HOME and PATH for login shells",
-        files=(
-            rendered(
-                "/etc/profile.d/vllm-rig-cuda.sh",
-                "cuda/profile-cuda.sh.j2",
-                cuda_home=s.cuda_home,
-            ),
-        ),
+        files=(rendered(PROFILE_FILE, "cuda/profile-cuda.sh.j2", cuda_home=s.cuda_home),),
     )
     require(
         name=f"nvcc {s.cuda_version} and the static libraries are there",

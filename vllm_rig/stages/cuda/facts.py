@@ -21,9 +21,7 @@ class Toolkit(TypedDict):
 
 
 class CudaToolkit(SectionFact[Toolkit]):
-    @staticmethod
-    def default() -> Toolkit:
-        return {"release": None, "version": None, "missing_libs": list(STATIC_LIBS), "cuda_link": None}
+    DEFAULT: Toolkit = {"release": None, "version": None, "missing_libs": list(STATIC_LIBS), "cuda_link": None}
 
     def command(self, cuda_home: str) -> str:
         home = shlex.quote(cuda_home)

@@ -34,6 +34,9 @@ from vllm_rig.stages.preflight.host_state import host_state
 
 KEYRING = "cuda-keyring_1.1-1_all.deb"
 NOUVEAU_BLACKLIST = "blacklist nouveau\noptions nouveau modeset=0\n"
+NOUVEAU_FILE = "/etc/modprobe.d/vllm-rig-blacklist-nouveau.conf"
+LOCK_WAIT_FILE = "/etc/apt/apt.conf.d/50vllm-rig-lock-wait"
+UNATTENDED_FILE = "/etc/apt/apt.conf.d/51vllm-rig-nvidia-blacklist"  # unattended-upgrades leaves the driver alone
 PERSISTENCED_DROPIN = "/etc/systemd/system/nvidia-persistenced.service.d/vllm-rig.conf"
 # Ubuntu-style packaging runs the daemon with --no-persistence-mode; NVIDIA's own driver role replaces
 # ExecStart the same way, so the daemon (not a one-shot nvidia-smi -pm 1) holds persistence mode.
@@ -71,12 +74,9 @@ def install_driver(s: Settings) -> None:
     config_files(
         name="apt and modprobe: wait for the dpkg lock, keep unattended upgrades off the driver, no nouveau",
         files=(
-            text("/etc/apt/apt.conf.d/50vllm-rig-lock-wait", 'DPkg::Lock::Timeout "600";\n'),
-            rendered(
-                "/etc/apt/apt.conf.d/51vllm-rig-nvidia-blacklist",
-                "driver/apt-nvidia-hold.conf.j2",
-            ),
-            text("/etc/modprobe.d/vllm-rig-blacklist-nouveau.conf", NOUVEAU_BLACKLIST),
+            text(LOCK_WAIT_FILE, 'DPkg::Lock::Timeout "600";\n'),
+            rendered(UNATTENDED_FILE, "driver/apt-nvidia-hold.conf.j2"),
+            text(NOUVEAU_FILE, NOUVEAU_BLACKLIST),
         ),
     )
     keyring_deb(

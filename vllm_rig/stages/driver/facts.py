@@ -33,16 +33,14 @@ class Driver(TypedDict):
 
 
 class DriverState(SectionFact[Driver]):
-    @staticmethod
-    def default() -> Driver:
-        return {
-            "packages": {},
-            "holds": [],
-            "loaded_version": None,
-            "nouveau_loaded": False,
-            "boot_id": None,
-            "kernel": None,
-        }
+    DEFAULT: Driver = {
+        "packages": {},
+        "holds": [],
+        "loaded_version": None,
+        "nouveau_loaded": False,
+        "boot_id": None,
+        "kernel": None,
+    }
 
     def command(self) -> str:
         return section_command(SECTIONS)
@@ -107,19 +105,14 @@ class ModuleFailure(SectionFact[ModuleDiagnosis]):
         }
         return section_command(parts)
 
-    @staticmethod
-    def default() -> ModuleDiagnosis:
-        return {"kernel": None, "module_file": None, "dkms": [], "make_log": [], "journal": []}
+    DEFAULT: ModuleDiagnosis = {"kernel": None, "module_file": None, "dkms": [], "make_log": [], "journal": []}
 
     def parse(self, sections: Sections) -> ModuleDiagnosis:
-        def clean(name: str) -> list[str]:
-            return [line.strip() for line in sections.lines(name) if line.strip()]
-
         module = sections.first("module") or ""
         return {
             "kernel": sections.first("kernel"),
             "module_file": module if module.startswith("/") else None,
-            "dkms": clean("dkms"),
-            "make_log": clean("makelog"),
-            "journal": clean("journal"),
+            "dkms": sections.words("dkms"),
+            "make_log": sections.words("makelog"),
+            "journal": sections.words("journal"),
         }

@@ -34,9 +34,7 @@ class BoxFilesState(TypedDict):
 class BoxFiles(SectionFact[BoxFilesState]):
     """A box behind a front: its CA's digest, its key line's digest, whether the key fits."""
 
-    @staticmethod
-    def default() -> BoxFilesState:
-        return {"ca": None, "key": None, "key_ok": False}
+    DEFAULT: BoxFilesState = {"ca": None, "key": None, "key_ok": False}
 
     def command(self, env_file: str, ca_file: str) -> str:
         head, tail = shlex.quote(KEY_HEAD), shlex.quote(KEY_TAIL)

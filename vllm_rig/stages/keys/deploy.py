@@ -13,7 +13,7 @@ from __future__ import annotations
 import shlex
 import time
 
-from pyinfra import host, logger, state
+from pyinfra import host, logger
 from pyinfra.api import deploy, operation
 
 from vllm_rig import paths
@@ -49,18 +49,6 @@ def key_revoked(package: str, keys_dir: str, key_name: str):
         host.noop(f"{key_name} is revoked already")
         return
     yield lan_keys(package, "revoke", "--dir", keys_dir, key_name)  # no such key: one line, and the run fails
-
-
-# Own operation: pyinfra's python.call counts as a change on every run; saying lines changes nothing.
-@operation(is_idempotent=True)
-def lines_said(lines: tuple[str, ...]):
-    """Lines for the owner, said after pyinfra's results (core/end_of_run.py); changes nothing."""
-    if state.is_executing:
-        for line in lines:
-            end_of_run.say(f"[{host.name}] {line}")
-    host.noop("said")
-    return
-    yield  # an operation is a generator, also one that yields nothing
 
 
 def read_command(s: Settings, name: str) -> str:
@@ -138,4 +126,4 @@ def manage_keys(s: Settings) -> None:
         )
     else:
         said = (f"next: {name}'s key is refused from now on; every other key works as before",)
-    lines_said(name="What to do next", lines=said)
+    end_of_run.lines_said(name="What to do next", lines=said)

@@ -20,9 +20,7 @@ class KeyListing(SectionFact[dict[str, Any]]):
     """lan_keys list's JSON: {"now", "since", "keys": {name: {"made", "requests"}}, "server", "without_key",
     "revoked"}; {} when the host programs are not installed."""
 
-    @staticmethod
-    def default() -> dict[str, Any]:
-        return {}
+    DEFAULT: dict[str, Any] = {}
 
     def command(self, package: str, keys_dir: str, log: str, since: float) -> str:
         return section_command({"list": listing_command(package, keys_dir, log, since)})

@@ -20,9 +20,7 @@ class LanHostState(TypedDict):
 class LanHost(SectionFact[LanHostState]):
     """Whether the host has IPv6 and whose sites-enabled/default is there."""
 
-    @staticmethod
-    def default() -> LanHostState:
-        return {"ipv6": False, "default_site": "other"}  # a failed host: touch nothing of nginx's
+    DEFAULT: LanHostState = {"ipv6": False, "default_site": "other"}  # a failed host: touch nothing of nginx's
 
     def command(self, default_site: str) -> str:
         q = shlex.quote(default_site)
@@ -58,9 +56,7 @@ class LanTlsState(TypedDict):
 class LanTls(SectionFact[LanTlsState]):
     """The local CA's state as the host program lan_tls reports it, and its warnings."""
 
-    @staticmethod
-    def default() -> LanTlsState:
-        return {"state": "new: not read", "warnings": []}
+    DEFAULT: LanTlsState = {"state": "new: not read", "warnings": []}
 
     def command(self, package: str, directory: str, names: tuple[str, ...]) -> str:
         args = " ".join(f"--name {shlex.quote(n)}" for n in names)
@@ -94,9 +90,7 @@ class DigestState(TypedDict):
 class Digest(SectionFact[DigestState]):
     """Enough to tell whether nginx loaded what is on disk, in one command."""
 
-    @staticmethod
-    def default() -> DigestState:
-        return {"digest": None, "stamp": None, "active": False, "listening": False}
+    DEFAULT: DigestState = {"digest": None, "stamp": None, "active": False, "listening": False}
 
     def command(self, paths: tuple[str, ...], stamp: str, unit: str, port: int = 0) -> str:
         files = " ".join(shlex.quote(p) for p in paths)
@@ -128,9 +122,7 @@ def lan_keys(package: str, action: str, *args: str) -> str:
 class KeyMap(SectionFact[str]):
     """ "same" when the map file holds the server's and the clients' keys (mode 600), "differs", or "nokey"."""
 
-    @staticmethod
-    def default() -> str:
-        return "differs"
+    DEFAULT: str = "differs"
 
     def command(self, package: str, keys_dir: str, env_file: str, map_file: str) -> str:
         check = lan_keys(package, "map", "--dir", keys_dir, "--env-file", env_file, "--out", map_file, "--check")
@@ -151,9 +143,7 @@ class ClientKeysState(TypedDict):
 class ClientKeys(SectionFact[ClientKeysState]):
     """The client keys' names on the box (never a key)."""
 
-    @staticmethod
-    def default() -> ClientKeysState:
-        return {"keys": [], "revoked": []}
+    DEFAULT: ClientKeysState = {"keys": [], "revoked": []}
 
     def command(self, package: str, keys_dir: str) -> str:
         state = lan_keys(package, "state", "--dir", keys_dir)

@@ -8,7 +8,7 @@ import shlex
 from typing import Any, TypedDict
 
 from vllm_rig.core.facts import SectionFact, Sections, section_command, split_sections
-from vllm_rig.core.host_package import run_from_stdin, stdin_text
+from vllm_rig.core.host_package import answer, run_from_stdin, said, stdin_text
 from vllm_rig.core.secrets import SecretStdin
 
 
@@ -39,15 +39,8 @@ class ModelPreflight(SectionFact[dict[str, Any]]):
 
 def parse_preflight(output: list[str]) -> dict[str, Any]:
     """The script's JSON line, or a failed verdict quoting what the host said instead."""
-    for line in reversed(output):
-        try:
-            data = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(data, dict) and "ok" in data:
-            return data
-    said = " | ".join(line.strip() for line in output[-3:] if line.strip()) or "no output"
-    return {"ok": False, "kind": "internal", "problem": f"the model preflight did not run on the host: {said}"}
+    problem = f"the model preflight did not run on the host: {said(output)}"
+    return answer(output, "ok") or {"ok": False, "kind": "internal", "problem": problem}
 
 
 class FetchState(TypedDict):
@@ -94,7 +87,7 @@ def parse_fetch_state(output: list[str]) -> FetchState:
 
 def fetch_state(sections: Sections) -> FetchState:
     props = dict(line.partition("=")[::2] for line in sections.lines("unit") if "=" in line)
-    check_lines = [line.strip() for line in sections.lines("check") if line.strip()]
+    check_lines = sections.words("check")
     rc_text = check_lines[-1].removeprefix("rc=") if check_lines and check_lines[-1].startswith("rc=") else ""
     try:
         # A progress file caught half-written is not an error: the next poll reads it whole.
@@ -121,15 +114,7 @@ class ServedModels(SectionFact[list[dict[str, Any]] | None]):
         return section_command({"served": listing})
 
     def parse(self, sections: Sections) -> list[dict[str, Any]] | None:
-        for line in reversed(sections.lines("served")):
-            try:
-                data = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(data, dict) and isinstance(data.get("models"), list):
-                return data["models"]
-        return None
+        models = (answer(sections.lines("served"), "models") or {}).get("models")
+        return models if isinstance(models, list) else None
 
-    @staticmethod
-    def default() -> None:
-        return None
+    DEFAULT: None = None

@@ -26,13 +26,13 @@ from pyinfra.api.host import Host
 from vllm_rig import host_settings
 from vllm_rig.core import become
 from vllm_rig.core.secrets import Secret
+from vllm_rig.host.model_peer import TOKEN_ENV
 from vllm_rig.host.model_serve import follower_token
 from vllm_rig.paths import MODEL_PEER_TOKEN_FILE, MODEL_SERVE_UNIT, Layout
 from vllm_rig.settings import Settings
 from vllm_rig.stages.model.facts import ModelFetch
 from vllm_rig.stages.model.operations import FetchSpec, ServeSpec, model_peering_ended, model_served, secret_env_file
 
-TOKEN_VARIABLE = "VLLM_RIG_PEER_TOKEN"  # what vllm_rig/host/model_serve.py and model_peer.py read
 SERVE_GRACE_S = 300  # the server outlives the longest download by this much at most (RuntimeMaxSec)
 PEER_IDLE_S = 120  # the server stops when no follower asked for this long (a follower polls every 2 s)
 
@@ -136,7 +136,7 @@ def serve_peers(s: Settings, role: PeerRole, again: bool = False) -> None:
         secret_env_file(
             name="Model peer token for this run (root only)",
             path=MODEL_PEER_TOKEN_FILE,
-            variable=TOKEN_VARIABLE,
+            variable=TOKEN_ENV,  # what the server and the fetch on the box read
             value=Secret(token_for(role)),
         )
     if role.serve_to:

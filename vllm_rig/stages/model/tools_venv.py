@@ -52,9 +52,7 @@ class Venv(TypedDict):
 
 
 class ToolsVenv(SectionFact[Venv]):
-    @staticmethod
-    def default() -> Venv:
-        return {"python3_venv": False, "python": None, "version": None, "lock": None}
+    DEFAULT: Venv = {"python3_venv": False, "python": None, "version": None, "lock": None}
 
     def command(self, path: str, package: str) -> str:
         # Read from files instead of starting the venv's python twice (~25 ms each, on every re-run): pyvenv.cfg

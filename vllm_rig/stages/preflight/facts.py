@@ -142,11 +142,8 @@ class HostState(SectionFact[Host | None]):
     """Everything preflight needs, in one command. `path` is where the build and model go: the disk
     check reads its nearest existing parent."""
 
-    @staticmethod
-    def default() -> Host | None:
-        """None: pyinfra got no output at all (the command did not run); preflight says it could not read
-        the host, and a host failed while executing gets it too."""
-        return None
+    # None: no output at all (the command did not run); preflight says it could not read the host
+    DEFAULT: Host | None = None
 
     def command(self, path: str = "/") -> str:
         disk = f'p={shlex.quote(path)}; while [ ! -e "$p" ]; do p=$(dirname "$p"); done; df -P -B1 "$p"'

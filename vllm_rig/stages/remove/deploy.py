@@ -30,22 +30,15 @@ from vllm_rig.host.model_fetch import CACHE as MODEL_CACHE
 from vllm_rig.paths import Layout
 from vllm_rig.settings import Settings
 from vllm_rig.stages.chat_page import layout as chat
+from vllm_rig.stages.cuda.deploy import PROFILE_FILE
 from vllm_rig.stages.driver.apt_pin import ARCHIVE_PIN_FILE
-from vllm_rig.stages.driver.deploy import PERSISTENCED_DROPIN
+from vllm_rig.stages.driver.deploy import LOCK_WAIT_FILE, NOUVEAU_FILE, PERSISTENCED_DROPIN, UNATTENDED_FILE
 from vllm_rig.stages.front.deploy import LOADED_STAMP as FRONT_STAMP
 from vllm_rig.stages.lan.deploy import LOADED_STAMP
 from vllm_rig.stages.lan.operations import site_absent
 
 UNIT_DIR = "/etc/systemd/system"
-NOUVEAU_FILE = "/etc/modprobe.d/vllm-rig-blacklist-nouveau.conf"
-DRIVER_FILES = (
-    "/etc/apt/apt.conf.d/50vllm-rig-lock-wait",
-    "/etc/apt/apt.conf.d/51vllm-rig-nvidia-blacklist",
-    NOUVEAU_FILE,
-    ARCHIVE_PIN_FILE,
-    PERSISTENCED_DROPIN,
-    "/etc/profile.d/vllm-rig-cuda.sh",
-)
+DRIVER_FILES = (LOCK_WAIT_FILE, UNATTENDED_FILE, NOUVEAU_FILE, ARCHIVE_PIN_FILE, PERSISTENCED_DROPIN, PROFILE_FILE)
 # What the driver and CUDA stages install, by package name (the driver, its libraries, DKMS modules, CUDA).
 DRIVER_PACKAGES = ("nvidia-*", "libnvidia-*", "xserver-xorg-video-nvidia-*", "cuda-*", "libcu*", "libnpp*",
                    "libnvjpeg*", "nsight-*")  # fmt: skip
@@ -60,9 +53,7 @@ def _glob(pattern: str) -> str:
 class Units(SectionFact[dict[str, list[str]]]):
     """vllm-rig's units: those systemd has loaded or running ("loaded"), and their files ("files")."""
 
-    @staticmethod
-    def default() -> dict[str, list[str]]:
-        return {"loaded": [], "files": []}
+    DEFAULT: dict[str, list[str]] = {"loaded": [], "files": []}
 
     def command(self, patterns: tuple[str, ...]) -> str:
         q = " ".join(shlex.quote(p) for p in patterns)
@@ -75,7 +66,7 @@ class Units(SectionFact[dict[str, list[str]]]):
         )
 
     def parse(self, sections: Sections) -> dict[str, list[str]]:
-        return {k: [line.strip() for line in sections.lines(k) if line.strip()] for k in ("loaded", "files")}
+        return {k: sections.words(k) for k in ("loaded", "files")}
 
 
 # Own operation: which units there are is found on the box by pattern; systemd.service needs their names first.
@@ -103,9 +94,7 @@ def units_removed(patterns: tuple[str, ...]):
 class Present(SectionFact[dict[str, list[str]]]):
     """Which of `candidates` exist ("present"), and the entries of each directory in `listed` ("<dir>")."""
 
-    @staticmethod
-    def default() -> dict[str, list[str]]:
-        return {"present": []}
+    DEFAULT: dict[str, list[str]] = {"present": []}
 
     def command(self, candidates: tuple[str, ...], listed: tuple[str, ...]) -> str:
         checks = "; ".join(f"[ -e {shlex.quote(p)} ] && echo {shlex.quote(p)}" for p in candidates)
@@ -115,11 +104,7 @@ class Present(SectionFact[dict[str, list[str]]]):
         return section_command(sections)
 
     def parse(self, sections: Sections) -> dict[str, list[str]]:
-        out = {"present": [line.strip() for line in sections.lines("present") if line.strip()]}
-        for name in sections.raw:
-            if name.startswith("dir"):
-                out[name] = [line.strip() for line in sections.lines(name) if line.strip()]
-        return out
+        return {name: sections.words(name) for name in sections.raw}  # "present", "dir0", "dir1"...
 
 
 def _within(path: str, top: str) -> bool:
@@ -226,9 +211,7 @@ def system_user_removed(user: str):
 class DriverPackages(SectionFact[dict[str, object]]):
     """vllm-rig's driver record, and the installed and the held packages of the driver and CUDA."""
 
-    @staticmethod
-    def default() -> dict[str, object]:
-        return {"record": None, "installed": [], "held": []}
+    DEFAULT: dict[str, object] = {"record": None, "installed": [], "held": []}
 
     def command(self, patterns: tuple[str, ...]) -> str:
         q = " ".join(shlex.quote(p) for p in patterns)
@@ -242,10 +225,8 @@ class DriverPackages(SectionFact[dict[str, object]]):
         )
 
     def parse(self, sections: Sections) -> dict[str, object]:
-        def names(k: str) -> list[str]:
-            return sorted({line.strip() for line in sections.lines(k) if line.strip()})
-
-        return {"record": sections.first("record"), "installed": names("installed"), "held": names("held")}
+        names = {k: sorted(set(sections.words(k))) for k in ("installed", "held")}
+        return {"record": sections.first("record"), **names}
 
 
 @operation()
@@ -287,9 +268,7 @@ class LeftBehind(SectionFact[dict[str, list[str]]]):
     CUDA packages with their installed size, the CUDA toolkits, NVIDIA's apt source, the nouveau blacklist, nginx
     and its stub default site, and the driver's record (whether the driver is vllm-rig's)."""
 
-    @staticmethod
-    def default() -> dict[str, list[str]]:
-        return {}
+    DEFAULT: dict[str, list[str]] = {}
 
     def command(self, model_dirs: tuple[str, ...]) -> str:
         dirs = " ".join(shlex.quote(d) for d in model_dirs)
@@ -310,19 +289,7 @@ class LeftBehind(SectionFact[dict[str, list[str]]]):
         )
 
     def parse(self, sections: Sections) -> dict[str, list[str]]:
-        keys = (
-            "model",
-            "held",
-            "driver_kib",
-            "cuda",
-            "apt_source",
-            "nouveau",
-            "nginx",
-            "nginx_stub",
-            "record",
-            "chat_data",
-        )
-        return {k: [line.strip() for line in sections.lines(k) if line.strip()] for k in keys}
+        return {k: sections.words(k) for k in sections.raw}
 
 
 def _size(n_bytes: float) -> str:

@@ -46,9 +46,7 @@ class RuntimeState(SectionFact[Runtimes]):
     def parse(self, sections: Sections) -> Runtimes:
         return parse_runtime_state(sections)
 
-    @staticmethod
-    def default() -> Runtimes:
-        return {"current": None, "previous": None, "runtimes": {}}
+    DEFAULT: Runtimes = {"current": None, "previous": None, "runtimes": {}}
 
 
 def parse_runtime_state(output: list[str] | Sections) -> Runtimes:
@@ -106,9 +104,7 @@ class BuildState(SectionFact[Build]):
     def parse(self, sections: Sections) -> Build:
         return parse_build_state(sections)
 
-    @staticmethod
-    def default() -> Build:
-        return parse_build_state([])
+    DEFAULT: Build = {"complete": False, "unit": {}, "active": False, "status": {}, "others": []}
 
 
 def built_state(runtime: str, unit: str) -> Build:
@@ -162,9 +158,7 @@ class LogProgress(SectionFact[Progress]):
             sections.unreadable("the log's line count", count)
         return {"count": int(count), "lines": [x.rstrip() for x in lines[1:]]}
 
-    @staticmethod
-    def default() -> Progress:
-        return {"count": 0, "lines": []}
+    DEFAULT: Progress = {"count": 0, "lines": []}
 
 
 class LogTail(SectionFact[list[str]]):
@@ -176,18 +170,14 @@ class LogTail(SectionFact[list[str]]):
     def parse(self, sections: Sections) -> list[str]:
         return [line.rstrip() for line in sections.lines("tail")]
 
-    @staticmethod
-    def default() -> list[str]:
-        return []
+    DEFAULT: list[str] = []
 
 
 class LoadedHost(SectionFact[str]):
     """ "kernel=<release> driver=<loaded nvidia module version>": what JIT caches (FlashInfer, Triton, torch
     extensions, vLLM's P2P cache) are valid for. Read when the operation runs, after any reboot of the run."""
 
-    @staticmethod
-    def default() -> str:
-        return "kernel=unknown driver=none"
+    DEFAULT: str = "kernel=unknown driver=none"
 
     def command(self) -> str:
         return section_command({"kernel": "uname -r", "driver": "cat /sys/module/nvidia/version 2>/dev/null"})
@@ -204,9 +194,7 @@ class Started(TypedDict):
 class ServiceStart(SectionFact[Started]):
     """When the service's main process started, to compare with the stamps' times."""
 
-    @staticmethod
-    def default() -> Started:
-        return {"state": "unknown", "started": None}
+    DEFAULT: Started = {"state": "unknown", "started": None}
 
     def command(self, service: str) -> str:
         unit = shlex.quote(f"{service}.service")

@@ -5,14 +5,14 @@ the service's systemd properties, and two local HTTP requests (/v1/models with t
 
 from __future__ import annotations
 
-import json
 import shlex
 from typing import Any
 
 from vllm_rig.core.facts import SectionFact, Sections, section_command
-from vllm_rig.core.host_package import run_from_stdin, stdin_text
+from vllm_rig.core.host_package import answer, run_from_stdin, said, stdin_text
 from vllm_rig.core.secrets import SecretStdin
 from vllm_rig.host import gpu_facts
+from vllm_rig.host.model_fetch import MARKER as MODEL_MARKER
 from vllm_rig.paths import (
     DRIVER_RECORD,
     GPU_VERDICT,
@@ -49,7 +49,6 @@ TIMER_PROPERTIES = ("LoadState", "ActiveState", "NextElapseUSecRealtime", "NextE
 MARKER_KEYS = ["repo", "revision", "commit", "completed_at", "total_bytes", "endpoint"]
 RUNTIME_KEYS = ["name", "fingerprint", "built_at", "versions", "nvcc"]
 VERDICT_KEYS = ["verdict", "exit_code", "problems", "gates", "driver_version", "elapsed_s"]
-MODEL_MARKER = ".vllm-rig-complete.json"  # vllm_rig/host/model_fetch.py MARKER
 
 
 def probe_stdin() -> SecretStdin:
@@ -126,12 +125,4 @@ class RigStatus(SectionFact[dict[str, Any]]):
 
 
 def parse_probe(output: list[str]) -> dict[str, Any]:
-    for line in reversed(output):
-        try:
-            data = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(data, dict) and "commands" in data:
-            return data
-    said = " | ".join(line.strip() for line in output[-3:] if line.strip()) or "no output"
-    return {"error": f"the status probe did not run on the host: {said}"}
+    return answer(output, "commands") or {"error": f"the status probe did not run on the host: {said(output)}"}

@@ -14,7 +14,7 @@ import shlex
 from typing import Any
 
 from pyinfra import host, state
-from pyinfra.api import deploy, operation
+from pyinfra.api import deploy
 
 from vllm_rig import paths
 from vllm_rig.core import end_of_run, run_summary
@@ -106,26 +106,13 @@ def connection(h: Any) -> dict[str, Any]:
     return {"name": h.name, **{k: h.data.get(k) for k in keys}}
 
 
-# Own operation: pyinfra's python.call counts as a change on every run; printing changes nothing.
-@operation(is_idempotent=True)
-def summary_printed(next_lines: tuple[str, ...]):
-    """The summary, printed when the operation runs; it changes nothing on the host."""
-    if state.is_executing:
-        # Said last, after pyinfra's results table, where bin/deploy and bin/rig run it (core/end_of_run.py).
-        for line in stage_lines(run_summary.host_stages(state, host)):
-            end_of_run.say(f"[{host.name}] summary: {line}")
-        for line in next_lines:
-            end_of_run.say(f"[{host.name}] next: {line}")
-    host.noop("summary printed")
-    return
-    yield  # an operation is a generator, also one that yields nothing
-
-
 @deploy("Summary")
 def summarize(s: Settings) -> None:
     if host_failed():
         return
-    summary_printed(
-        name="What changed, how long each stage took, and the next step",
-        next_lines=tuple(next_step_lines(connection(host), s)),
-    )
+    next_lines = [f"next: {line}" for line in next_step_lines(connection(host), s)]
+
+    def said() -> list[str]:  # when it runs: what this run did and how long each stage took
+        return [f"summary: {line}" for line in stage_lines(run_summary.host_stages(state, host))] + next_lines
+
+    end_of_run.lines_said(name="What changed, how long each stage took, and the next step", lines=said)

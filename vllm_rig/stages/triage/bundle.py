@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from vllm_rig.host import triage
+from vllm_rig.host.model_fetch import MARKER as MODEL_MARKER
 from vllm_rig.paths import GPU_VERDICT, HF_TOKEN_FILE, LOG_DIR, MODEL_PEER_TOKEN_FILE, Layout
 from vllm_rig.settings import SECRET_ENV_NAME, SECRET_KEYS, Settings
-from vllm_rig.stages.status.facts import MODEL_MARKER
 
 REDACTED = "<redacted>"
 # The kernel's NVIDIA lines: the driver (NVRM), Xid errors, and modules that did not load.

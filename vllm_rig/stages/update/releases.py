@@ -10,14 +10,13 @@ newer one the guarded update that tries it (tasks/update_fork.py). Changes nothi
 
 from __future__ import annotations
 
-import json
 import shlex
 
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, deploy, operation
 
 from vllm_rig.core.become import sudo_args
-from vllm_rig.core.host_package import host_programs
+from vllm_rig.core.host_package import answer, host_programs
 from vllm_rig.core.run import host_failed
 from vllm_rig.known import fork_lines
 from vllm_rig.paths import Layout
@@ -75,13 +74,7 @@ def releases_listed(command: str):
 
 def _list(state, host, command: str) -> bool:  # noqa: ARG001 - pyinfra passes them
     ok, output = host.run_shell_command(StringCommand(command), **sudo_args(host))
-    result = None
-    for line in reversed(output.stdout_lines):
-        try:
-            result = json.loads(line)
-            break
-        except ValueError:
-            continue
+    result = answer(output.stdout_lines, "releases")
     if not result:
         logger.error(f"[{host.name}] fork releases: the listing did not run: {output.stderr.strip()[-300:]}")
         return False
