@@ -85,7 +85,11 @@ def test_a_deploy_proves_the_start_and_runs_the_watchdog(rig: Rig) -> None:
     assert result["boot_id"] == machine.boot_id(rig.machine("rig1"))
     _checks_in(_journal(rig, since))
     assert "KV cache 207,692 tokens recorded" in _journal(rig, since)
-    watchdog = _wait("a watchdog round", lambda: _json(rig, WATCHDOG), timeout=90)
+    # A probed round: the timer, re-armed by this deploy's daemon-reload past its OnBootSec, may fire while the deploy
+    # restarts the server; that round is "not probed" (the service was activating), neither a pass nor a failure.
+    watchdog = _wait(
+        "a watchdog round", lambda: (w := _json(rig, WATCHDOG)).get("check") != "service" and w, timeout=90
+    )
     assert watchdog["ok"] is True and watchdog["failures_in_row"] == 0, watchdog
     assert "active" in rig.ssh("rig1", "systemctl is-active vllm-rig-watchdog.timer")
 
