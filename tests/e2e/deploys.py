@@ -6,9 +6,6 @@ import json
 import os
 import re
 import subprocess
-import sys
-import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -68,53 +65,15 @@ def deploy(
     rig: Rig, *files: str, data: dict[str, object] | None = None, limit: str | None = None, timeout: float = 900
 ) -> DeployRun:
     """`pyinfra -y inventory/sandbox.py FILES --json [--limit HOST] --data K=V ...`, parsed."""
-    run: subprocess.CompletedProcess[str] = rig.pyinfra(*_args(files, data, limit), timeout=timeout)
-    return _parsed(run.returncode, run.stdout, run.stderr)
-
-
-def deploy_until(
-    rig: Rig,
-    *files: str,
-    said: str,
-    then: Callable[[], None],
-    data: dict[str, object] | None = None,
-    timeout: float = 900,
-) -> DeployRun:
-    """deploy(), calling `then()` once pyinfra's output has a line with `said`: for a scenario that holds
-    something up (a long build) only until the deploy has reached it."""
-    cmd = [str(Path(sys.executable).with_name("pyinfra")), "-y", str(rig.inventory.relative_to(paths.REPO))]
-    with tempfile.TemporaryFile("w+") as out:
-        proc = subprocess.Popen(
-            [*cmd, *_args(files, data, None)], cwd=paths.REPO, stdout=out, stderr=subprocess.PIPE, text=True
-        )
-        killer = threading.Timer(timeout, proc.kill)  # as deploy()'s timeout: a hung run ends the scenario
-        killer.start()
-        lines: list[str] = []
-        try:
-            for line in proc.stderr or ():  # to its end, when pyinfra exits
-                if said in line and not any(said in x for x in lines):
-                    then()
-                lines.append(line)
-            proc.wait()
-        finally:
-            killer.cancel()
-        out.seek(0)
-        return _parsed(proc.returncode, out.read(), "".join(lines))
-
-
-def _args(files: tuple[str, ...], data: dict[str, object] | None, limit: str | None) -> list[str]:
     args = [*files, "--json", *(["--limit", limit] if limit else [])]
     for key, value in (data or {}).items():
         args += ["--data", f"{key}={json.dumps(value) if not isinstance(value, str) else value}"]
-    return args
-
-
-def _parsed(rc: int, stdout: str, stderr: str) -> DeployRun:
+    run: subprocess.CompletedProcess[str] = rig.pyinfra(*args, timeout=timeout)
     results = {}
-    if stdout.strip():
-        results = json.loads(stdout).get("results") or {}
+    if run.stdout.strip():
+        results = json.loads(run.stdout).get("results") or {}
     changed = [op["name"] for op in results.get("operations", []) if op.get("success")]
-    return DeployRun(rc, changed, results.get("failed_hosts", []), stderr)
+    return DeployRun(run.returncode, changed, results.get("failed_hosts", []), run.stderr)
 
 
 def serving(rig: Rig, name: str = "rig1") -> bool:

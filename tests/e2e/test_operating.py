@@ -30,9 +30,7 @@ from tests.sandbox.fixtures import forge
 from tests.unit.test_triage import GIVEN_PARTS, HOST_PARTS  # the bundle's parts, listed once
 
 pytestmark = pytest.mark.sandbox
-# The stand-in fork's build, long enough to read the status in the middle of it; set back after the reads, the rest of
-# the build goes at the usual pace (the stand-in reads its knob at every step).
-BUILD_SECONDS = 40
+BUILD_SECONDS = 40  # the stand-in fork's build, long enough to read the status in the middle of it
 
 
 @pytest.fixture(scope="module")
