@@ -27,6 +27,9 @@ DATA = {
     "watchdog_max_restarts": 1,
     "watchdog_timeout_s": 5,
     "gpu_wait_timeout_s": 12,
+    # systemd's pause before each automatic restart (default 10 s): seven of these scenarios wait through one
+    # or two; what they prove (a restart happens, is counted, is bounded) does not depend on its length.
+    "service_restart_sec": 3,
 }
 CHECK = "/var/lib/vllm-rig/start-check.json"
 WATCHDOG = "/var/lib/vllm-rig/watchdog.json"
@@ -82,7 +85,11 @@ def test_a_deploy_proves_the_start_and_runs_the_watchdog(rig: Rig) -> None:
     assert result["boot_id"] == machine.boot_id(rig.machine("rig1"))
     _checks_in(_journal(rig, since))
     assert "KV cache 207,692 tokens recorded" in _journal(rig, since)
-    watchdog = _wait("a watchdog round", lambda: _json(rig, WATCHDOG), timeout=90)
+    # A probed round: the timer, re-armed by this deploy's daemon-reload past its OnBootSec, may fire while the deploy
+    # restarts the server; that round is "not probed" (the service was activating), neither a pass nor a failure.
+    watchdog = _wait(
+        "a watchdog round", lambda: (w := _json(rig, WATCHDOG)).get("check") != "service" and w, timeout=90
+    )
     assert watchdog["ok"] is True and watchdog["failures_in_row"] == 0, watchdog
     assert "active" in rig.ssh("rig1", "systemctl is-active vllm-rig-watchdog.timer")
 
@@ -126,7 +133,7 @@ def test_wrong_answers_restart_then_stay_down_naming_the_check(rig: Rig) -> None
     assert len(lines) == 1, lines
     assert "after 3 failed starts: check arithmetic failed" in lines[0] and "answered '1+2=3'" in lines[0], lines
     assert journal.count("failed check arithmetic") == 2  # starts 1 and 2 of 3, each restarted by systemd
-    time.sleep(15)  # longer than RestartSec: nothing restarts it
+    time.sleep(DATA["service_restart_sec"] + 7)  # well past RestartSec: nothing restarts it
     assert rig.ssh("rig1", "systemctl is-active vllm", check=False).strip() in ("inactive", "failed")
     result = _json(rig, CHECK)
     assert result["ok"] is False and result["check"] == "arithmetic" and "1+2=3" in result["detail"]
