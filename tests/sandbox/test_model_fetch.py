@@ -18,83 +18,38 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from tests import host_scripts
-from tests.sandbox import paths
 from tests.sandbox.fixtures import hf_mirror
-from tests.sandbox.fixtures.hf_mirror import server as mirror_server
 from vllm_rig.host import model_fetch
 
 SCRIPT = host_scripts.program("model_fetch")  # argv: python, the zip, the program
-REPO = "nerkyor/Qwen3.6-27B-DSV4Pro-Thinking-Distill-FP8"
+REPO = hf_mirror.REPO
+source = hf_mirror.source
 BIG_SHARD = "model-00001-of-00003.safetensors"
 SMALL_SHARD = "model-00002-of-00003.safetensors"
 MARKER = ".vllm-rig-complete.json"
 MIB = 1 << 20
 
 
-def load_script() -> ModuleType:
-    return model_fetch
+mf = model_fetch
 
 
-mf = load_script()
-
-
-@dataclass
-class Mirror:
-    server: mirror_server.MirrorServer
-    knobs_file: Path
-    log_file: Path
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.port}"
-
-    def set_knobs(self, **knobs: Any) -> None:
-        hf_mirror.write_knobs(self.knobs_file, knobs)
-
-    def log(self) -> list[dict[str, Any]]:
-        if not self.log_file.exists():
-            return []
-        return [json.loads(line) for line in self.log_file.read_text().splitlines()]
-
-    def gets(self, file_path: str | None = None) -> list[dict[str, Any]]:
-        """GETs of files (resolve URLs), or of one file."""
-        return [
-            r
-            for r in self.log()
-            if r["method"] == "GET"
-            and "/resolve/" in r["path"]
-            and (file_path is None or r["path"].endswith(f"/{file_path}"))
-        ]
-
-    def commit(self, branch: str = "main") -> str:
-        revision = self.server.store.revision(REPO, branch)
-        assert revision is not None
-        return revision.commit
+Mirror = hf_mirror.Running
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mirror]:
-    hf_mirror.build()
-    state = tmp_path_factory.mktemp("hf-mirror-state")
-    layout = hf_mirror.Layout(paths.WWW / "hf", state / "knobs.json", state / "log.jsonl")
-    server, thread = hf_mirror.start_in_thread(0, layout)
-    yield Mirror(server, layout.knobs, layout.log)
-    server.shutdown()
-    server.server_close()
-    thread.join(5)
+    yield from hf_mirror.serving(tmp_path_factory.mktemp("hf-mirror-state"))
 
 
 @pytest.fixture
 def mirror(served: Mirror) -> Mirror:
-    served.set_knobs()
-    served.log_file.write_text("")
-    return served
+    return served.reset()
 
 
 @dataclass
@@ -157,10 +112,6 @@ def fetch(mirror: Mirror, box: Box, *extra: str, repo: str = REPO, **env: str) -
 
 def script(box: Box, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return run([*SCRIPT, *args], box, **env)
-
-
-def source(branch: str = "main") -> Path:
-    return paths.WWW.joinpath("hf", *REPO.split("/"), branch)
 
 
 def digests(directory: Path) -> dict[str, str]:
@@ -455,15 +406,6 @@ def test_stop_by_sigterm_ends_the_download_at_once_and_says_so(mirror: Mirror, b
 def test_token_is_sent_but_never_printed(
     mirror: Mirror, box: Box, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    seen: list[str | None] = []
-    original = mirror_server.Handler._handle
-
-    def handle(self: mirror_server.Handler) -> None:
-        if not self.path.startswith("/api/agent-harnesses"):  # the CLI's agent probe sends no token anyway
-            seen.append(self.headers.get("Authorization"))
-        original(self)
-
-    monkeypatch.setattr(mirror_server.Handler, "_handle", handle)
     token = f"hf_{secrets.token_hex(16)}"
     outputs = [
         fetch(mirror, box, HF_TOKEN=token),
@@ -475,6 +417,7 @@ def test_token_is_sent_but_never_printed(
         assert token not in result.stdout + result.stderr
     written = [p for p in tmp_path.rglob("*") if p.is_file() and p.stat().st_size < 10 * MIB]
     assert written and not [p for p in written if token.encode() in p.read_bytes()]
+    seen = mirror.server.authorizations
     assert seen and set(seen) == {f"Bearer {token}"}  # every request: the preflight's and the download's
 
     # Without HF_TOKEN nothing is sent, even with a token file in HF_HOME (implicit tokens are off).
