@@ -536,19 +536,6 @@ def test_streaming_chat_chunks(seed000: Server) -> None:
     assert usage["completion_tokens"] == 40
 
 
-def test_completions_endpoint(seed000: Server) -> None:
-    status, body = seed000.json(
-        "POST", "/v1/completions", {"model": "qwen-local", "prompt": "one two three"}, key=API_KEY
-    )
-    assert status == 200 and body["object"] == "text_completion"
-    assert body["usage"] == {
-        "prompt_tokens": 4,  # one, two, thre|e
-        "total_tokens": 20,
-        "completion_tokens": 16,
-        "prompt_tokens_details": None,
-    }
-
-
 def metric(text: str, name: str) -> float:
     match = re.search(rf'^{re.escape(name)}{{engine="0",model_name="qwen-local"}} (\S+)$', text, re.M)
     assert match, name
