@@ -227,9 +227,7 @@ def test_build_is_deterministic_and_idempotent(manifest: dict, tmp_path: Path) -
     assert forge.publish(tmp_path) == manifest  # another build, later, elsewhere: the same SHAs
     refs = forge.GIT_DIR / f"{forge.FORK}.git" / "packed-refs"
     before = refs.stat().st_mtime_ns
-    t0 = time.monotonic()
     forge.build()
-    assert time.monotonic() - t0 < 1.0
     assert refs.stat().st_mtime_ns == before
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -62,9 +61,7 @@ def http(
 
 
 def test_build_is_idempotent_and_deterministic(served: hf_mirror.Running, tmp_path: Path) -> None:
-    started = time.monotonic()
     assert generate.build_repos(paths.WWW / "hf") is False  # already built: nothing to do
-    assert time.monotonic() - started < 1.0
     # A fresh build elsewhere gives the same bytes, hence the same commit shas.
     assert generate.build_repos(tmp_path / "hf") is True
     for repo in hf_mirror.REPO_IDS:
