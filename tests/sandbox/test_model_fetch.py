@@ -402,9 +402,7 @@ def test_stop_by_sigterm_ends_the_download_at_once_and_says_so(mirror: Mirror, b
     assert_complete(box, mirror)
 
 
-def test_token_is_sent_but_never_printed(
-    mirror: Mirror, box: Box, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def test_token_is_sent_but_never_printed(mirror: Mirror, box: Box, tmp_path: Path) -> None:
     token = f"hf_{secrets.token_hex(16)}"
     outputs = [
         fetch(mirror, box, HF_TOKEN=token),
