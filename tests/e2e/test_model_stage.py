@@ -32,7 +32,6 @@ from tests.e2e.model import (
     BIG_SHARD,
     ENDPOINT,
     MIB,
-    MIRROR,
     MODEL_DIR,
     MODELS,
     REPO,
@@ -60,7 +59,6 @@ from tests.e2e.model import (
 )
 from tests.sandbox import paths
 from tests.sandbox.fixtures import hf_mirror
-from tests.sandbox.fixtures.hf_mirror import server as mirror_server
 
 pytestmark = pytest.mark.sandbox
 
@@ -361,24 +359,9 @@ def test_new_revision_downloads_beside_and_switches_when_complete(rig: Rig) -> N
 
 @pytest.fixture
 def own_mirror(tmp_path: Path) -> Iterator[tuple[str, list[str | None]]]:
-    """A mirror of our own on a free port that records each request's Authorization header."""
-    seen: list[str | None] = []
-
-    class Handler(mirror_server.Handler):
-        def _handle(self) -> None:
-            if not self.path.startswith("/api/agent-harnesses"):  # the CLI's agent probe sends no token
-                seen.append(self.headers.get("Authorization"))
-            super()._handle()
-
-    layout = hf_mirror.Layout(MIRROR.repos, tmp_path / "knobs.json", tmp_path / "log.jsonl")
-    server = mirror_server.MirrorServer(("127.0.0.1", 0), layout)
-    server.RequestHandlerClass = Handler
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.port}", seen
-    server.shutdown()
-    server.server_close()
-    thread.join(5)
+    """A mirror of our own on a free port, with each request's Authorization header."""
+    for running in hf_mirror.serving(tmp_path):
+        yield running.url, running.server.authorizations
 
 
 def test_token_is_sent_but_appears_nowhere(rig: Rig, own_mirror: tuple[str, list[str | None]]) -> None:

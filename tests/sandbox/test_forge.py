@@ -19,7 +19,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -29,106 +28,16 @@ import pytest
 
 from tests.sandbox import services
 from tests.sandbox.fixtures import forge
+from tests.sandbox.test_standin_parser import seed_argv as flat
+from tests.sandbox.test_standin_parser import without_the_two_bad_things
+from tests.unit.seed_units import SEED1_ARGS, SEED2_ARGS
 
 # The users' commands (seeds 000 and 002), flag for flag; host, port and model path are swapped per test.
 # Seed 000 without the two things the real v0.1.x server refuses (see test_standin_parser.py): --device-ids
 # (GPUs come from CUDA_VISIBLE_DEVICES) and default_thinking_token_budget inside --reasoning-config (the
 # budget is VLLM_DEFAULT_THINKING_TOKEN_BUDGET in the environment: test_the_servers_budget_applies_only_...).
-SEED_000 = [
-    "--host",
-    "0.0.0.0",
-    "--port",
-    "8000",
-    "--model",
-    "/home/zyyuc/models/Qwen3.6-27B-DSV4Pro-Thinking-FP8",
-    "--served-model-name",
-    "qwen-local",
-    "--dtype",
-    "half",
-    "--tensor-parallel-size",
-    "2",
-    "--quantization",
-    "fp8",
-    "--kv-cache-dtype",
-    "fp8_e4m3",
-    "--max-model-len",
-    "100000",
-    "--enable-prefix-caching",
-    "--max-num-seqs",
-    "1",
-    "--max-num-batched-tokens",
-    "4096",
-    "--enable-chunked-prefill",
-    "--no-async-scheduling",
-    "--skip-mm-profiling",
-    "--reasoning-parser",
-    "qwen3",
-    "--reasoning-config",
-    '{"reasoning_start_str":"<think>","reasoning_end_str":"</think>"}',
-    "--default-chat-template-kwargs",
-    '{"enable_thinking":true}',
-    "--enable-auto-tool-choice",
-    "--tool-call-parser",
-    "qwen3_coder",
-    "--chat-template-content-format",
-    "string",
-    "--gpu-memory-utilization",
-    "0.92",
-    "--additional-config",
-    '{"gdn_prefill_backend":"flashqla_legacy"}',
-    "--speculative-config",
-    '{"method":"mtp","num_speculative_tokens":3}',
-    "--compilation-config",
-    '{"cudagraph_mode":"PIECEWISE","cudagraph_capture_sizes":[4],"max_cudagraph_capture_size":4}',
-    "--override-generation-config",
-    '{"temperature":0.6,"top_p":0.95,"top_k":20,"min_p":0.0,"presence_penalty":0.0,"repetition_penalty":1.06}',
-    "--cpu-offload-gb",
-    "0",
-    "--disable-uvicorn-access-log",
-]
-SEED_002 = [
-    "--host",
-    "0.0.0.0",
-    "--port",
-    "8000",
-    "--model",
-    "/path/to/models/Qwen3.8-27B-FP8",
-    "--served-model-name",
-    "qwen38-27b",
-    "--dtype",
-    "half",
-    "--tensor-parallel-size",
-    "2",
-    "--generation-config",
-    "vllm",
-    "--max-model-len",
-    "131072",
-    "--enable-chunked-prefill",
-    "--max-num-seqs",
-    "1",
-    "--max-num-batched-tokens",
-    "2048",
-    "--override-generation-config",
-    '{"temperature":0.1}',
-    "--quantization",
-    "fp8",
-    "--gpu-memory-utilization",
-    "0.92",
-    "--mamba-cache-mode",
-    "align",
-    "--enable-prefix-caching",
-    "--reasoning-parser",
-    "qwen3",
-    "--tool-call-parser",
-    "qwen3_xml",
-    "--enable-auto-tool-choice",
-    "--additional-config",
-    '{"gdn_prefill_backend":"flashqla_legacy"}',
-    "--speculative-config",
-    '{"method":"mtp","num_speculative_tokens":3}',
-    "--compilation-config",
-    '{"cudagraph_mode":"PIECEWISE","cudagraph_capture_sizes":[4],"max_cudagraph_capture_size":4}',
-]
+SEED_000 = flat(without_the_two_bad_things(SEED1_ARGS))
+SEED_002 = flat(SEED2_ARGS)
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 API_KEY = "sandbox-key"
 RATES = {"prefill_tps": 2000.0, "decode_tps": 100.0, "mtp_acceptance": 0.75}
@@ -318,9 +227,7 @@ def test_build_is_deterministic_and_idempotent(manifest: dict, tmp_path: Path) -
     assert forge.publish(tmp_path) == manifest  # another build, later, elsewhere: the same SHAs
     refs = forge.GIT_DIR / f"{forge.FORK}.git" / "packed-refs"
     before = refs.stat().st_mtime_ns
-    t0 = time.monotonic()
     forge.build()
-    assert time.monotonic() - t0 < 1.0
     assert refs.stat().st_mtime_ns == before
 
 
@@ -627,19 +534,6 @@ def test_streaming_chat_chunks(seed000: Server) -> None:
     assert usage["completion_tokens"] == 40
 
 
-def test_completions_endpoint(seed000: Server) -> None:
-    status, body = seed000.json(
-        "POST", "/v1/completions", {"model": "qwen-local", "prompt": "one two three"}, key=API_KEY
-    )
-    assert status == 200 and body["object"] == "text_completion"
-    assert body["usage"] == {
-        "prompt_tokens": 4,  # one, two, thre|e
-        "total_tokens": 20,
-        "completion_tokens": 16,
-        "prompt_tokens_details": None,
-    }
-
-
 def metric(text: str, name: str) -> float:
     match = re.search(rf'^{re.escape(name)}{{engine="0",model_name="qwen-local"}} (\S+)$', text, re.M)
     assert match, name
@@ -667,42 +561,6 @@ def test_metrics_use_vllm_names(seed000: Server) -> None:
         metric(text, name)
     assert 'vllm:time_to_first_token_seconds_bucket{engine="0",model_name="qwen-local",le="+Inf"}' in text
     assert "# TYPE vllm:time_to_first_token_seconds histogram" in text
-
-
-def test_measured_rates_match_the_knobs(seed000: Server) -> None:
-    """A benchmark's view: TTFT from the first chunk, decode from the streamed tokens, MTP from /metrics."""
-    before = seed000.request("GET", "/metrics").read().decode()
-    prompt = f"{uuid.uuid4().hex} " + " ".join(f"word{i % 97:02d}xy" for i in range(1000))  # 2 tokens a word
-    t0, chunks, usage = stream_chat(seed000, prompt, 101)
-    after = seed000.request("GET", "/metrics").read().decode()
-    ttft = chunks[0][0] - t0
-    prefill = usage["prompt_tokens"] / ttft
-    decode = (usage["completion_tokens"] - 1) / (chunks[-1][0] - chunks[0][0])
-    drafted = metric(after, "vllm:spec_decode_num_draft_tokens_total") - metric(
-        before, "vllm:spec_decode_num_draft_tokens_total"
-    )
-    accepted = metric(after, "vllm:spec_decode_num_accepted_tokens_total") - metric(
-        before, "vllm:spec_decode_num_accepted_tokens_total"
-    )
-    assert usage["prompt_tokens"] == 2015 and usage["completion_tokens"] == 101
-    assert forge.rate_reads_back(prefill, RATES["prefill_tps"]), prefill
-    assert forge.decode_reads_back(decode, RATES["decode_tps"], usage["completion_tokens"]), decode
-    assert accepted / drafted == pytest.approx(RATES["mtp_acceptance"], rel=0.03)
-    hits = metric(seed000.request("GET", "/metrics").read().decode(), "vllm:prefix_cache_hits_total")
-    stream_chat(seed000, prompt, 1)  # same prompt: the prefix cache serves most of it (counted, not timed)
-    time.sleep(0.2)
-    served = metric(seed000.request("GET", "/metrics").read().decode(), "vllm:prefix_cache_hits_total") - hits
-    assert served >= usage["prompt_tokens"] // 2, served
-
-
-def test_knobs_apply_without_restart(seed000: Server, runtime: Runtime) -> None:
-    runtime.knobs.write_text(json.dumps({**KNOBS, "decode_tps": 400.0}))
-    try:
-        _, chunks, usage = stream_chat(seed000, "fast now", 201)
-        decode = (usage["completion_tokens"] - 1) / (chunks[-1][0] - chunks[0][0])
-        assert forge.decode_reads_back(decode, 400.0, usage["completion_tokens"]), decode
-    finally:
-        runtime.knobs.write_text(json.dumps(KNOBS))
 
 
 def test_queueing_and_disconnect_free_the_single_slot(seed000: Server) -> None:

@@ -18,83 +18,37 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
 
 from tests import host_scripts
-from tests.sandbox import paths
 from tests.sandbox.fixtures import hf_mirror
-from tests.sandbox.fixtures.hf_mirror import server as mirror_server
 from vllm_rig.host import model_fetch
 
 SCRIPT = host_scripts.program("model_fetch")  # argv: python, the zip, the program
-REPO = "nerkyor/Qwen3.6-27B-DSV4Pro-Thinking-Distill-FP8"
+REPO = hf_mirror.REPO
+source = hf_mirror.source
 BIG_SHARD = "model-00001-of-00003.safetensors"
 SMALL_SHARD = "model-00002-of-00003.safetensors"
 MARKER = ".vllm-rig-complete.json"
 MIB = 1 << 20
 
 
-def load_script() -> ModuleType:
-    return model_fetch
+mf = model_fetch
 
 
-mf = load_script()
-
-
-@dataclass
-class Mirror:
-    server: mirror_server.MirrorServer
-    knobs_file: Path
-    log_file: Path
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.port}"
-
-    def set_knobs(self, **knobs: Any) -> None:
-        hf_mirror.write_knobs(self.knobs_file, knobs)
-
-    def log(self) -> list[dict[str, Any]]:
-        if not self.log_file.exists():
-            return []
-        return [json.loads(line) for line in self.log_file.read_text().splitlines()]
-
-    def gets(self, file_path: str | None = None) -> list[dict[str, Any]]:
-        """GETs of files (resolve URLs), or of one file."""
-        return [
-            r
-            for r in self.log()
-            if r["method"] == "GET"
-            and "/resolve/" in r["path"]
-            and (file_path is None or r["path"].endswith(f"/{file_path}"))
-        ]
-
-    def commit(self, branch: str = "main") -> str:
-        revision = self.server.store.revision(REPO, branch)
-        assert revision is not None
-        return revision.commit
+Mirror = hf_mirror.Running
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mirror]:
-    hf_mirror.build()
-    state = tmp_path_factory.mktemp("hf-mirror-state")
-    layout = hf_mirror.Layout(paths.WWW / "hf", state / "knobs.json", state / "log.jsonl")
-    server, thread = hf_mirror.start_in_thread(0, layout)
-    yield Mirror(server, layout.knobs, layout.log)
-    server.shutdown()
-    server.server_close()
-    thread.join(5)
+    yield from hf_mirror.serving(tmp_path_factory.mktemp("hf-mirror-state"))
 
 
 @pytest.fixture
 def mirror(served: Mirror) -> Mirror:
-    served.set_knobs()
-    served.log_file.write_text("")
-    return served
+    return served.reset()
 
 
 @dataclass
@@ -157,10 +111,6 @@ def fetch(mirror: Mirror, box: Box, *extra: str, repo: str = REPO, **env: str) -
 
 def script(box: Box, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return run([*SCRIPT, *args], box, **env)
-
-
-def source(branch: str = "main") -> Path:
-    return paths.WWW.joinpath("hf", *REPO.split("/"), branch)
 
 
 def digests(directory: Path) -> dict[str, str]:
@@ -452,18 +402,7 @@ def test_stop_by_sigterm_ends_the_download_at_once_and_says_so(mirror: Mirror, b
     assert_complete(box, mirror)
 
 
-def test_token_is_sent_but_never_printed(
-    mirror: Mirror, box: Box, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    seen: list[str | None] = []
-    original = mirror_server.Handler._handle
-
-    def handle(self: mirror_server.Handler) -> None:
-        if not self.path.startswith("/api/agent-harnesses"):  # the CLI's agent probe sends no token anyway
-            seen.append(self.headers.get("Authorization"))
-        original(self)
-
-    monkeypatch.setattr(mirror_server.Handler, "_handle", handle)
+def test_token_is_sent_but_never_printed(mirror: Mirror, box: Box, tmp_path: Path) -> None:
     token = f"hf_{secrets.token_hex(16)}"
     outputs = [
         fetch(mirror, box, HF_TOKEN=token),
@@ -475,6 +414,7 @@ def test_token_is_sent_but_never_printed(
         assert token not in result.stdout + result.stderr
     written = [p for p in tmp_path.rglob("*") if p.is_file() and p.stat().st_size < 10 * MIB]
     assert written and not [p for p in written if token.encode() in p.read_bytes()]
+    seen = mirror.server.authorizations
     assert seen and set(seen) == {f"Bearer {token}"}  # every request: the preflight's and the download's
 
     # Without HF_TOKEN nothing is sent, even with a token file in HF_HOME (implicit tokens are off).
@@ -518,75 +458,3 @@ def test_new_revision_downloads_beside_and_switches_when_complete(mirror: Mirror
     # The rest are blobs the cache holds already (same ETag), linked by the library, then hashed.
     assert {g["path"].rsplit("/", 1)[1] for g in mirror.gets()} == changed
     assert box.status()["exit_code"] == 0 and mf.status_line(box.status()).startswith("done: ")
-
-
-# -- pieces, in process -------------------------------------------------------------------------------
-
-
-def test_environment_for_the_client() -> None:
-    base = {"PATH": "/usr/bin", "HF_HUB_OFFLINE": "1", "no_proxy": "example.org", "HF_TOKEN": ""}
-    env = mf.hub_env(base, "http://127.0.0.1:1/", disable_xet=True)
-    assert env["HF_ENDPOINT"] == "http://127.0.0.1:1" and env["HF_HUB_DISABLE_XET"] == "1"
-    assert env["HF_HUB_DISABLE_IMPLICIT_TOKEN"] == "1" and "HF_TOKEN" not in env
-    assert env["HF_HUB_DISABLE_UPDATE_CHECK"] == "1" and "HF_HUB_OFFLINE" not in env
-    assert env["NO_PROXY"] == env["no_proxy"] == "example.org,127.0.0.1,localhost"
-    with_token = mf.hub_env({"HF_TOKEN": "t0k", "HF_HUB_DISABLE_IMPLICIT_TOKEN": "1"}, None, disable_xet=False)
-    assert with_token["HF_TOKEN"] == "t0k" and "HF_HUB_DISABLE_IMPLICIT_TOKEN" not in with_token
-    assert "HF_HUB_DISABLE_XET" not in with_token
-    assert mf.endpoint_host("https://user:secret@mirror.example:8443/sub/") == "https://mirror.example:8443"
-
-
-def test_download_pins_the_commit_names_files_not_globs_and_sends_no_token_without_one(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    import huggingface_hub
-
-    calls: list[dict[str, Any]] = []
-    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda repo, **kw: calls.append({"repo": repo, **kw}))
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    plan = mf.Plan(REPO, "main", "a" * 40, "http://x", (mf.RemoteFile("odd[1]*.json", 1, None, "b" * 40),))
-    status = mf.Status(tmp_path / "status.json", REPO, "main")
-    assert mf.download(plan, tmp_path, ["config.json", "odd[1]*.json"], 8, status) == ""
-    (call,) = calls
-    assert call["revision"] == "a" * 40 and call["endpoint"] == "http://x" and call["cache_dir"] == tmp_path
-    assert call["allow_patterns"] == ["config.json", "odd[[]1][*].json"] and call["token"] is False
-
-
-def test_a_big_file_listed_without_an_lfs_hash_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The library hashes a plain git file in one read: a mirror listing a shard as one would fill the memory."""
-    import huggingface_hub
-    from huggingface_hub.hf_api import RepoFile
-
-    class Api:
-        def __init__(self, **_: Any) -> None:
-            pass
-
-        def model_info(self, repo: str, revision: str) -> Any:
-            return SimpleNamespace(sha="a" * 40)
-
-        def list_repo_tree(self, repo: str, revision: str, recursive: bool) -> list[RepoFile]:
-            return [RepoFile(path="model.safetensors", size=5 << 30, oid="b" * 40)]
-
-    monkeypatch.setattr(huggingface_hub, "HfApi", Api)
-    with pytest.raises(mf.FetchError) as err:
-        mf.resolve(REPO, "main", "http://x")
-    assert err.value.code == 2 and "'model.safetensors'" in str(err.value) and "without an LFS sha256" in str(err)
-
-
-def test_disk_check_refuses_before_downloading(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    plan = mf.Plan(REPO, "main", "a" * 40, "http://x", (mf.RemoteFile("big", 50 << 30, "c" * 64, "b" * 40),))
-    places = mf.Places(tmp_path / "model")
-    monkeypatch.setattr(mf.shutil, "disk_usage", lambda _: SimpleNamespace(total=100 << 30, free=10 << 30))
-    with pytest.raises(mf.FetchError) as err:
-        mf.check_space(places, plan)
-    assert err.value.code == 5 and "free" in str(err.value)
-
-
-def test_git_blob_sha1_for_files_without_lfs(tmp_path: Path) -> None:
-    data = b"plain git file\n"
-    (tmp_path / "f").write_bytes(data)
-    oid = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
-    assert mf.verify_file(tmp_path, mf.RemoteFile("f", len(data), None, oid)).ok
-    assert mf.verify_file(tmp_path, mf.RemoteFile("f", len(data), None, "0" * 40)).problem == "hash"
-    assert mf.verify_file(tmp_path, mf.RemoteFile("f", len(data) + 1, None, oid)).problem == "size"
-    assert mf.verify_file(tmp_path, mf.RemoteFile("g", 1, None, oid)).problem == "missing"

@@ -1,6 +1,6 @@
 """The peer path of vllm_rig/host/model_fetch.py: a follower fetches from another rig's model_serve.py (both run
 from the host zip, over real HTTP on loopback) and checks every file against the plan it resolved from the HF
-mirror stand-in; a peer that cannot be used is said in one line and the mirror (real `hf` client) serves the rest.
+mirror stand-in; a peer that cannot be used is said in one line and the mirror (huggingface_hub) serves the rest.
 """
 
 from __future__ import annotations

@@ -7,7 +7,6 @@ import hashlib
 import json
 import secrets
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,13 +15,11 @@ from typing import Any
 
 import pytest
 
-from tests.sandbox import paths
 from tests.sandbox.fixtures import hf_mirror
-from tests.sandbox.fixtures.hf_mirror import server as mirror_server
 from vllm_rig.host import model_preflight
 from vllm_rig.stages.model.facts import ModelPreflight, parse_preflight, preflight_stdin
 
-REPO = "nerkyor/Qwen3.6-27B-DSV4Pro-Thinking-Distill-FP8"
+REPO = hf_mirror.REPO
 BIG_SHARD = "model-00001-of-00003.safetensors"
 HEADROOM = 256 << 20
 
@@ -30,56 +27,18 @@ HEADROOM = 256 << 20
 mp = model_preflight
 
 
-class Mirror(SimpleNamespace):
-    server: mirror_server.MirrorServer
-    knobs: Path
-    log_file: Path
-    auth: list[str | None]
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.port}"
-
-    def set_knobs(self, **knobs: Any) -> None:
-        hf_mirror.write_knobs(self.knobs, knobs)
-
-    def requests(self) -> list[dict[str, Any]]:
-        text = self.log_file.read_text() if self.log_file.exists() else ""
-        return [json.loads(line) for line in text.splitlines()]
+Mirror = hf_mirror.Running
+source = hf_mirror.source
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mirror]:
-    hf_mirror.build()
-    state = tmp_path_factory.mktemp("hf-mirror-state")
-    layout = hf_mirror.Layout(paths.WWW / "hf", state / "knobs.json", state / "log.jsonl")
-    auth: list[str | None] = []
-
-    class Handler(mirror_server.Handler):
-        def _handle(self) -> None:
-            auth.append(self.headers.get("Authorization"))
-            super()._handle()
-
-    server = mirror_server.MirrorServer(("127.0.0.1", 0), layout)
-    server.RequestHandlerClass = Handler
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield Mirror(server=server, knobs=layout.knobs, log_file=layout.log, auth=auth)
-    server.shutdown()
-    server.server_close()
-    thread.join(5)
+    yield from hf_mirror.serving(tmp_path_factory.mktemp("hf-mirror-state"))
 
 
 @pytest.fixture
 def mirror(served: Mirror) -> Mirror:
-    served.set_knobs()
-    served.log_file.write_text("")
-    served.auth.clear()
-    return served
-
-
-def source(branch: str = "main") -> Path:
-    return paths.WWW.joinpath("hf", *REPO.split("/"), branch)
+    return served.reset()
 
 
 def total(branch: str = "main") -> int:
@@ -97,11 +56,11 @@ def run_as_the_fact(mirror: Mirror, dest: Path, repo: str = REPO, revision: str 
 
 def test_plan_for_a_fresh_dir(mirror: Mirror, tmp_path: Path) -> None:
     verdict, output, elapsed = run_as_the_fact(mirror, tmp_path / "models" / "model")
-    commit = mirror.server.store.revision(REPO, "main").commit
+    commit = mirror.commit()
     assert verdict["ok"] and verdict["state"] == "fetch" and verdict["commit"] == commit, output
     assert verdict["total_bytes"] == total() and verdict["file_count"] == len(list(source().iterdir()))
     assert verdict["need_bytes"] == total() + HEADROOM and verdict["where"] == str(tmp_path)
-    paths_asked = [r["path"] for r in mirror.requests()]
+    paths_asked = [r["path"] for r in mirror.log()]
     assert paths_asked == [f"/api/models/{REPO}/revision/main", f"/api/models/{REPO}/tree/{commit}?recursive=true"]
     print(f"\npreflight against the mirror: {elapsed:.2f}s")
 
@@ -118,7 +77,7 @@ def test_complete_marker_answers_without_the_network(mirror: Mirror, tmp_path: P
     mirror.set_knobs(down="refuse")
     verdict, output, _ = run_as_the_fact(mirror, dest)
     assert verdict["ok"] and verdict["state"] == "complete" and verdict["commit"] == "c" * 40, output
-    assert mirror.requests() == []
+    assert mirror.log() == []
     # A file of the wrong size, or another revision, is not complete: the endpoint is asked (and is down).
     (dest / "config.json").write_bytes(b"{}")
     verdict, _, _ = run_as_the_fact(mirror, dest)
@@ -173,10 +132,11 @@ def test_token_is_sent_only_when_configured_and_never_printed(mirror: Mirror, tm
     token = f"hf_{secrets.token_hex(16)}"
     verdict, output, _ = run_as_the_fact(mirror, tmp_path / "model", token=token)
     assert verdict["ok"] and token not in output
-    assert mirror.auth and set(mirror.auth) == {f"Bearer {token}"}
-    mirror.auth.clear()
+    seen = mirror.server.authorizations
+    assert seen and set(seen) == {f"Bearer {token}"}
+    seen.clear()
     missing, output, _ = run_as_the_fact(mirror, tmp_path / "model", repo="nobody/nothing", token=token)
     assert not missing["ok"] and token not in output
-    mirror.auth.clear()
+    seen.clear()
     assert run_as_the_fact(mirror, tmp_path / "model")[0]["ok"]
-    assert mirror.auth and set(mirror.auth) == {None}
+    assert seen and set(seen) == {None}

@@ -204,11 +204,9 @@ def test_torch_lane_versions_carry_cu128(manifest: dict) -> None:
     assert "torch-2.11.0-py3-none-any.whl" in manifest["files"]["simple"]
 
 
-def test_rebuild_is_a_fast_no_op(manifest: dict) -> None:
+def test_rebuild_of_an_unchanged_index_writes_nothing(manifest: dict) -> None:
     before = (pkg_index.SIMPLE / "index.html").stat().st_mtime_ns
-    start = time.monotonic()
     pkg_index.build()
-    assert time.monotonic() - start < 2.0
     assert (pkg_index.SIMPLE / "index.html").stat().st_mtime_ns == before
 
 
